@@ -1,0 +1,234 @@
+//! Element types (C1): every numeric ONNX type we store, plus block-quantized types.
+
+use std::fmt;
+use std::str::FromStr;
+
+use half::{bf16, f16};
+
+use crate::{CoreError, Result};
+
+/// The element type of a tensor.
+///
+/// Plain types store one element per `size_in_bytes()` bytes. Block-quantized types (`Q8_0`,
+/// `Q4_0`) store `block_size()` elements per block of `size_in_bytes()` bytes: an f16 scale followed
+/// by 32 signed 8-bit (q8_0) or 4-bit (q4_0) values, the layout GGML uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DType {
+    F32,
+    F16,
+    BF16,
+    F64,
+    I8,
+    I16,
+    I32,
+    I64,
+    U8,
+    U16,
+    U32,
+    U64,
+    Bool,
+    Q8_0,
+    Q4_0,
+}
+
+/// Elements per block of the block-quantized types.
+pub const QUANT_BLOCK: usize = 32;
+
+impl DType {
+    /// Every dtype, in declaration order.
+    pub const ALL: [DType; 15] = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::F64,
+        DType::I8,
+        DType::I16,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::U16,
+        DType::U32,
+        DType::U64,
+        DType::Bool,
+        DType::Q8_0,
+        DType::Q4_0,
+    ];
+
+    /// Bytes of one storage unit: an element, or a whole block for quantized types.
+    pub const fn size_in_bytes(self) -> usize {
+        match self {
+            DType::I8 | DType::U8 | DType::Bool => 1,
+            DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F64 | DType::I64 | DType::U64 => 8,
+            DType::Q8_0 => 2 + QUANT_BLOCK,
+            DType::Q4_0 => 2 + QUANT_BLOCK / 2,
+        }
+    }
+
+    /// Elements per storage unit: 1 for plain types, 32 for q8_0 and q4_0.
+    pub const fn block_size(self) -> usize {
+        match self {
+            DType::Q8_0 | DType::Q4_0 => QUANT_BLOCK,
+            _ => 1,
+        }
+    }
+
+    /// True for the block-quantized types, which have no per-element addressing.
+    pub const fn is_quantized(self) -> bool {
+        self.block_size() > 1
+    }
+
+    pub const fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
+    }
+
+    pub const fn is_signed_int(self) -> bool {
+        matches!(self, DType::I8 | DType::I16 | DType::I32 | DType::I64)
+    }
+
+    pub const fn is_unsigned_int(self) -> bool {
+        matches!(self, DType::U8 | DType::U16 | DType::U32 | DType::U64)
+    }
+
+    /// Bytes needed to hold `numel` elements, checked: overflow is an error, and a quantized
+    /// count that does not fill whole blocks is an error.
+    pub fn bytes_for(self, numel: usize) -> Result<usize> {
+        let block = self.block_size();
+        if numel % block != 0 {
+            return Err(CoreError::PartialBlock { dtype: self, numel, block });
+        }
+        (numel / block)
+            .checked_mul(self.size_in_bytes())
+            .ok_or_else(|| CoreError::overflow(format!("{numel} elements of {self}")))
+    }
+
+    /// The lower-case name used in display, parsing and file formats.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::F64 => "f64",
+            DType::I8 => "i8",
+            DType::I16 => "i16",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+            DType::U8 => "u8",
+            DType::U16 => "u16",
+            DType::U32 => "u32",
+            DType::U64 => "u64",
+            DType::Bool => "bool",
+            DType::Q8_0 => "q8_0",
+            DType::Q4_0 => "q4_0",
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for DType {
+    type Err = CoreError;
+
+    fn from_str(text: &str) -> Result<Self> {
+        let lower = text.trim().to_ascii_lowercase();
+        DType::ALL
+            .into_iter()
+            .find(|d| d.name() == lower)
+            .or(match lower.as_str() {
+                "float32" | "float" => Some(DType::F32),
+                "float16" | "half" => Some(DType::F16),
+                "bfloat16" => Some(DType::BF16),
+                "float64" | "double" => Some(DType::F64),
+                "int8" => Some(DType::I8),
+                "int16" => Some(DType::I16),
+                "int32" => Some(DType::I32),
+                "int64" => Some(DType::I64),
+                "uint8" => Some(DType::U8),
+                "uint16" => Some(DType::U16),
+                "uint32" => Some(DType::U32),
+                "uint64" => Some(DType::U64),
+                _ => None,
+            })
+            .ok_or(CoreError::ParseDType { text: text.to_string() })
+    }
+}
+
+/// A Rust type that can be read from and written to tensor memory directly.
+///
+/// Implemented only for types whose every bit pattern is a valid value (`bytemuck::Pod`), so
+/// reinterpreting initialized tensor bytes as `&[T]` is always sound. `bool` is deliberately absent:
+/// bool tensors are accessed as `u8` (see [`Element::accepts`]) and validated at the boundaries.
+pub trait Element: bytemuck::Pod + Send + Sync + PartialEq + fmt::Debug + 'static {
+    const DTYPE: DType;
+
+    /// Whether memory of `dtype` may be viewed as `Self`. `u8` also accepts `Bool`.
+    fn accepts(dtype: DType) -> bool {
+        dtype == Self::DTYPE
+    }
+}
+
+macro_rules! element {
+    ($($t:ty => $d:ident),* $(,)?) => {$(
+        impl Element for $t {
+            const DTYPE: DType = DType::$d;
+        }
+    )*};
+}
+
+element!(f32 => F32, f16 => F16, bf16 => BF16, f64 => F64, i8 => I8, i16 => I16, i32 => I32,
+    i64 => I64, u16 => U16, u32 => U32, u64 => U64);
+
+impl Element for u8 {
+    const DTYPE: DType = DType::U8;
+
+    fn accepts(dtype: DType) -> bool {
+        matches!(dtype, DType::U8 | DType::Bool)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_blocks() {
+        assert_eq!(DType::F32.size_in_bytes(), 4);
+        assert_eq!(DType::BF16.size_in_bytes(), 2);
+        assert_eq!(DType::Bool.size_in_bytes(), 1);
+        assert_eq!(DType::U64.size_in_bytes(), 8);
+        assert_eq!(DType::Q8_0.block_size(), 32);
+        assert_eq!(DType::Q8_0.size_in_bytes(), 34);
+        assert_eq!(DType::Q4_0.size_in_bytes(), 18);
+        assert_eq!(DType::Q4_0.bytes_for(64).unwrap(), 36);
+        assert_eq!(DType::Q8_0.bytes_for(0).unwrap(), 0);
+        assert_eq!(DType::F16.bytes_for(3).unwrap(), 6);
+    }
+
+    #[test]
+    fn byte_math_is_checked() {
+        assert!(matches!(DType::Q4_0.bytes_for(33), Err(CoreError::PartialBlock { .. })));
+        assert!(matches!(DType::F64.bytes_for(usize::MAX / 4), Err(CoreError::SizeOverflow { .. })));
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for d in DType::ALL {
+            assert_eq!(d.to_string().parse::<DType>().unwrap(), d);
+        }
+        assert_eq!("float32".parse::<DType>().unwrap(), DType::F32);
+        assert!("f128".parse::<DType>().is_err());
+    }
+
+    #[test]
+    fn element_acceptance() {
+        assert!(u8::accepts(DType::Bool));
+        assert!(!i8::accepts(DType::U8));
+        assert!(f16::accepts(DType::F16));
+        assert!(!f32::accepts(DType::F64));
+    }
+}

@@ -1,0 +1,36 @@
+//! strata-core: the foundation of strata.
+//!
+//! - values: [`DType`], [`Device`], [`Shape`] with checked size arithmetic, alignment rules;
+//! - memory: [`MemoryBlock`], [`Storage`], the [`Allocator`] trait with the CPU, caching and
+//!   pinned allocators, the [`AllocatorRegistry`] keyed by (device, [`MemoryKind`]), the
+//!   [`WorkspaceArena`] and mapped files;
+//! - tensors: the cheap [`Tensor`] handle, its zero-copy views, typed access and `.npy` I/O.
+
+pub mod align;
+pub mod device;
+pub mod dtype;
+pub mod error;
+pub mod memory;
+pub mod shape;
+pub mod tensor;
+
+pub use align::{align_up, DEFAULT_ALIGNMENT};
+pub use device::Device;
+pub use dtype::{DType, Element, QUANT_BLOCK};
+pub use error::{CoreError, Result};
+pub use memory::allocator::{Allocator, AllocatorStats};
+pub use memory::arena::WorkspaceArena;
+pub use memory::block::MemoryBlock;
+pub use memory::caching::CachingAllocator;
+pub use memory::cpu::CpuAllocator;
+pub use memory::external::MappedFile;
+pub use memory::kind::MemoryKind;
+pub use memory::ledger::KindStats;
+pub use memory::mode::InferenceMode;
+pub use memory::pinned::PinnedAllocator;
+pub use memory::registry::AllocatorRegistry;
+pub use memory::storage::Storage;
+pub use shape::{Shape, Strides};
+pub use tensor::{Layout, Tensor};
+
+pub use half::{bf16, f16};

@@ -1,0 +1,15 @@
+//! The memory layer: blocks, storage, allocators, the arena and the registry.
+
+pub mod allocator;
+pub mod arena;
+pub mod block;
+pub mod caching;
+pub mod cpu;
+mod cuda_host;
+pub mod external;
+pub mod kind;
+pub mod ledger;
+pub mod mode;
+pub mod pinned;
+pub mod registry;
+pub mod storage;

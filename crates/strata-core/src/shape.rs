@@ -1,0 +1,174 @@
+//! Shapes and strides (C3, C4): up to five dims inline, spilling to the heap beyond; every size
+//! computation is checked.
+
+use std::fmt;
+use std::ops::Deref;
+
+use smallvec::SmallVec;
+
+use crate::{CoreError, DType, Result};
+
+/// Dims stored inline before spilling to the heap.
+pub const INLINE_DIMS: usize = 5;
+
+/// Dimension sizes, row-major. Construction checks that the element count fits in `usize`, and
+/// caches it.
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
+pub struct Shape {
+    dims: SmallVec<[usize; INLINE_DIMS]>,
+    numel: usize,
+}
+
+/// Element strides, one per dim. Signed: a slice with a negative step walks memory backwards,
+/// and `expand` uses stride 0.
+pub type Strides = SmallVec<[isize; INLINE_DIMS]>;
+
+impl Shape {
+    /// A shape from unsigned dims; errors if the element count overflows.
+    pub fn new(dims: &[usize]) -> Result<Self> {
+        let numel = checked_numel(dims)?;
+        Ok(Shape { dims: SmallVec::from_slice(dims), numel })
+    }
+
+    /// A shape from signed dims (as ONNX stores them); a negative dim is an error naming its axis.
+    pub fn from_i64(dims: &[i64]) -> Result<Self> {
+        let mut out = SmallVec::with_capacity(dims.len());
+        for (axis, &value) in dims.iter().enumerate() {
+            let dim = usize::try_from(value).map_err(|_| CoreError::NegativeDim { axis, value })?;
+            out.push(dim);
+        }
+        let numel = checked_numel(&out)?;
+        Ok(Shape { dims: out, numel })
+    }
+
+    /// The rank-0 shape of a scalar (one element).
+    pub fn scalar() -> Self {
+        Shape { dims: SmallVec::new(), numel: 1 }
+    }
+
+    pub fn dims(&self) -> &[usize] {
+        &self.dims
+    }
+
+    pub fn rank(&self) -> usize {
+        self.dims.len()
+    }
+
+    /// Number of elements (cached; 1 for a scalar, 0 when any dim is 0).
+    pub fn numel(&self) -> usize {
+        self.numel
+    }
+
+    /// Bytes needed for this shape in `dtype`, checked.
+    pub fn size_in_bytes(&self, dtype: DType) -> Result<usize> {
+        dtype.bytes_for(self.numel)
+    }
+
+    /// Row-major (C-order) strides in elements.
+    pub fn contiguous_strides(&self) -> Strides {
+        contiguous_strides(&self.dims)
+    }
+
+    /// True when the dims live inline (no heap allocation).
+    pub fn is_inline(&self) -> bool {
+        !self.dims.spilled()
+    }
+
+    /// Resolves a possibly negative axis against this rank.
+    pub fn axis(&self, op: &'static str, axis: isize) -> Result<usize> {
+        normalize_axis(op, axis, self.rank())
+    }
+}
+
+impl Deref for Shape {
+    type Target = [usize];
+
+    fn deref(&self) -> &[usize] {
+        &self.dims
+    }
+}
+
+impl fmt::Debug for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.dims.as_slice())
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.dims.as_slice())
+    }
+}
+
+/// Product of `dims`, checked for overflow.
+pub fn checked_numel(dims: &[usize]) -> Result<usize> {
+    // A zero dim makes the tensor empty however large the others are.
+    if dims.contains(&0) {
+        return Ok(0);
+    }
+    dims.iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| CoreError::overflow(format!("element count of shape {dims:?}")))
+}
+
+/// Row-major strides for `dims`. Only called on shapes whose numel is known to fit.
+pub fn contiguous_strides(dims: &[usize]) -> Strides {
+    let mut strides: Strides = SmallVec::from_elem(0, dims.len());
+    let mut acc: isize = 1;
+    for (stride, &dim) in strides.iter_mut().zip(dims).rev() {
+        *stride = acc;
+        acc = acc.wrapping_mul(dim.max(1) as isize);
+    }
+    strides
+}
+
+/// Resolves `axis` in `-rank..rank` to `0..rank`.
+pub fn normalize_axis(op: &'static str, axis: isize, rank: usize) -> Result<usize> {
+    let r = rank as isize;
+    let resolved = if axis < 0 { axis + r } else { axis };
+    if (0..r).contains(&resolved) {
+        Ok(resolved as usize)
+    } else {
+        Err(CoreError::AxisOutOfRange { op, axis, rank })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inline_up_to_five_dims() {
+        let s = Shape::new(&[2, 3, 4, 5, 6]).unwrap();
+        assert!(s.is_inline());
+        assert_eq!(s.numel(), 720);
+        let big = Shape::new(&[1, 2, 3, 4, 5, 6]).unwrap();
+        assert!(!big.is_inline());
+        assert_eq!(big.numel(), 720);
+        assert_eq!(Shape::scalar().numel(), 1);
+    }
+
+    #[test]
+    fn strides_row_major() {
+        let s = Shape::new(&[2, 3, 4]).unwrap();
+        assert_eq!(s.contiguous_strides().as_slice(), &[12, 4, 1]);
+        assert_eq!(Shape::new(&[]).unwrap().contiguous_strides().len(), 0);
+    }
+
+    #[test]
+    fn checked_sizes() {
+        assert!(matches!(Shape::from_i64(&[2, -1]), Err(CoreError::NegativeDim { axis: 1, value: -1 })));
+        assert_eq!(Shape::new(&[0, usize::MAX, 7]).unwrap().numel(), 0);
+        assert_eq!(Shape::new(&[0, 3]).unwrap().size_in_bytes(DType::F32).unwrap(), 0);
+        assert!(matches!(Shape::new(&[usize::MAX, 2]), Err(CoreError::SizeOverflow { .. })));
+        let s = Shape::new(&[usize::MAX / 2]).unwrap();
+        assert!(matches!(s.size_in_bytes(DType::F32), Err(CoreError::SizeOverflow { .. })));
+    }
+
+    #[test]
+    fn axes() {
+        assert_eq!(normalize_axis("t", -1, 3).unwrap(), 2);
+        assert!(normalize_axis("t", 3, 3).is_err());
+        assert!(normalize_axis("t", -4, 3).is_err());
+    }
+}

@@ -1,0 +1,401 @@
+//! Layout (T2, T3): sizes, strides and offset of a strided view, and the pure arithmetic of every
+//! zero-copy view. Tensors delegate here; nothing in this file touches memory.
+
+use smallvec::SmallVec;
+
+use crate::shape::{contiguous_strides, normalize_axis, INLINE_DIMS};
+use crate::{CoreError, Result, Shape, Strides};
+
+/// How logical indices map to element positions in storage:
+/// `position = offset + Σ index[i] * strides[i]`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Layout {
+    shape: Shape,
+    strides: Strides,
+    /// Element offset of the logical first element within the storage.
+    offset: usize,
+    contiguous: bool,
+}
+
+fn invalid(op: &'static str, message: impl Into<String>) -> CoreError {
+    CoreError::InvalidView { op, message: message.into() }
+}
+
+impl Layout {
+    /// A row-major layout of `shape` starting at element `offset`.
+    pub fn contiguous(shape: Shape, offset: usize) -> Self {
+        let strides = shape.contiguous_strides();
+        Layout { shape, strides, offset, contiguous: true }
+    }
+
+    /// A layout with explicit strides (checked: one stride per dim).
+    pub fn strided(shape: Shape, strides: Strides, offset: usize) -> Result<Self> {
+        if strides.len() != shape.rank() {
+            return Err(invalid("Layout::strided", format!("{} strides for rank {}", strides.len(), shape.rank())));
+        }
+        let contiguous = is_contiguous(&shape, &strides);
+        Ok(Layout { shape, strides, offset, contiguous })
+    }
+
+    pub fn shape(&self) -> &Shape {
+        &self.shape
+    }
+
+    pub fn dims(&self) -> &[usize] {
+        self.shape.dims()
+    }
+
+    pub fn strides(&self) -> &[isize] {
+        &self.strides
+    }
+
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    pub fn rank(&self) -> usize {
+        self.shape.rank()
+    }
+
+    pub fn numel(&self) -> usize {
+        self.shape.numel()
+    }
+
+    /// True when elements are row-major and dense (cached at construction).
+    pub fn is_contiguous(&self) -> bool {
+        self.contiguous
+    }
+
+    /// The element range `[lo, hi)` this layout can touch, relative to the storage start.
+    /// Empty layouts touch nothing and return `(offset, offset)`.
+    pub fn span(&self) -> Result<(usize, usize)> {
+        if self.numel() == 0 {
+            return Ok((self.offset, self.offset));
+        }
+        let mut lo = self.offset as i128;
+        let mut hi = self.offset as i128;
+        for (&d, &s) in self.shape.iter().zip(&self.strides) {
+            let extent = (d as i128 - 1) * s as i128;
+            if extent < 0 {
+                lo += extent;
+            } else {
+                hi += extent;
+            }
+        }
+        if lo < 0 {
+            return Err(invalid("Layout::span", format!("view reaches element {lo}, before the storage start")));
+        }
+        usize::try_from(hi + 1)
+            .map(|hi| (lo as usize, hi))
+            .map_err(|_| CoreError::overflow("layout span"))
+    }
+
+    /// The element position of a logical index (checked against the shape).
+    pub fn position(&self, index: &[usize]) -> Result<usize> {
+        if index.len() != self.rank() {
+            return Err(invalid("index", format!("index of rank {} for a tensor of rank {}", index.len(), self.rank())));
+        }
+        let mut pos = self.offset as isize;
+        for (axis, ((&i, &d), &s)) in index.iter().zip(self.shape.iter()).zip(&self.strides).enumerate() {
+            if i >= d {
+                return Err(invalid("index", format!("index {i} out of range for axis {axis} of size {d}")));
+            }
+            pos += i as isize * s;
+        }
+        Ok(pos as usize)
+    }
+
+    /// Same elements with new dims, without copying. Works whenever the new shape can be expressed
+    /// with strides over the old one (always for contiguous layouts).
+    pub fn view(&self, dims: &[usize]) -> Result<Layout> {
+        let shape = Shape::new(dims)?;
+        if shape.numel() != self.numel() {
+            return Err(CoreError::NumelMismatch {
+                op: "view",
+                from: self.dims().to_vec(),
+                from_numel: self.numel(),
+                to: dims.to_vec(),
+                to_numel: shape.numel(),
+            });
+        }
+        if self.contiguous {
+            return Ok(Layout::contiguous(shape, self.offset));
+        }
+        let strides = view_strides(self.dims(), &self.strides, dims).ok_or_else(|| {
+            invalid(
+                "view",
+                format!("shape {:?} with strides {:?} cannot be viewed as {dims:?} without a copy", self.dims(), self.strides()),
+            )
+        })?;
+        Layout::strided(shape, strides, self.offset)
+    }
+
+    /// Reorders dims: output dim `i` is input dim `perm[i]`.
+    pub fn permute(&self, perm: &[usize]) -> Result<Layout> {
+        let rank = self.rank();
+        let mut seen: SmallVec<[bool; INLINE_DIMS]> = SmallVec::from_elem(false, rank);
+        if perm.len() != rank {
+            return Err(invalid("permute", format!("permutation {perm:?} for rank {rank}")));
+        }
+        for &p in perm {
+            if p >= rank || std::mem::replace(&mut seen[p], true) {
+                return Err(invalid("permute", format!("{perm:?} is not a permutation of 0..{rank}")));
+            }
+        }
+        let dims: SmallVec<[usize; INLINE_DIMS]> = perm.iter().map(|&p| self.shape[p]).collect();
+        let strides: Strides = perm.iter().map(|&p| self.strides[p]).collect();
+        Layout::strided(Shape::new(&dims)?, strides, self.offset)
+    }
+
+    /// Swaps two dims (negative axes count from the end).
+    pub fn transpose(&self, a: isize, b: isize) -> Result<Layout> {
+        let a = normalize_axis("transpose", a, self.rank())?;
+        let b = normalize_axis("transpose", b, self.rank())?;
+        let mut perm: SmallVec<[usize; INLINE_DIMS]> = (0..self.rank()).collect();
+        perm.swap(a, b);
+        self.permute(&perm)
+    }
+
+    /// `len` elements of `axis` starting at `start`.
+    pub fn narrow(&self, axis: isize, start: usize, len: usize) -> Result<Layout> {
+        let axis = normalize_axis("narrow", axis, self.rank())?;
+        let dim = self.shape[axis];
+        if start.checked_add(len).is_none_or(|end| end > dim) {
+            return Err(invalid("narrow", format!("range {start}..{} out of bounds for axis {axis} of size {dim}", start.saturating_add(len))));
+        }
+        self.slice_axis(axis, start, len, 1)
+    }
+
+    /// Python-style `start:end:step` on `axis`: negative indices count from the end, bounds are
+    /// clamped, a negative step walks backwards, and a zero step is an error.
+    pub fn slice(&self, axis: isize, start: isize, end: isize, step: isize) -> Result<Layout> {
+        let axis = normalize_axis("slice", axis, self.rank())?;
+        if step == 0 {
+            return Err(invalid("slice", "step must not be zero"));
+        }
+        let dim = self.shape[axis] as isize;
+        let resolve = |i: isize, lo: isize, hi: isize| {
+            let i = if i < 0 { i + dim } else { i };
+            i.clamp(lo, hi)
+        };
+        let (first, len) = if step > 0 {
+            let s = resolve(start, 0, dim);
+            let e = resolve(end, 0, dim);
+            (s, if e > s { (e - s + step - 1) / step } else { 0 })
+        } else {
+            let s = resolve(start, -1, dim - 1);
+            let e = resolve(end, -1, dim - 1);
+            (s, if s > e { (s - e + (-step) - 1) / (-step) } else { 0 })
+        };
+        if len == 0 {
+            return self.slice_axis(axis, 0, 0, step);
+        }
+        self.slice_axis(axis, first as usize, len as usize, step)
+    }
+
+    fn slice_axis(&self, axis: usize, first: usize, len: usize, step: isize) -> Result<Layout> {
+        let mut dims: SmallVec<[usize; INLINE_DIMS]> = SmallVec::from_slice(self.dims());
+        dims[axis] = len;
+        let mut strides = self.strides.clone();
+        strides[axis] = self.strides[axis] * step;
+        let offset = if len == 0 { self.offset } else { (self.offset as isize + first as isize * self.strides[axis]) as usize };
+        Layout::strided(Shape::new(&dims)?, strides, offset)
+    }
+
+    /// Picks `index` on `axis` and drops that axis.
+    pub fn select(&self, axis: isize, index: isize) -> Result<Layout> {
+        let axis = normalize_axis("select", axis, self.rank())?;
+        let dim = self.shape[axis] as isize;
+        let i = if index < 0 { index + dim } else { index };
+        if !(0..dim).contains(&i) {
+            return Err(invalid("select", format!("index {index} out of range for axis {axis} of size {dim}")));
+        }
+        let offset = (self.offset as isize + i * self.strides[axis]) as usize;
+        let mut dims: SmallVec<[usize; INLINE_DIMS]> = SmallVec::from_slice(self.dims());
+        let mut strides = self.strides.clone();
+        dims.remove(axis);
+        strides.remove(axis);
+        Layout::strided(Shape::new(&dims)?, strides, offset)
+    }
+
+    /// Broadcasts to `dims` (numpy rules, aligned from the right) with stride 0 on repeated dims.
+    pub fn expand(&self, dims: &[usize]) -> Result<Layout> {
+        let rank = self.rank();
+        if dims.len() < rank {
+            return Err(invalid("expand", format!("cannot expand {:?} to fewer dims {dims:?}", self.dims())));
+        }
+        let lead = dims.len() - rank;
+        let mut strides: Strides = SmallVec::from_elem(0, dims.len());
+        for (i, &target) in dims.iter().enumerate().skip(lead) {
+            let (d, s) = (self.shape[i - lead], self.strides[i - lead]);
+            strides[i] = if d == target {
+                s
+            } else if d == 1 {
+                0
+            } else {
+                return Err(invalid("expand", format!("cannot expand {:?} to {dims:?}: axis {} has size {d}", self.dims(), i - lead)));
+            };
+        }
+        Layout::strided(Shape::new(dims)?, strides, self.offset)
+    }
+
+    /// Removes `axis` if given (it must have size 1), or every size-1 axis.
+    pub fn squeeze(&self, axis: Option<isize>) -> Result<Layout> {
+        let keep: SmallVec<[usize; INLINE_DIMS]> = match axis {
+            Some(a) => {
+                let a = normalize_axis("squeeze", a, self.rank())?;
+                if self.shape[a] != 1 {
+                    return Err(invalid("squeeze", format!("axis {a} has size {}, not 1", self.shape[a])));
+                }
+                (0..self.rank()).filter(|&i| i != a).collect()
+            }
+            None => (0..self.rank()).filter(|&i| self.shape[i] != 1).collect(),
+        };
+        let dims: SmallVec<[usize; INLINE_DIMS]> = keep.iter().map(|&i| self.shape[i]).collect();
+        let strides: Strides = keep.iter().map(|&i| self.strides[i]).collect();
+        Layout::strided(Shape::new(&dims)?, strides, self.offset)
+    }
+
+    /// Inserts a size-1 axis at `axis` (in `-(rank+1)..=rank`).
+    pub fn unsqueeze(&self, axis: isize) -> Result<Layout> {
+        let axis = normalize_axis("unsqueeze", axis, self.rank() + 1)?;
+        let mut dims: SmallVec<[usize; INLINE_DIMS]> = SmallVec::from_slice(self.dims());
+        let mut strides = self.strides.clone();
+        // The stride of a size-1 axis is irrelevant; pick the one that keeps contiguity.
+        let stride = if axis < self.rank() { self.strides[axis] * self.shape[axis].max(1) as isize } else { 1 };
+        dims.insert(axis, 1);
+        strides.insert(axis, stride);
+        Layout::strided(Shape::new(&dims)?, strides, self.offset)
+    }
+
+    /// Merges axes `start..=end` into one (a view when the strides allow it).
+    pub fn flatten(&self, start: isize, end: isize) -> Result<Layout> {
+        if self.rank() == 0 {
+            return self.view(&[1]);
+        }
+        let s = normalize_axis("flatten", start, self.rank())?;
+        let e = normalize_axis("flatten", end, self.rank())?;
+        if s > e {
+            return Err(invalid("flatten", format!("start axis {s} is after end axis {e}")));
+        }
+        let mut dims: SmallVec<[usize; INLINE_DIMS]> = SmallVec::from_slice(&self.dims()[..s]);
+        dims.push(self.dims()[s..=e].iter().product());
+        dims.extend_from_slice(&self.dims()[e + 1..]);
+        self.view(&dims)
+    }
+}
+
+/// True when `strides` are the row-major strides of `shape` (size-1 axes may have any stride).
+fn is_contiguous(shape: &Shape, strides: &[isize]) -> bool {
+    if shape.numel() <= 1 {
+        return true;
+    }
+    let mut expected = 1isize;
+    for (&d, &s) in shape.iter().zip(strides).rev() {
+        if d != 1 {
+            if s != expected {
+                return false;
+            }
+            expected *= d as isize;
+        }
+    }
+    true
+}
+
+/// Strides that view `old` (with `old_strides`) as `new` without moving data, if any exist.
+/// Groups old dims into chunks that are contiguous among themselves and matches new dims to
+/// chunk products (the algorithm PyTorch's `computeStride` uses).
+fn view_strides(old: &[usize], old_strides: &[isize], new: &[usize]) -> Option<Strides> {
+    let numel: usize = old.iter().product();
+    if numel == 0 {
+        return Some(contiguous_strides(new));
+    }
+    let mut out: Strides = SmallVec::from_elem(0, new.len());
+    let mut view_d = new.len() as isize - 1;
+    let mut chunk_base_stride = *old_strides.last().unwrap_or(&1);
+    let mut tensor_numel = 1usize;
+    let mut view_numel = 1usize;
+    for tensor_d in (0..old.len()).rev() {
+        tensor_numel *= old[tensor_d];
+        let chunk_ends = tensor_d == 0
+            || (old[tensor_d - 1] != 1 && old_strides[tensor_d - 1] != tensor_numel as isize * chunk_base_stride);
+        if chunk_ends {
+            while view_d >= 0 && (view_numel < tensor_numel || new[view_d as usize] == 1) {
+                out[view_d as usize] = view_numel as isize * chunk_base_stride;
+                view_numel *= new[view_d as usize];
+                view_d -= 1;
+            }
+            if view_numel != tensor_numel {
+                return None;
+            }
+            if tensor_d > 0 {
+                chunk_base_stride = old_strides[tensor_d - 1];
+                tensor_numel = 1;
+                view_numel = 1;
+            }
+        }
+    }
+    if view_d != -1 {
+        return None;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn l(dims: &[usize]) -> Layout {
+        Layout::contiguous(Shape::new(dims).unwrap(), 0)
+    }
+
+    #[test]
+    fn contiguity_is_cached_and_correct() {
+        let a = l(&[2, 3, 4]);
+        assert!(a.is_contiguous());
+        let t = a.transpose(0, 2).unwrap();
+        assert!(!t.is_contiguous());
+        assert_eq!(t.strides(), &[1, 4, 12]);
+        assert!(a.unsqueeze(1).unwrap().is_contiguous());
+        assert!(a.narrow(0, 1, 1).unwrap().is_contiguous());
+        assert!(!a.narrow(2, 1, 2).unwrap().is_contiguous());
+    }
+
+    #[test]
+    fn views_of_non_contiguous_layouts() {
+        let t = l(&[4, 6]).transpose(0, 1).unwrap(); // [6,4] strides [1,6]
+        assert!(t.view(&[24]).is_err());
+        let u = t.view(&[2, 3, 4]).unwrap();
+        assert_eq!(u.strides(), &[3, 1, 6]);
+        assert!(matches!(l(&[2, 3]).view(&[7]), Err(CoreError::NumelMismatch { .. })));
+    }
+
+    #[test]
+    fn slicing() {
+        let a = l(&[10]);
+        let s = a.slice(0, 1, 8, 3).unwrap();
+        assert_eq!((s.dims(), s.strides(), s.offset()), (&[3usize][..], &[3isize][..], 1));
+        let r = a.slice(0, -1, isize::MIN, -1).unwrap();
+        assert_eq!((r.dims(), r.strides(), r.offset()), (&[10usize][..], &[-1isize][..], 9));
+        assert_eq!(r.span().unwrap(), (0, 10));
+        assert_eq!(a.slice(0, 5, 2, 1).unwrap().numel(), 0);
+        assert!(a.slice(0, 0, 1, 0).is_err());
+        assert!(a.narrow(0, 8, 3).is_err());
+    }
+
+    #[test]
+    fn select_expand_squeeze() {
+        let a = l(&[2, 3]);
+        let s = a.select(0, -1).unwrap();
+        assert_eq!((s.dims(), s.offset()), (&[3usize][..], 3));
+        assert!(a.select(1, 3).is_err());
+        let e = l(&[3, 1]).expand(&[2, 3, 4]).unwrap();
+        assert_eq!(e.strides(), &[0, 1, 0]);
+        assert!(l(&[3, 2]).expand(&[3, 4]).is_err());
+        assert_eq!(l(&[1, 3, 1]).squeeze(None).unwrap().dims(), &[3]);
+        assert!(l(&[2, 3]).squeeze(Some(0)).is_err());
+        assert_eq!(l(&[2, 3]).unsqueeze(-1).unwrap().dims(), &[2, 3, 1]);
+        assert_eq!(l(&[2, 3, 4]).flatten(1, -1).unwrap().dims(), &[2, 12]);
+        assert!(l(&[2, 3]).permute(&[0, 0]).is_err());
+    }
+}

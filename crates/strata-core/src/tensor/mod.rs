@@ -1,0 +1,263 @@
+//! Tensors (T1–T7): a cheap handle over storage plus a strided layout.
+
+mod access;
+mod copy;
+mod layout;
+mod npy;
+mod views;
+
+pub use access::{BytesRead, BytesWrite, ReadGuard, WriteGuard};
+pub use copy::copy_strided_bytes;
+pub use layout::Layout;
+
+use std::fmt;
+
+use crate::align::DEFAULT_ALIGNMENT;
+use crate::{AllocatorRegistry, CoreError, DType, Device, MemoryKind, Result, Shape, Storage};
+
+/// A tensor handle: storage, a strided layout over it, and a dtype.
+///
+/// Cloning copies the small inline metadata and bumps the storage's reference count; it never
+/// copies data. Views share storage (and so the version counter) with the tensor they come
+/// from. An undefined tensor (`Tensor::undefined()`) stands for "no tensor here" (e.g. an omitted
+/// optional input) and every data access on it is an error.
+#[derive(Clone)]
+pub struct Tensor {
+    storage: Option<Storage>,
+    layout: Layout,
+    dtype: DType,
+}
+
+impl Tensor {
+    /// The undefined tensor.
+    pub fn undefined() -> Self {
+        Tensor { storage: None, layout: Layout::contiguous(Shape::default(), 0), dtype: DType::F32 }
+    }
+
+    /// The one allocation entry point (M9): a contiguous tensor of `dims` and `dtype` on `device`,
+    /// from the global registry's allocator for (device, kind). Contents are unspecified (but
+    /// initialized memory); use [`Tensor::zeros`] for zeros.
+    pub fn empty(dims: &[usize], dtype: DType, device: Device, kind: MemoryKind) -> Result<Tensor> {
+        Tensor::empty_in(AllocatorRegistry::global(), dims, dtype, device, kind)
+    }
+
+    /// Like [`Tensor::empty`], from a given registry.
+    pub fn empty_in(
+        registry: &AllocatorRegistry,
+        dims: &[usize],
+        dtype: DType,
+        device: Device,
+        kind: MemoryKind,
+    ) -> Result<Tensor> {
+        let shape = Shape::new(dims)?;
+        let bytes = shape.size_in_bytes(dtype)?;
+        let block = registry.allocate(device, kind, bytes, DEFAULT_ALIGNMENT)?;
+        Ok(Tensor { storage: Some(Storage::new(block)), layout: Layout::contiguous(shape, 0), dtype })
+    }
+
+    /// A zero-filled host tensor of `Default` kind.
+    pub fn zeros(dims: &[usize], dtype: DType) -> Result<Tensor> {
+        let t = Tensor::empty(dims, dtype, Device::Cpu, MemoryKind::Default)?;
+        t.fill_zero()?;
+        Ok(t)
+    }
+
+    /// Binds a contiguous tensor of `dims` and `dtype` into `storage` at `byte_offset` (T6),
+    /// without copying. The range must lie inside the storage and be aligned for the dtype.
+    pub fn bind(storage: &Storage, byte_offset: usize, dims: &[usize], dtype: DType) -> Result<Tensor> {
+        let shape = Shape::new(dims)?;
+        let bytes = shape.size_in_bytes(dtype)?;
+        let end = byte_offset.checked_add(bytes).filter(|&end| end <= storage.len()).ok_or(CoreError::OutOfBounds {
+            op: "Tensor::bind",
+            offset: byte_offset,
+            end: byte_offset.saturating_add(bytes),
+            len: storage.len(),
+        })?;
+        debug_assert!(end <= storage.len());
+        let sub = storage.sub_storage(byte_offset, bytes)?;
+        Tensor::from_storage(sub, Layout::contiguous(shape, 0), dtype)
+    }
+
+    /// A tensor over `storage` with any layout; checks that every element the layout can reach
+    /// lies inside the storage and that the storage is aligned for the dtype.
+    pub fn from_storage(storage: Storage, layout: Layout, dtype: DType) -> Result<Tensor> {
+        check_fits(&storage, &layout, dtype, "Tensor::from_storage")?;
+        let align = element_align(dtype);
+        if (storage.as_ptr() as usize) % align != 0 {
+            return Err(CoreError::InvalidView {
+                op: "Tensor::from_storage",
+                message: format!("storage address is not aligned to {align} bytes as {dtype} requires"),
+            });
+        }
+        Ok(Tensor { storage: Some(storage), layout, dtype })
+    }
+
+    pub fn is_defined(&self) -> bool {
+        self.storage.is_some()
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn shape(&self) -> &Shape {
+        self.layout.shape()
+    }
+
+    pub fn dims(&self) -> &[usize] {
+        self.layout.dims()
+    }
+
+    pub fn strides(&self) -> &[isize] {
+        self.layout.strides()
+    }
+
+    pub fn rank(&self) -> usize {
+        self.layout.rank()
+    }
+
+    pub fn numel(&self) -> usize {
+        self.layout.numel()
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Element offset of the first element within the storage.
+    pub fn storage_offset(&self) -> usize {
+        self.layout.offset()
+    }
+
+    pub fn is_contiguous(&self) -> bool {
+        self.layout.is_contiguous()
+    }
+
+    /// The storage; an error for the undefined tensor.
+    pub fn storage(&self) -> Result<&Storage> {
+        self.storage.as_ref().ok_or(CoreError::Undefined { op: "storage" })
+    }
+
+    pub fn device(&self) -> Device {
+        self.storage.as_ref().map_or(Device::Cpu, Storage::device)
+    }
+
+    /// The memory kind of the storage (`Default` for the undefined tensor).
+    pub fn memory_kind(&self) -> MemoryKind {
+        self.storage.as_ref().map_or(MemoryKind::Default, Storage::kind)
+    }
+
+    /// The version counter shared with every view of the same memory (T4).
+    pub fn version(&self) -> u64 {
+        self.storage.as_ref().map_or(0, |s| s.block().version())
+    }
+
+    /// Bytes the elements occupy (numel in this dtype).
+    pub fn size_in_bytes(&self) -> Result<usize> {
+        self.dtype.bytes_for(self.numel())
+    }
+
+    /// Bytes available from the first element to the end of the storage (T5).
+    pub fn capacity_bytes(&self) -> usize {
+        let start = self.layout.offset() / self.dtype.block_size() * self.dtype.size_in_bytes();
+        self.storage.as_ref().map_or(0, |s| s.len().saturating_sub(start))
+    }
+
+    /// True when both tensors use the same memory block.
+    pub fn shares_storage(&self, other: &Tensor) -> bool {
+        match (&self.storage, &other.storage) {
+            (Some(a), Some(b)) => a.shares_block(b),
+            _ => false,
+        }
+    }
+
+    /// Changes this handle's dims in place to a contiguous layout, reusing the storage when it is
+    /// large enough and reallocating (same device and kind, from the global registry) otherwise.
+    /// Contents are preserved only when no reallocation happens.
+    pub fn resize(&mut self, dims: &[usize]) -> Result<()> {
+        self.resize_in(AllocatorRegistry::global(), dims)
+    }
+
+    /// Like [`Tensor::resize`], reallocating from `registry`.
+    pub fn resize_in(&mut self, registry: &AllocatorRegistry, dims: &[usize]) -> Result<()> {
+        let storage = self.storage.as_ref().ok_or(CoreError::Undefined { op: "resize" })?;
+        let shape = Shape::new(dims)?;
+        let needed = shape.size_in_bytes(self.dtype)?;
+        if self.layout.is_contiguous() && needed <= self.capacity_bytes() {
+            self.layout = Layout::contiguous(shape, self.layout.offset());
+            return Ok(());
+        }
+        let block = registry.allocate(storage.device(), storage.kind(), needed, DEFAULT_ALIGNMENT)?;
+        self.storage = Some(Storage::new(block));
+        self.layout = Layout::contiguous(shape, 0);
+        Ok(())
+    }
+
+    /// Sets contiguous dims without ever allocating; an error when the storage is too small.
+    pub fn set_shape_metadata(&mut self, dims: &[usize]) -> Result<()> {
+        if self.storage.is_none() {
+            return Err(CoreError::Undefined { op: "set_shape_metadata" });
+        }
+        let shape = Shape::new(dims)?;
+        let needed = shape.size_in_bytes(self.dtype)?;
+        let capacity = self.capacity_bytes();
+        if needed > capacity {
+            return Err(CoreError::CapacityExceeded { op: "set_shape_metadata", needed, capacity });
+        }
+        self.layout = Layout::contiguous(shape, self.layout.offset());
+        Ok(())
+    }
+
+    /// A tensor sharing this one's storage with another layout (checked to fit).
+    pub(crate) fn with_layout(&self, op: &'static str, layout: Layout) -> Result<Tensor> {
+        let storage = self.storage.as_ref().ok_or(CoreError::Undefined { op })?;
+        check_fits(storage, &layout, self.dtype, op)?;
+        Ok(Tensor { storage: self.storage.clone(), layout, dtype: self.dtype })
+    }
+
+    pub(crate) fn defined_storage(&self, op: &'static str) -> Result<&Storage> {
+        self.storage.as_ref().ok_or(CoreError::Undefined { op })
+    }
+}
+
+/// Alignment a storage address needs for typed access to `dtype`.
+fn element_align(dtype: DType) -> usize {
+    if dtype.is_quantized() {
+        1
+    } else {
+        dtype.size_in_bytes()
+    }
+}
+
+/// Checks that every element `layout` can reach lies inside `storage`.
+fn check_fits(storage: &Storage, layout: &Layout, dtype: DType, op: &'static str) -> Result<()> {
+    if dtype.is_quantized() && !(layout.is_contiguous() && layout.offset() % dtype.block_size() == 0) {
+        return Err(CoreError::UnsupportedDType { op, dtype, reason: "block-quantized tensors support only whole-block contiguous layouts" });
+    }
+    let (lo, hi) = layout.span()?;
+    let to_bytes = |elems: usize| {
+        (elems / dtype.block_size())
+            .checked_mul(dtype.size_in_bytes())
+            .ok_or_else(|| CoreError::overflow("layout byte span"))
+    };
+    let (start, end) = (to_bytes(lo)?, to_bytes(hi.div_ceil(dtype.block_size()) * dtype.block_size())?);
+    if end > storage.len() {
+        return Err(CoreError::OutOfBounds { op, offset: start, end, len: storage.len() });
+    }
+    Ok(())
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.is_defined() {
+            return f.write_str("Tensor(undefined)");
+        }
+        write!(f, "Tensor({} {:?} strides={:?} offset={} {})", self.dtype, self.dims(), self.strides(), self.storage_offset(), self.device())
+    }
+}
+
+impl Default for Tensor {
+    fn default() -> Self {
+        Tensor::undefined()
+    }
+}
