@@ -1,1 +1,21 @@
-//! strata-ops
+//! strata-ops: operator definitions (attributes, shape and dtype inference with symbolic dims),
+//! CPU kernels, and the registry that maps ONNX op types to them.
+//!
+//! The runtime asks an [`Operator`] for output [`Fact`]s at plan time and for a [`Kernel`] once
+//! per node (chosen by op, dtype and device); running a node calls that kernel directly.
+
+pub mod attributes;
+pub mod error;
+pub mod fact;
+pub mod kernels;
+pub mod numeric;
+pub mod operator;
+pub mod ops;
+pub mod registry;
+pub mod strided;
+
+pub use attributes::{Attr, Attributes};
+pub use error::{OpError, OpResult};
+pub use fact::{broadcast_dims, broadcast_shapes, int_values, Dim, Fact};
+pub use operator::{Kernel, KernelIo, Operator};
+pub use registry::{build_operator, is_supported, supported_ops, OpContext};

@@ -1,0 +1,91 @@
+//! Concat along one axis.
+
+use strata_core::Device;
+
+use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+
+#[derive(Debug)]
+pub struct Concat {
+    axis: i64,
+}
+
+impl Concat {
+    pub fn build(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
+        let axis = match ctx.attrs.int("axis")? {
+            Some(axis) => axis,
+            // Opset 1 defaulted to axis 1.
+            None if ctx.opset < 4 => 1,
+            None => return Err(OpError::attribute("Concat", "axis", "is required")),
+        };
+        Ok(Box::new(Concat { axis }))
+    }
+}
+
+fn resolve_axis(axis: i64, rank: usize) -> OpResult<usize> {
+    let r = rank as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    if (0..r).contains(&a) {
+        Ok(a as usize)
+    } else {
+        Err(OpError::attribute("Concat", "axis", format!("{axis} out of range for rank {rank}")))
+    }
+}
+
+impl Operator for Concat {
+    fn op_type(&self) -> &str {
+        "Concat"
+    }
+
+    fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
+        let first = inputs.iter().find(|f| f.is_defined()).ok_or_else(|| OpError::MissingInput { op: "Concat".into(), index: 0 })?;
+        let axis = resolve_axis(self.axis, first.rank())?;
+        let mut dims = first.dims.clone();
+        let mut total = Some(0usize);
+        for (i, f) in inputs.iter().enumerate() {
+            if f.dtype != first.dtype {
+                return Err(OpError::DType { op: "Concat".into(), index: i, expected: first.dtype.to_string(), actual: f.dtype });
+            }
+            if f.rank() != first.rank() {
+                return Err(OpError::shape("Concat", format!("input {i} has rank {} but input 0 has rank {}", f.rank(), first.rank())));
+            }
+            for (d, (x, y)) in f.dims.iter().zip(&first.dims).enumerate() {
+                if d != axis && x != y {
+                    match (x, y) {
+                        (Dim::Known(a), Dim::Known(b)) => {
+                            return Err(OpError::shape("Concat", format!("input {i} has {a} at axis {d}, input 0 has {b}")));
+                        }
+                        _ => dims[d] = if dims[d].known().is_some() { dims[d].clone() } else { x.clone() },
+                    }
+                }
+            }
+            total = total.zip(f.dims[axis].known()).map(|(t, d)| t + d);
+        }
+        dims[axis] = total.map_or(Dim::Unknown, Dim::Known);
+        Ok(vec![Fact::new(first.dtype, dims)])
+    }
+
+    fn kernel(&self, inputs: &[&Fact], _outputs: &[&Fact], device: Device) -> OpResult<Box<dyn Kernel>> {
+        if device != Device::Cpu {
+            return Err(OpError::NoKernel { op: "Concat".into(), dtype: inputs[0].dtype, device });
+        }
+        Ok(Box::new(ConcatKernel { axis: resolve_axis(self.axis, inputs[0].rank())? }))
+    }
+}
+
+#[derive(Debug)]
+struct ConcatKernel {
+    axis: usize,
+}
+
+impl Kernel for ConcatKernel {
+    fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
+        let out = io.output(0);
+        let mut start = 0;
+        for input in io.inputs {
+            let len = input.dims()[self.axis];
+            out.narrow(self.axis as isize, start, len)?.copy_from(input)?;
+            start += len;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,71 @@
+//! Identity, and the copy kernel shared by every op that only relabels dims (Reshape, Flatten,
+//! Squeeze, Unsqueeze): with in-place planning the copy disappears.
+
+use strata_core::Device;
+
+use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+
+#[derive(Debug)]
+pub struct Identity;
+
+impl Identity {
+    pub fn build(_ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
+        Ok(Box::new(Identity))
+    }
+}
+
+impl Operator for Identity {
+    fn op_type(&self) -> &str {
+        "Identity"
+    }
+
+    fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
+        let x = first_input("Identity", inputs)?;
+        let mut out = Fact::new(x.dtype, x.dims.clone());
+        out.value = x.value.clone();
+        Ok(vec![out])
+    }
+
+    fn kernel(&self, _inputs: &[&Fact], _outputs: &[&Fact], device: Device) -> OpResult<Box<dyn Kernel>> {
+        copy_kernel("Identity", device)
+    }
+
+    fn in_place_input(&self) -> Option<usize> {
+        Some(0)
+    }
+}
+
+/// The first input, which must be present.
+pub(crate) fn first_input<'a>(op: &str, inputs: &[&'a Fact]) -> OpResult<&'a Fact> {
+    match inputs.first() {
+        Some(x) if x.is_defined() => Ok(x),
+        _ => Err(OpError::MissingInput { op: op.into(), index: 0 }),
+    }
+}
+
+pub(crate) fn copy_kernel(op: &'static str, device: Device) -> OpResult<Box<dyn Kernel>> {
+    if device != Device::Cpu {
+        return Err(OpError::kernel(op, format!("no copy kernel on {device}")));
+    }
+    Ok(Box::new(CopyKernel { op }))
+}
+
+/// Copies input 0's elements, in logical order, into output 0 (same element count).
+#[derive(Debug)]
+pub(crate) struct CopyKernel {
+    op: &'static str,
+}
+
+impl Kernel for CopyKernel {
+    fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
+        if io.in_place == Some(0) {
+            return Ok(());
+        }
+        let (src, dst) = (io.input(0), io.output(0));
+        if src.numel() != dst.numel() {
+            return Err(OpError::kernel(self.op, format!("{:?} and {:?} differ in size", src.dims(), dst.dims())));
+        }
+        dst.view(src.dims())?.copy_from(src)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,15 @@
+//! Operator implementations, one file per operator family.
+
+pub mod batchnorm;
+pub mod concat;
+pub mod constant;
+pub mod elementwise;
+pub mod flatten;
+pub mod gather;
+pub mod identity;
+pub mod reshape;
+pub mod shape;
+pub mod softmax;
+pub mod squeeze;
+pub mod transpose;
+pub mod unary;

@@ -1,0 +1,82 @@
+//! The operator registry: (domain, op type) → constructor. Import asks it for every node and
+//! collects everything it cannot build into one error (I4).
+
+use crate::ops::{
+    batchnorm::BatchNorm, concat::Concat, constant::Constant, elementwise::Binary, elementwise::BinaryOp, flatten::Flatten,
+    gather::Gather, identity::Identity, reshape::Reshape, shape::Shape, softmax::Softmax, squeeze::Squeeze,
+    transpose::Transpose, unary::Unary, unary::UnaryOp,
+};
+use crate::{Attributes, OpError, OpResult, Operator};
+
+/// Everything a constructor needs to know about the node.
+pub struct OpContext<'a> {
+    pub op_type: &'a str,
+    pub domain: &'a str,
+    /// The opset version imported for the node's domain.
+    pub opset: i64,
+    pub attrs: &'a Attributes,
+}
+
+type Constructor = fn(&OpContext) -> OpResult<Box<dyn Operator>>;
+
+/// Operators of the default ONNX domain.
+const ONNX_OPS: &[(&str, Constructor)] = &[
+    ("Add", |c| Binary::build(BinaryOp::Add, c)),
+    ("Sub", |c| Binary::build(BinaryOp::Sub, c)),
+    ("Mul", |c| Binary::build(BinaryOp::Mul, c)),
+    ("Div", |c| Binary::build(BinaryOp::Div, c)),
+    ("Relu", |c| Unary::build(UnaryOp::Relu, c)),
+    ("Sigmoid", |c| Unary::build(UnaryOp::Sigmoid, c)),
+    ("Tanh", |c| Unary::build(UnaryOp::Tanh, c)),
+    ("Neg", |c| Unary::build(UnaryOp::Neg, c)),
+    ("Abs", |c| Unary::build(UnaryOp::Abs, c)),
+    ("Exp", |c| Unary::build(UnaryOp::Exp, c)),
+    ("Log", |c| Unary::build(UnaryOp::Log, c)),
+    ("Sqrt", |c| Unary::build(UnaryOp::Sqrt, c)),
+    ("Reciprocal", |c| Unary::build(UnaryOp::Reciprocal, c)),
+    ("Floor", |c| Unary::build(UnaryOp::Floor, c)),
+    ("Ceil", |c| Unary::build(UnaryOp::Ceil, c)),
+    ("BatchNormalization", BatchNorm::build),
+    ("Concat", Concat::build),
+    ("Constant", Constant::build),
+    ("Flatten", Flatten::build),
+    ("Gather", Gather::build),
+    ("Identity", Identity::build),
+    ("Reshape", Reshape::build),
+    ("Shape", Shape::build),
+    ("Softmax", Softmax::build),
+    ("Squeeze", Squeeze::build_squeeze),
+    ("Unsqueeze", Squeeze::build_unsqueeze),
+    ("Transpose", Transpose::build),
+];
+
+fn is_default_domain(domain: &str) -> bool {
+    domain.is_empty() || domain == "ai.onnx"
+}
+
+fn constructor(domain: &str, op_type: &str) -> Option<Constructor> {
+    if !is_default_domain(domain) {
+        return None;
+    }
+    ONNX_OPS.iter().find(|(name, _)| *name == op_type).map(|(_, c)| *c)
+}
+
+/// Whether an operator exists for (domain, op type).
+pub fn is_supported(domain: &str, op_type: &str) -> bool {
+    constructor(domain, op_type).is_some()
+}
+
+/// Builds the operator for a node, validating its attributes.
+pub fn build_operator(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
+    let build = constructor(ctx.domain, ctx.op_type).ok_or_else(|| OpError::Unsupported {
+        op_type: ctx.op_type.to_string(),
+        domain: ctx.domain.to_string(),
+        opset: ctx.opset,
+    })?;
+    build(ctx)
+}
+
+/// The op types of the default domain that strata implements.
+pub fn supported_ops() -> impl Iterator<Item = &'static str> {
+    ONNX_OPS.iter().map(|(name, _)| *name)
+}
