@@ -1,5 +1,6 @@
 //! The memory layer: blocks, storage, allocators, the arena and the registry.
 
+pub mod alias;
 pub mod allocator;
 pub mod arena;
 pub mod block;

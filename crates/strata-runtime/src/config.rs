@@ -1,0 +1,52 @@
+//! Plan configuration.
+
+use strata_core::{Device, DEFAULT_ALIGNMENT};
+
+use crate::OptimizationProfile;
+
+/// How a plan is built and run.
+#[derive(Debug, Clone)]
+pub struct PlanConfig {
+    /// Where weights live and kernels run.
+    pub device: Device,
+    /// Alignment of every arena offset.
+    pub alignment: usize,
+    /// Intra-op threads per kernel.
+    pub threads: usize,
+    /// Input dim ranges; without one, symbolic dims are planned from the first inputs seen.
+    pub profile: Option<OptimizationProfile>,
+    /// Record per-node timings in each context.
+    pub profiling: bool,
+    /// Run graph optimizations (constant folding, dead-node removal).
+    pub optimize: bool,
+}
+
+impl Default for PlanConfig {
+    fn default() -> Self {
+        PlanConfig {
+            device: Device::Cpu,
+            alignment: DEFAULT_ALIGNMENT,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            profile: None,
+            profiling: false,
+            optimize: true,
+        }
+    }
+}
+
+impl PlanConfig {
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.threads = threads.max(1);
+        self
+    }
+
+    pub fn with_profile(mut self, profile: OptimizationProfile) -> Self {
+        self.profile = Some(profile);
+        self
+    }
+
+    pub fn with_profiling(mut self, on: bool) -> Self {
+        self.profiling = on;
+        self
+    }
+}

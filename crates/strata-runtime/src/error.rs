@@ -1,0 +1,75 @@
+//! The one error type of `strata-runtime`: every variant names the node, op, value or input
+//! it is about.
+
+use strata_core::{CoreError, DType};
+use strata_ops::OpError;
+
+pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("node {node:?} ({op}): {source}{}", shapes_suffix(.input_shapes))]
+    Node {
+        node: String,
+        op: String,
+        input_shapes: Vec<Vec<usize>>,
+        #[source]
+        source: OpError,
+    },
+
+    #[error("graph: {0}")]
+    Graph(String),
+
+    #[error("unknown value {name:?}")]
+    UnknownValue { name: String },
+
+    #[error("no input named {name:?}; the model's inputs are {available:?}")]
+    UnknownInput { name: String, available: Vec<String> },
+
+    #[error("no output named {name:?}; the model's outputs are {available:?}")]
+    UnknownOutput { name: String, available: Vec<String> },
+
+    #[error("input index {index} out of range: the model has {count} inputs")]
+    InputIndex { index: usize, count: usize },
+
+    #[error("output index {index} out of range: the model has {count} outputs")]
+    OutputIndex { index: usize, count: usize },
+
+    #[error("input {name:?}: dtype {actual}, expected {expected}")]
+    InputDType { name: String, expected: DType, actual: DType },
+
+    #[error("input {name:?}: rank {actual} ({dims:?}), expected rank {expected}")]
+    InputRank { name: String, expected: usize, actual: usize, dims: Vec<usize> },
+
+    #[error("input {name:?}: dim {axis} is {actual}, expected {expected}")]
+    InputDim { name: String, axis: usize, expected: String, actual: usize },
+
+    #[error("input {name:?}: dim {axis} is {actual}, outside the profile range {min}..={max}")]
+    OutsideProfile { name: String, axis: usize, actual: usize, min: usize, max: usize },
+
+    #[error("input {name:?} was never set")]
+    InputNotSet { name: String },
+
+    #[error("profile: {0}")]
+    Profile(String),
+
+    #[error("memory plan: value {value:?} needs {needed} bytes but its planned slot has {planned}")]
+    PlanMismatch { value: String, needed: usize, planned: usize },
+
+    #[error("unsupported operators: {}", .0.join("; "))]
+    Unsupported(Vec<String>),
+
+    #[error(transparent)]
+    Op(#[from] OpError),
+
+    #[error(transparent)]
+    Core(#[from] CoreError),
+}
+
+fn shapes_suffix(shapes: &[Vec<usize>]) -> String {
+    if shapes.is_empty() {
+        String::new()
+    } else {
+        format!(" (input shapes {shapes:?})")
+    }
+}

@@ -1,0 +1,209 @@
+//! InferencePlan (R1): the immutable, shareable result of building a model — optimized graph,
+//! kernels chosen once per node, and (when input dims are known or bounded by a profile) the
+//! shape specialization and memory plan every context starts from.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use strata_core::DType;
+use strata_ops::{Dim, Fact, Kernel};
+
+use crate::graph::ValueSource;
+use crate::optimize::{optimize, OptimizeReport};
+use crate::planner::plan_memory;
+use crate::specialize::specialize;
+use crate::{ExecutionContext, Graph, MemoryPlan, PlanConfig, Result, RuntimeError, Specialization, ValueId};
+
+/// A runtime input or output as the caller sees it.
+#[derive(Debug, Clone)]
+pub struct IoInfo {
+    pub name: String,
+    pub value: ValueId,
+    pub dtype: DType,
+    /// Declared dims (may be symbolic).
+    pub dims: Vec<Dim>,
+}
+
+/// A specialization with its memory plan.
+#[derive(Debug)]
+pub struct Planned {
+    pub spec: Specialization,
+    pub memory: MemoryPlan,
+}
+
+/// An immutable, `Send + Sync` plan, shared by `Arc` among any number of contexts.
+#[derive(Debug)]
+pub struct InferencePlan {
+    graph: Graph,
+    config: PlanConfig,
+    kernels: Vec<Option<Box<dyn Kernel>>>,
+    inputs: Vec<IoInfo>,
+    outputs: Vec<IoInfo>,
+    base: Option<Arc<Planned>>,
+    report: OptimizeReport,
+}
+
+impl InferencePlan {
+    /// Optimizes `graph`, chooses every kernel and, when input dims are known or bounded by the
+    /// profile, plans memory.
+    pub fn build(mut graph: Graph, config: PlanConfig) -> Result<Arc<InferencePlan>> {
+        graph.sort()?;
+        if graph.outputs.is_empty() {
+            return Err(RuntimeError::Graph("the graph has no outputs".into()));
+        }
+        let report = if config.optimize { optimize(&mut graph, config.threads)? } else { OptimizeReport::default() };
+
+        let inputs: Vec<IoInfo> = graph
+            .runtime_inputs()
+            .map(|id| {
+                let v = graph.value(id);
+                IoInfo { name: v.name.clone(), value: id, dtype: v.fact.dtype, dims: v.fact.dims.clone() }
+            })
+            .collect();
+        check_profile(&config, &inputs)?;
+
+        let declared: Vec<Vec<Dim>> = inputs.iter().map(|i| i.dims.clone()).collect();
+        let base_dims = base_dims(&config, &inputs);
+        let base = match &base_dims {
+            Some(dims) => {
+                let spec = specialize(&graph, dims, config.threads)?;
+                let memory = plan_memory(&graph, &spec, config.alignment)?;
+                Some(Arc::new(Planned { spec, memory }))
+            }
+            None => None,
+        };
+        let symbolic;
+        let facts_spec = match &base {
+            Some(p) => &p.spec,
+            None => {
+                symbolic = specialize(&graph, &declared, config.threads)?;
+                &symbolic
+            }
+        };
+        let kernels = select_kernels(&graph, facts_spec, &config)?;
+        let outputs = graph
+            .outputs
+            .iter()
+            .map(|&id| {
+                let v = graph.value(id);
+                let f = &facts_spec.facts[id.0];
+                IoInfo { name: v.name.clone(), value: id, dtype: f.dtype, dims: f.dims.clone() }
+            })
+            .collect();
+        Ok(Arc::new(InferencePlan { graph, config, kernels, inputs, outputs, base, report }))
+    }
+
+    /// A new execution context; allocates its arena now when the memory plan is known.
+    pub fn create_context(self: &Arc<Self>) -> Result<ExecutionContext> {
+        ExecutionContext::new(self.clone())
+    }
+
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    pub fn config(&self) -> &PlanConfig {
+        &self.config
+    }
+
+    pub fn inputs(&self) -> &[IoInfo] {
+        &self.inputs
+    }
+
+    pub fn outputs(&self) -> &[IoInfo] {
+        &self.outputs
+    }
+
+    /// The memory plan contexts start from (static dims or the profile's max), if known.
+    pub fn memory_plan(&self) -> Option<&MemoryPlan> {
+        self.base.as_ref().map(|p| &p.memory)
+    }
+
+    pub fn optimize_report(&self) -> OptimizeReport {
+        self.report
+    }
+
+    pub(crate) fn base(&self) -> Option<&Arc<Planned>> {
+        self.base.as_ref()
+    }
+
+    pub(crate) fn kernel(&self, node: usize) -> Option<&dyn Kernel> {
+        self.kernels[node].as_deref()
+    }
+
+    /// Node count per op type, after optimization.
+    pub fn op_counts(&self) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for node in &self.graph.nodes {
+            *counts.entry(node.op.op_type().to_string()).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    /// Bytes of weights (initializers still in use) per dtype.
+    pub fn weight_bytes(&self) -> BTreeMap<DType, usize> {
+        let mut bytes = BTreeMap::new();
+        for v in &self.graph.values {
+            if let ValueSource::Initializer(t) = &v.source {
+                *bytes.entry(t.dtype()).or_insert(0) += t.size_in_bytes().unwrap_or(0);
+            }
+        }
+        bytes
+    }
+}
+
+fn check_profile(config: &PlanConfig, inputs: &[IoInfo]) -> Result<()> {
+    let Some(profile) = &config.profile else { return Ok(()) };
+    for (name, range) in profile.inputs() {
+        let input = inputs.iter().find(|i| i.name == name).ok_or_else(|| {
+            RuntimeError::Profile(format!("input {name:?} is not a model input ({:?})", inputs.iter().map(|i| &i.name).collect::<Vec<_>>()))
+        })?;
+        if range.max.len() != input.dims.len() {
+            return Err(RuntimeError::Profile(format!("input {name:?} has rank {} but the profile gives {}", input.dims.len(), range.max.len())));
+        }
+        for (axis, dim) in input.dims.iter().enumerate() {
+            if let Dim::Known(d) = dim {
+                if !(range.min[axis] <= *d && *d <= range.max[axis]) {
+                    return Err(RuntimeError::Profile(format!("input {name:?} dim {axis} is fixed at {d}, outside the profile range")));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Dims to plan for: the declared ones when fully known, else the profile's max.
+fn base_dims(config: &PlanConfig, inputs: &[IoInfo]) -> Option<Vec<Vec<Dim>>> {
+    inputs
+        .iter()
+        .map(|input| {
+            if input.dims.iter().all(|d| d.known().is_some()) {
+                return Some(input.dims.clone());
+            }
+            let range = config.profile.as_ref()?.range(&input.name)?;
+            Some(range.max.iter().map(|&d| Dim::Known(d)).collect())
+        })
+        .collect()
+}
+
+fn select_kernels(graph: &Graph, spec: &Specialization, config: &PlanConfig) -> Result<Vec<Option<Box<dyn Kernel>>>> {
+    let absent = Fact::absent();
+    graph
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
+            if spec.skip[i] {
+                return Ok(None);
+            }
+            let inputs: Vec<&Fact> = node.inputs.iter().map(|v| v.map_or(&absent, |id| &spec.facts[id.0])).collect();
+            let outputs: Vec<&Fact> = node.outputs.iter().map(|id| &spec.facts[id.0]).collect();
+            node.op.kernel(&inputs, &outputs, config.device).map(Some).map_err(|source| RuntimeError::Node {
+                node: node.name.clone(),
+                op: node.op.op_type().to_string(),
+                input_shapes: inputs.iter().filter_map(|f| f.concrete()).collect(),
+                source,
+            })
+        })
+        .collect()
+}
