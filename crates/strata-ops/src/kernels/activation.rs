@@ -1,0 +1,110 @@
+//! Element-wise activations a producer kernel can apply while its output is still in cache, so
+//! the graph optimizer can fuse Conv+Relu (and friends) without a second pass over memory.
+
+use super::float::Float;
+
+/// An activation fused into a kernel's output write.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Activation {
+    /// Identity.
+    #[default]
+    None,
+    /// `max(x, 0)`.
+    Relu,
+    /// `x` if `x >= 0`, else `alpha * x`.
+    LeakyRelu { alpha: f32 },
+    /// `min(max(x, min), max)` (ONNX Clip; Relu6 is `Clip { min: 0, max: 6 }`).
+    Clip { min: f32, max: f32 },
+    /// `1 / (1 + exp(-x))`.
+    Sigmoid,
+}
+
+impl Activation {
+    /// Applies the activation to one value.
+    #[inline(always)]
+    pub fn apply<T: Float>(self, x: T) -> T {
+        match self {
+            Activation::None => x,
+            Activation::Relu => relu(x),
+            Activation::LeakyRelu { alpha } => leaky(x, T::from_f32(alpha)),
+            Activation::Clip { min, max } => clip(x, T::from_f32(min), T::from_f32(max)),
+            Activation::Sigmoid => sigmoid(x),
+        }
+    }
+
+    /// Adds `bias` to every element of `values` and applies the activation, in one pass. The
+    /// match sits outside the loop so each arm vectorizes.
+    pub fn add_bias_and_apply<T: Float>(self, values: &mut [T], bias: T) {
+        match self {
+            Activation::None => values.iter_mut().for_each(|v| *v = *v + bias),
+            Activation::Relu => values.iter_mut().for_each(|v| *v = relu(*v + bias)),
+            Activation::LeakyRelu { alpha } => {
+                let alpha = T::from_f32(alpha);
+                values.iter_mut().for_each(|v| *v = leaky(*v + bias, alpha))
+            }
+            Activation::Clip { min, max } => {
+                let (min, max) = (T::from_f32(min), T::from_f32(max));
+                values
+                    .iter_mut()
+                    .for_each(|v| *v = clip(*v + bias, min, max))
+            }
+            Activation::Sigmoid => values.iter_mut().for_each(|v| *v = sigmoid(*v + bias)),
+        }
+    }
+}
+
+#[inline(always)]
+fn relu<T: Float>(x: T) -> T {
+    if x > T::ZERO {
+        x
+    } else {
+        T::ZERO
+    }
+}
+
+#[inline(always)]
+fn leaky<T: Float>(x: T, alpha: T) -> T {
+    if x >= T::ZERO {
+        x
+    } else {
+        alpha * x
+    }
+}
+
+#[inline(always)]
+fn clip<T: Float>(x: T, min: T, max: T) -> T {
+    let x = if x < min { min } else { x };
+    if x > max {
+        max
+    } else {
+        x
+    }
+}
+
+#[inline(always)]
+fn sigmoid<T: Float>(x: T) -> T {
+    T::ONE / (T::ONE + (T::ZERO - x).exp())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn activations_match_their_definitions() {
+        assert_eq!(Activation::None.apply(-2.0f32), -2.0);
+        assert_eq!(Activation::Relu.apply(-2.0f32), 0.0);
+        assert_eq!(Activation::Relu.apply(3.0f32), 3.0);
+        assert_eq!(Activation::LeakyRelu { alpha: 0.1 }.apply(-2.0f32), -0.2);
+        assert_eq!(Activation::Clip { min: 0.0, max: 6.0 }.apply(7.5f32), 6.0);
+        assert_eq!(Activation::Clip { min: 0.0, max: 6.0 }.apply(-1.0f32), 0.0);
+        assert!((Activation::Sigmoid.apply(0.0f32) - 0.5).abs() < 1e-7);
+    }
+
+    #[test]
+    fn bias_is_added_before_the_activation() {
+        let mut v = [-1.0f32, 0.5, 2.0];
+        Activation::Relu.add_bias_and_apply(&mut v, 0.75);
+        assert_eq!(v, [0.0, 1.25, 2.75]);
+    }
+}

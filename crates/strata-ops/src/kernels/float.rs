@@ -1,0 +1,80 @@
+//! The element trait the kernels are generic over. Implemented for `f32` and `f64`; adding a type
+//! (e.g. `half::f16`, which `gemm` also supports) means one more `impl` here.
+
+use std::fmt::Debug;
+use std::ops::{Add, AddAssign, Div, Mul, Sub};
+
+/// A floating-point element type the kernels can compute in.
+pub trait Float:
+    Copy
+    + Debug
+    + PartialOrd
+    + Send
+    + Sync
+    + 'static
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+    + AddAssign
+{
+    const ZERO: Self;
+    const ONE: Self;
+    /// The most negative finite value (what an all-padding max window yields, as in onnxruntime).
+    const LOWEST: Self;
+
+    fn from_f32(v: f32) -> Self;
+    fn from_usize(v: usize) -> Self;
+    fn abs(self) -> Self;
+    fn sqrt(self) -> Self;
+    fn exp(self) -> Self;
+    fn powi(self, n: i32) -> Self;
+    fn powf(self, p: Self) -> Self;
+    fn is_nan(self) -> bool;
+}
+
+macro_rules! impl_float {
+    ($t:ty) => {
+        impl Float for $t {
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            const LOWEST: Self = <$t>::MIN;
+
+            #[inline(always)]
+            fn from_f32(v: f32) -> Self {
+                v as $t
+            }
+            #[inline(always)]
+            fn from_usize(v: usize) -> Self {
+                v as $t
+            }
+            #[inline(always)]
+            fn abs(self) -> Self {
+                <$t>::abs(self)
+            }
+            #[inline(always)]
+            fn sqrt(self) -> Self {
+                <$t>::sqrt(self)
+            }
+            #[inline(always)]
+            fn exp(self) -> Self {
+                <$t>::exp(self)
+            }
+            #[inline(always)]
+            fn powi(self, n: i32) -> Self {
+                <$t>::powi(self, n)
+            }
+            #[inline(always)]
+            fn powf(self, p: Self) -> Self {
+                <$t>::powf(self, p)
+            }
+            #[inline(always)]
+            fn is_nan(self) -> bool {
+                <$t>::is_nan(self)
+            }
+        }
+    };
+}
+
+impl_float!(f32);
+impl_float!(f64);

@@ -1,0 +1,20 @@
+//! Slice-level CPU kernels: pure functions over contiguous (or explicitly strided) slices that
+//! never allocate on their hot path. Scratch space is passed in by the caller, who asks for its
+//! size first (`conv_scratch_len`). Shapes are validated by the `*_output_dims` functions; the
+//! compute functions check again (dims against slice lengths) and return errors, never panic.
+
+mod activation;
+mod auto_pad;
+mod error;
+mod float;
+mod gemm;
+mod spatial;
+
+#[cfg(test)]
+mod test_util;
+
+pub use activation::Activation;
+pub use auto_pad::resolve_auto_pad;
+pub use error::{KernelError, KernelResult};
+pub use float::Float;
+pub use gemm::{gemm, gemm_f32, GemmFloat};
