@@ -5,9 +5,12 @@
 
 mod activation;
 mod auto_pad;
+mod conv;
 mod error;
 mod float;
 mod gemm;
+mod im2col;
+mod matmul;
 mod spatial;
 
 #[cfg(test)]
@@ -15,6 +18,8 @@ mod test_util;
 
 pub use activation::Activation;
 pub use auto_pad::resolve_auto_pad;
+pub use conv::{conv, conv_f32, conv_output_dims, conv_scratch_len, ConvParams};
 pub use error::{KernelError, KernelResult};
 pub use float::Float;
 pub use gemm::{gemm, gemm_f32, GemmFloat};
+pub use matmul::{batched_matmul, batched_matmul_f32, matmul_output_dims};
