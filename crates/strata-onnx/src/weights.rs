@@ -1,0 +1,85 @@
+//! Where a model's weights come from: its directory (for external data files) and the mapped
+//! external files themselves, each mapped once and shared by every tensor that uses it.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use strata_core::MappedFile;
+
+use crate::error::{OnnxError, Result};
+
+/// The context [`crate::tensor_from_proto`] needs beyond the `TensorProto` itself.
+///
+/// Thread-safe; share one per model load so each external file is mapped once.
+#[derive(Debug, Default)]
+pub struct WeightSource {
+    model_dir: Option<PathBuf>,
+    files: Mutex<HashMap<PathBuf, Arc<MappedFile>>>,
+}
+
+impl WeightSource {
+    /// External data resolves against `model_dir`.
+    pub fn new(model_dir: impl Into<PathBuf>) -> Self {
+        WeightSource {
+            model_dir: Some(model_dir.into()),
+            files: Mutex::default(),
+        }
+    }
+
+    /// External data resolves against the directory holding the model file at `model_path`.
+    pub fn for_model_file(model_path: impl AsRef<Path>) -> Self {
+        let dir = model_path
+            .as_ref()
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        WeightSource::new(dir)
+    }
+
+    /// A model with no directory (decoded from memory): any external data is an error.
+    pub fn in_memory() -> Self {
+        WeightSource::default()
+    }
+
+    pub fn model_dir(&self) -> Option<&Path> {
+        self.model_dir.as_deref()
+    }
+
+    /// How many distinct external files are mapped so far.
+    pub fn mapped_files(&self) -> usize {
+        self.files
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .len()
+    }
+
+    /// The mapping of `relative_path` (already checked to stay inside the model directory),
+    /// mapped on first use.
+    pub(crate) fn external_file(
+        &self,
+        tensor: &str,
+        relative_path: &Path,
+    ) -> Result<Arc<MappedFile>> {
+        let dir = self.model_dir.as_deref().ok_or_else(|| {
+            OnnxError::external(
+                tensor,
+                "the model was loaded from memory, so it has no directory for external files",
+            )
+        })?;
+        let path = dir.join(relative_path);
+        // A poisoned lock only means another thread panicked mid-insert; the map is still valid.
+        let mut files = self
+            .files
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(file) = files.get(&path) {
+            return Ok(file.clone());
+        }
+        let file = MappedFile::open(&path).map_err(|err| {
+            OnnxError::external(tensor, format!("cannot map '{}': {err}", path.display()))
+        })?;
+        files.insert(path, file.clone());
+        Ok(file)
+    }
+}
