@@ -11,6 +11,7 @@ mod float;
 mod gemm;
 mod im2col;
 mod matmul;
+mod pool;
 mod spatial;
 
 #[cfg(test)]
@@ -23,3 +24,7 @@ pub use error::{KernelError, KernelResult};
 pub use float::Float;
 pub use gemm::{gemm, gemm_f32, GemmFloat};
 pub use matmul::{batched_matmul, batched_matmul_f32, matmul_output_dims};
+pub use pool::{
+    average_pool, average_pool_f32, lp_pool, lp_pool_f32, max_pool, max_pool_f32, pool_output_dims,
+    PoolParams, StorageOrder,
+};
