@@ -31,6 +31,9 @@ pub enum OpError {
     Unsupported { op_type: String, domain: String, opset: i64 },
 
     #[error(transparent)]
+    Compute(#[from] crate::kernels::KernelError),
+
+    #[error(transparent)]
     Core(#[from] CoreError),
 }
 

@@ -2,7 +2,7 @@
 //! collects everything it cannot build into one error (I4).
 
 use crate::ops::{
-    batchnorm::BatchNorm, concat::Concat, constant::Constant, elementwise::Binary, elementwise::BinaryOp, flatten::Flatten,
+    batchnorm::BatchNorm, concat::Concat, constant::Constant, conv::Conv, gemm::Gemm, matmul::MatMul, elementwise::Binary, elementwise::BinaryOp, flatten::Flatten,
     gather::Gather, identity::Identity, reshape::Reshape, shape::Shape, softmax::Softmax, squeeze::Squeeze,
     transpose::Transpose, unary::Unary, unary::UnaryOp,
 };
@@ -39,6 +39,9 @@ const ONNX_OPS: &[(&str, Constructor)] = &[
     ("BatchNormalization", BatchNorm::build),
     ("Concat", Concat::build),
     ("Constant", Constant::build),
+    ("Conv", Conv::build),
+    ("Gemm", Gemm::build),
+    ("MatMul", MatMul::build),
     ("Flatten", Flatten::build),
     ("Gather", Gather::build),
     ("Identity", Identity::build),

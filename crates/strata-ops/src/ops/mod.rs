@@ -3,10 +3,13 @@
 pub mod batchnorm;
 pub mod concat;
 pub mod constant;
+pub mod conv;
 pub mod elementwise;
 pub mod flatten;
 pub mod gather;
+pub mod gemm;
 pub mod identity;
+pub mod matmul;
 pub mod reshape;
 pub mod shape;
 pub mod softmax;
