@@ -167,55 +167,75 @@ impl Layout {
     }
 
     /// Python-style `start:end:step` on `axis`: negative indices count from the end, bounds are
-    /// clamped, a negative step walks backwards, and a zero step is an error.
+    /// clamped, a negative step walks backwards, and a zero step is an error. Any `isize` bounds
+    /// and non-zero step are accepted (none of the arithmetic can overflow).
     pub fn slice(&self, axis: isize, start: isize, end: isize, step: isize) -> Result<Layout> {
         let axis = normalize_axis("slice", axis, self.rank())?;
         if step == 0 {
             return Err(invalid("slice", "step must not be zero"));
         }
-        let dim = self.shape[axis] as isize;
+        let dim = dim_as_isize("slice", self.shape[axis])?;
         let resolve = |i: isize, lo: isize, hi: isize| {
+            // `i + dim` cannot overflow: i < 0 <= dim.
             let i = if i < 0 { i + dim } else { i };
             i.clamp(lo, hi)
         };
         let (first, len) = if step > 0 {
             let s = resolve(start, 0, dim);
             let e = resolve(end, 0, dim);
-            (s, if e > s { (e - s + step - 1) / step } else { 0 })
+            // 0 <= s < e <= dim, so e - s - 1 is a non-negative isize.
+            (s, if e > s { (e - s - 1) as usize / step.unsigned_abs() + 1 } else { 0 })
         } else {
             let s = resolve(start, -1, dim - 1);
             let e = resolve(end, -1, dim - 1);
-            (s, if s > e { (s - e + (-step) - 1) / (-step) } else { 0 })
+            (s, if s > e { (s - e - 1) as usize / step.unsigned_abs() + 1 } else { 0 })
         };
         if len == 0 {
             return self.slice_axis(axis, 0, 0, step);
         }
-        self.slice_axis(axis, first as usize, len as usize, step)
+        self.slice_axis(axis, first as usize, len, step)
     }
 
+    /// `len` elements of `axis`, the first at index `first`, then every `step`-th. The caller
+    /// guarantees the selected indices lie inside the axis.
     fn slice_axis(&self, axis: usize, first: usize, len: usize, step: isize) -> Result<Layout> {
         let mut dims: SmallVec<[usize; INLINE_DIMS]> = SmallVec::from_slice(self.dims());
         dims[axis] = len;
+        let shape = Shape::new(&dims)?;
         let mut strides = self.strides.clone();
-        strides[axis] = self.strides[axis] * step;
-        let offset = if len == 0 { self.offset } else { (self.offset as isize + first as isize * self.strides[axis]) as usize };
-        Layout::strided(Shape::new(&dims)?, strides, offset)
+        if len > 1 {
+            // (len - 1) * step indices fit inside the axis, so this only fails for layouts whose
+            // strides could never address real memory.
+            strides[axis] = self.strides[axis]
+                .checked_mul(step)
+                .ok_or_else(|| invalid("slice", format!("stride {} times step {step} overflows", self.strides[axis])))?;
+        }
+        // A size-1 (or empty) axis keeps its stride: it is never multiplied by a non-zero index.
+        let offset = if shape.numel() == 0 { self.offset } else { self.moved_offset(axis, first)? };
+        Layout::strided(shape, strides, offset)
+    }
+
+    /// The offset of index `index` on `axis` (index < dim, checked by the caller).
+    fn moved_offset(&self, axis: usize, index: usize) -> Result<usize> {
+        let delta = (index as i128) * (self.strides[axis] as i128);
+        usize::try_from(self.offset as i128 + delta).map_err(|_| invalid("view", "offset outside the addressable range"))
     }
 
     /// Picks `index` on `axis` and drops that axis.
     pub fn select(&self, axis: isize, index: isize) -> Result<Layout> {
         let axis = normalize_axis("select", axis, self.rank())?;
-        let dim = self.shape[axis] as isize;
+        let dim = dim_as_isize("select", self.shape[axis])?;
         let i = if index < 0 { index + dim } else { index };
         if !(0..dim).contains(&i) {
             return Err(invalid("select", format!("index {index} out of range for axis {axis} of size {dim}")));
         }
-        let offset = (self.offset as isize + i * self.strides[axis]) as usize;
         let mut dims: SmallVec<[usize; INLINE_DIMS]> = SmallVec::from_slice(self.dims());
         let mut strides = self.strides.clone();
         dims.remove(axis);
         strides.remove(axis);
-        Layout::strided(Shape::new(&dims)?, strides, offset)
+        let shape = Shape::new(&dims)?;
+        let offset = if shape.numel() == 0 { self.offset } else { self.moved_offset(axis, i as usize)? };
+        Layout::strided(shape, strides, offset)
     }
 
     /// Broadcasts to `dims` (numpy rules, aligned from the right) with stride 0 on repeated dims.
@@ -262,15 +282,22 @@ impl Layout {
         let mut dims: SmallVec<[usize; INLINE_DIMS]> = SmallVec::from_slice(self.dims());
         let mut strides = self.strides.clone();
         // The stride of a size-1 axis is irrelevant; pick the one that keeps contiguity.
-        let stride = if axis < self.rank() { self.strides[axis] * self.shape[axis].max(1) as isize } else { 1 };
+        let stride = if axis < self.rank() {
+            isize::try_from(self.shape[axis].max(1)).ok().and_then(|d| self.strides[axis].checked_mul(d)).unwrap_or(1)
+        } else {
+            1
+        };
         dims.insert(axis, 1);
         strides.insert(axis, stride);
         Layout::strided(Shape::new(&dims)?, strides, self.offset)
     }
 
     /// Merges axes `start..=end` into one (a view when the strides allow it).
+    /// A scalar flattens to `[1]`, with axes checked as for rank 1 (`0` or `-1`).
     pub fn flatten(&self, start: isize, end: isize) -> Result<Layout> {
         if self.rank() == 0 {
+            normalize_axis("flatten", start, 1)?;
+            normalize_axis("flatten", end, 1)?;
             return self.view(&[1]);
         }
         let s = normalize_axis("flatten", start, self.rank())?;
@@ -278,11 +305,21 @@ impl Layout {
         if s > e {
             return Err(invalid("flatten", format!("start axis {s} is after end axis {e}")));
         }
+        let merged = self.dims()[s..=e]
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .ok_or_else(|| CoreError::overflow(format!("flattened dims {:?}", &self.dims()[s..=e])))?;
         let mut dims: SmallVec<[usize; INLINE_DIMS]> = SmallVec::from_slice(&self.dims()[..s]);
-        dims.push(self.dims()[s..=e].iter().product());
+        dims.push(merged);
         dims.extend_from_slice(&self.dims()[e + 1..]);
         self.view(&dims)
     }
+}
+
+/// A dim as `isize` for signed index arithmetic; dims beyond `isize::MAX` only exist in empty
+/// shapes, and indexing them is refused.
+fn dim_as_isize(op: &'static str, dim: usize) -> Result<isize> {
+    isize::try_from(dim).map_err(|_| invalid(op, format!("dimension {dim} is too large to index")))
 }
 
 /// True when `strides` are the row-major strides of `shape` (size-1 axes may have any stride).
@@ -290,13 +327,14 @@ fn is_contiguous(shape: &Shape, strides: &[isize]) -> bool {
     if shape.numel() <= 1 {
         return true;
     }
-    let mut expected = 1isize;
+    // The product of the dims is at most numel <= usize::MAX, so it fits in i128.
+    let mut expected = 1i128;
     for (&d, &s) in shape.iter().zip(strides).rev() {
         if d != 1 {
-            if s != expected {
+            if s as i128 != expected {
                 return false;
             }
-            expected *= d as isize;
+            expected *= d as i128;
         }
     }
     true
@@ -310,26 +348,27 @@ fn view_strides(old: &[usize], old_strides: &[isize], new: &[usize]) -> Option<S
     if numel == 0 {
         return Some(contiguous_strides(new));
     }
+    // Products of dims are at most numel, and strides fit isize, so i128 cannot overflow here.
     let mut out: Strides = SmallVec::from_elem(0, new.len());
     let mut view_d = new.len() as isize - 1;
-    let mut chunk_base_stride = *old_strides.last().unwrap_or(&1);
-    let mut tensor_numel = 1usize;
-    let mut view_numel = 1usize;
+    let mut chunk_base_stride = *old_strides.last().unwrap_or(&1) as i128;
+    let mut tensor_numel = 1i128;
+    let mut view_numel = 1i128;
     for tensor_d in (0..old.len()).rev() {
-        tensor_numel *= old[tensor_d];
+        tensor_numel *= old[tensor_d] as i128;
         let chunk_ends = tensor_d == 0
-            || (old[tensor_d - 1] != 1 && old_strides[tensor_d - 1] != tensor_numel as isize * chunk_base_stride);
+            || (old[tensor_d - 1] != 1 && old_strides[tensor_d - 1] as i128 != tensor_numel * chunk_base_stride);
         if chunk_ends {
             while view_d >= 0 && (view_numel < tensor_numel || new[view_d as usize] == 1) {
-                out[view_d as usize] = view_numel as isize * chunk_base_stride;
-                view_numel *= new[view_d as usize];
+                out[view_d as usize] = isize::try_from(view_numel * chunk_base_stride).ok()?;
+                view_numel *= new[view_d as usize] as i128;
                 view_d -= 1;
             }
             if view_numel != tensor_numel {
                 return None;
             }
             if tensor_d > 0 {
-                chunk_base_stride = old_strides[tensor_d - 1];
+                chunk_base_stride = old_strides[tensor_d - 1] as i128;
                 tensor_numel = 1;
                 view_numel = 1;
             }

@@ -59,7 +59,11 @@ impl Tensor {
     pub fn flatten(&self, start: isize, end: isize) -> Result<Tensor> {
         match self.layout.flatten(start, end) {
             Ok(layout) => self.with_layout("flatten", layout),
-            Err(crate::CoreError::InvalidView { .. }) => self.contiguous()?.flatten(start, end),
+            // Only a strided layout can fail to flatten for want of a copy; a contiguous one
+            // failing means the axes are invalid (and retrying would recurse forever).
+            Err(crate::CoreError::InvalidView { .. }) if !self.layout.is_contiguous() => {
+                self.contiguous()?.flatten(start, end)
+            }
             Err(e) => Err(e),
         }
     }
