@@ -2,7 +2,8 @@
 //! collects everything it cannot build into one error (I4).
 
 use crate::ops::{
-    batchnorm::BatchNorm, concat::Concat, constant::Constant, conv::Conv, gemm::Gemm, matmul::MatMul, elementwise::Binary, elementwise::BinaryOp, flatten::Flatten,
+    batchnorm::BatchNorm, concat::Concat, constant::Constant, conv::Conv, gemm::Gemm, matmul::MatMul,
+    pool::{GlobalPool, Pool, PoolKind}, elementwise::Binary, elementwise::BinaryOp, flatten::Flatten,
     gather::Gather, identity::Identity, reshape::Reshape, shape::Shape, softmax::Softmax, squeeze::Squeeze,
     transpose::Transpose, unary::Unary, unary::UnaryOp,
 };
@@ -41,6 +42,12 @@ const ONNX_OPS: &[(&str, Constructor)] = &[
     ("Constant", Constant::build),
     ("Conv", Conv::build),
     ("Gemm", Gemm::build),
+    ("MaxPool", |c| Pool::build(PoolKind::Max, c)),
+    ("AveragePool", |c| Pool::build(PoolKind::Average, c)),
+    ("LpPool", |c| Pool::build(PoolKind::Lp, c)),
+    ("GlobalAveragePool", |c| GlobalPool::build(PoolKind::Average, c)),
+    ("GlobalMaxPool", |c| GlobalPool::build(PoolKind::Max, c)),
+    ("GlobalLpPool", |c| GlobalPool::build(PoolKind::Lp, c)),
     ("MatMul", MatMul::build),
     ("Flatten", Flatten::build),
     ("Gather", Gather::build),
