@@ -231,7 +231,8 @@ fn element_align(dtype: DType) -> usize {
 
 /// Checks that every element `layout` can reach lies inside `storage`.
 fn check_fits(storage: &Storage, layout: &Layout, dtype: DType, op: &'static str) -> Result<()> {
-    if dtype.is_quantized() && !(layout.is_contiguous() && layout.offset() % dtype.block_size() == 0) {
+    let block = dtype.block_size();
+    if dtype.is_quantized() && !(layout.is_contiguous() && layout.offset() % block == 0 && layout.numel() % block == 0) {
         return Err(CoreError::UnsupportedDType { op, dtype, reason: "block-quantized tensors support only whole-block contiguous layouts" });
     }
     let (lo, hi) = layout.span()?;

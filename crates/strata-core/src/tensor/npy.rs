@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use super::Tensor;
-use crate::{CoreError, DType, Device, MemoryKind, Result};
+use crate::{CoreError, DType, Device, MemoryKind, Result, Shape};
 
 const MAGIC: &[u8] = b"\x93NUMPY";
 
@@ -36,10 +36,10 @@ fn descr(dtype: DType) -> Option<&'static str> {
 
 /// Parses a NumPy type string into (dtype, big-endian?).
 fn parse_descr(text: &str) -> Option<(DType, bool)> {
-    let (order, code) = text.split_at(1.min(text.len()));
-    let big = match order {
-        "<" | "|" | "=" => false,
-        ">" => true,
+    // `get` rather than `split_at`: the first character of a corrupt file may span several bytes.
+    let (big, code) = match (text.get(..1)?, text.get(1..)?) {
+        ("<" | "|" | "=", code) => (false, code),
+        (">", code) => (true, code),
         _ => return None,
     };
     let dtype = match code {
@@ -128,11 +128,13 @@ impl Tensor {
         let data = &bytes[header_end..];
         // Fortran order stores the transposed shape in row-major order.
         let stored_dims: Vec<usize> = if header.fortran { header.dims.iter().rev().copied().collect() } else { header.dims.clone() };
-        let t = Tensor::empty(&stored_dims, header.dtype, Device::Cpu, MemoryKind::Default)?;
-        let need = t.size_in_bytes()?;
+        // Check the data length before allocating: a corrupt header must not make us reserve
+        // memory for a shape the file cannot hold.
+        let need = Shape::new(&stored_dims)?.size_in_bytes(header.dtype)?;
         if data.len() < need {
             return Err(npy_err(source, format!("data is truncated: {} bytes for {need} needed by shape {:?}", data.len(), header.dims)));
         }
+        let t = Tensor::empty(&stored_dims, header.dtype, Device::Cpu, MemoryKind::Default)?;
         {
             let mut out = t.write_bytes("read_npy")?;
             let out = &mut out.bytes()[..need];
