@@ -36,7 +36,7 @@ impl Activation {
     /// match sits outside the loop so each arm vectorizes.
     pub fn add_bias_and_apply<T: Float>(self, values: &mut [T], bias: T) {
         match self {
-            Activation::None => values.iter_mut().for_each(|v| *v = *v + bias),
+            Activation::None => values.iter_mut().for_each(|v| *v += bias),
             Activation::Relu => values.iter_mut().for_each(|v| *v = relu(*v + bias)),
             Activation::LeakyRelu { alpha } => {
                 let alpha = T::from_f32(alpha);

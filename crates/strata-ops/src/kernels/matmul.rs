@@ -318,7 +318,7 @@ mod tests {
             let batch_rank = rng.below(4);
             let full: Vec<usize> = (0..batch_rank).map(|_| rng.range(1, 3)).collect();
             // Each operand keeps a suffix of the batch dims, some set to 1 to broadcast.
-            let mut pick = |rng: &mut Rng| -> Vec<usize> {
+            let pick = |rng: &mut Rng| -> Vec<usize> {
                 let keep = rng.below(batch_rank + 1);
                 full[batch_rank - keep..]
                     .iter()

@@ -473,7 +473,7 @@ mod tests {
             .map(|(&k, &d)| rng.range((k - 1) * d + 1, side.max((k - 1) * d + 1)))
             .collect();
         (
-            vec![vec![rng.range(1, 2), rng.range(1, 3)], spatial].concat(),
+            [vec![rng.range(1, 2), rng.range(1, 3)], spatial].concat(),
             p,
         )
     }
