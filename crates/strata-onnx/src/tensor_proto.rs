@@ -333,3 +333,308 @@ impl Fill<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use strata_core::{bf16, f16, CoreError, Element};
+
+    use super::*;
+    use crate::proto::tensor_proto::{DataType, Segment};
+
+    fn proto(name: &str, data_type: DataType, dims: &[i64]) -> TensorProto {
+        TensorProto {
+            name: Some(name.into()),
+            data_type: Some(data_type as i32),
+            dims: dims.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    fn convert(tp: &TensorProto) -> Result<Tensor> {
+        tensor_from_proto(tp, &WeightSource::in_memory())
+    }
+
+    /// Round-trips `values` through `raw_data` (little-endian) and checks the tensor.
+    fn check_raw<T: Element>(data_type: DataType, values: &[T], to_le: impl Fn(&T) -> Vec<u8>) {
+        let mut tp = proto("raw", data_type, &[values.len() as i64]);
+        tp.raw_data = Some(Bytes::from(
+            values.iter().flat_map(&to_le).collect::<Vec<u8>>(),
+        ));
+        let t = convert(&tp).unwrap();
+        assert_eq!(t.dtype(), T::DTYPE, "{data_type:?}");
+        assert_eq!(t.dims(), &[values.len()]);
+        assert_eq!(t.memory_kind(), MemoryKind::Persistent);
+        assert_eq!(t.to_vec::<T>().unwrap(), values, "{data_type:?}");
+    }
+
+    #[test]
+    fn every_dtype_through_raw_data() {
+        check_raw(DataType::Float, &[1.5f32, -2.25, f32::MAX], |v| {
+            v.to_le_bytes().to_vec()
+        });
+        check_raw(DataType::Double, &[1.5f64, -1e300], |v| {
+            v.to_le_bytes().to_vec()
+        });
+        check_raw(
+            DataType::Float16,
+            &[f16::from_f32(1.5), f16::from_f32(-0.25)],
+            |v| v.to_le_bytes().to_vec(),
+        );
+        check_raw(
+            DataType::Bfloat16,
+            &[bf16::from_f32(3.0), bf16::from_f32(-8.0)],
+            |v| v.to_le_bytes().to_vec(),
+        );
+        check_raw(DataType::Int8, &[-128i8, 0, 127], |v| {
+            v.to_le_bytes().to_vec()
+        });
+        check_raw(DataType::Int16, &[i16::MIN, 7, i16::MAX], |v| {
+            v.to_le_bytes().to_vec()
+        });
+        check_raw(DataType::Int32, &[i32::MIN, -1, i32::MAX], |v| {
+            v.to_le_bytes().to_vec()
+        });
+        check_raw(DataType::Int64, &[i64::MIN, 42, i64::MAX], |v| {
+            v.to_le_bytes().to_vec()
+        });
+        check_raw(DataType::Uint8, &[0u8, 200, 255], |v| {
+            v.to_le_bytes().to_vec()
+        });
+        check_raw(DataType::Uint16, &[0u16, 65535], |v| {
+            v.to_le_bytes().to_vec()
+        });
+        check_raw(DataType::Uint32, &[0u32, u32::MAX], |v| {
+            v.to_le_bytes().to_vec()
+        });
+        check_raw(DataType::Uint64, &[0u64, u64::MAX], |v| {
+            v.to_le_bytes().to_vec()
+        });
+        let mut tp = proto("flags", DataType::Bool, &[3]);
+        tp.raw_data = Some(Bytes::from_static(&[1, 0, 1]));
+        let t = convert(&tp).unwrap();
+        assert_eq!(t.dtype(), DType::Bool);
+        assert_eq!(t.to_bools().unwrap(), [true, false, true]);
+    }
+
+    #[test]
+    fn every_dtype_through_the_typed_fields() {
+        let typed = |data_type, dims: &[i64], set: &dyn Fn(&mut TensorProto)| {
+            let mut tp = proto("typed", data_type, dims);
+            set(&mut tp);
+            convert(&tp).unwrap()
+        };
+        let t = typed(DataType::Float, &[2, 2], &|tp| {
+            tp.float_data = vec![1.0, 2.0, 3.0, -4.5]
+        });
+        assert_eq!(
+            (t.dims(), t.to_vec::<f32>().unwrap()),
+            (&[2usize, 2][..], vec![1.0, 2.0, 3.0, -4.5])
+        );
+        let t = typed(DataType::Double, &[2], &|tp| {
+            tp.double_data = vec![0.5, -1e-300]
+        });
+        assert_eq!(t.to_vec::<f64>().unwrap(), [0.5, -1e-300]);
+        let t = typed(DataType::Int32, &[2], &|tp| {
+            tp.int32_data = vec![i32::MIN, i32::MAX]
+        });
+        assert_eq!(t.to_vec::<i32>().unwrap(), [i32::MIN, i32::MAX]);
+        let t = typed(DataType::Int8, &[3], &|tp| {
+            tp.int32_data = vec![-128, 0, 127]
+        });
+        assert_eq!(t.to_vec::<i8>().unwrap(), [-128, 0, 127]);
+        let t = typed(DataType::Int16, &[2], &|tp| {
+            tp.int32_data = vec![-32768, 32767]
+        });
+        assert_eq!(t.to_vec::<i16>().unwrap(), [i16::MIN, i16::MAX]);
+        let t = typed(DataType::Uint8, &[2], &|tp| tp.int32_data = vec![0, 255]);
+        assert_eq!(t.to_vec::<u8>().unwrap(), [0, 255]);
+        let t = typed(DataType::Uint16, &[2], &|tp| tp.int32_data = vec![0, 65535]);
+        assert_eq!(t.to_vec::<u16>().unwrap(), [0, 65535]);
+        let t = typed(DataType::Bool, &[3], &|tp| tp.int32_data = vec![0, 1, 1]);
+        assert_eq!(t.to_bools().unwrap(), [false, true, true]);
+        let halves = [f16::from_f32(1.5), f16::from_f32(-2.0)];
+        let t = typed(DataType::Float16, &[2], &|tp| {
+            tp.int32_data = halves.iter().map(|h| i32::from(h.to_bits())).collect()
+        });
+        assert_eq!(t.to_vec::<f16>().unwrap(), halves);
+        let brains = [bf16::from_f32(0.5), bf16::from_f32(-3.0)];
+        let t = typed(DataType::Bfloat16, &[2], &|tp| {
+            tp.int32_data = brains.iter().map(|h| i32::from(h.to_bits())).collect()
+        });
+        assert_eq!(t.to_vec::<bf16>().unwrap(), brains);
+        // Sign-extended 16-bit patterns (as some writers store them) mean the same bits.
+        let t = typed(DataType::Float16, &[1], &|tp| {
+            tp.int32_data = vec![i32::from(f16::from_f32(-2.0).to_bits() as i16)]
+        });
+        assert_eq!(t.to_vec::<f16>().unwrap(), [f16::from_f32(-2.0)]);
+        let t = typed(DataType::Int64, &[2], &|tp| {
+            tp.int64_data = vec![i64::MIN, i64::MAX]
+        });
+        assert_eq!(t.to_vec::<i64>().unwrap(), [i64::MIN, i64::MAX]);
+        let t = typed(DataType::Uint32, &[2], &|tp| {
+            tp.uint64_data = vec![0, u64::from(u32::MAX)]
+        });
+        assert_eq!(t.to_vec::<u32>().unwrap(), [0, u32::MAX]);
+        let t = typed(DataType::Uint64, &[1], &|tp| {
+            tp.uint64_data = vec![u64::MAX]
+        });
+        assert_eq!(t.to_vec::<u64>().unwrap(), [u64::MAX]);
+        let t = typed(DataType::Float, &[], &|tp| tp.float_data = vec![7.0]);
+        assert_eq!((t.rank(), t.to_vec::<f32>().unwrap()), (0, vec![7.0]));
+        let t = typed(DataType::Float, &[0, 3], &|_| {});
+        assert_eq!((t.dims(), t.numel()), (&[0usize, 3][..], 0));
+    }
+
+    #[test]
+    fn inconsistent_tensors_are_errors_naming_the_tensor() {
+        let invalid = |tp: &TensorProto| match convert(tp) {
+            Err(OnnxError::InvalidTensor { tensor, message }) => {
+                assert_eq!(tensor, tp.name());
+                message
+            }
+            other => panic!("expected InvalidTensor, got {other:?}"),
+        };
+        let mut tp = proto("short", DataType::Float, &[4]);
+        tp.raw_data = Some(Bytes::from_static(&[0; 12]));
+        assert!(invalid(&tp).contains("12 bytes"));
+        let mut tp = proto("count", DataType::Float, &[4]);
+        tp.float_data = vec![1.0; 3];
+        assert!(invalid(&tp).contains("float_data holds 3"));
+        // A value in the field that does not belong to the dtype is still "no data".
+        let mut tp = proto("wrong_field", DataType::Float, &[1]);
+        tp.int32_data = vec![1];
+        invalid(&tp);
+        for (data_type, value) in [
+            (DataType::Int8, 128),
+            (DataType::Uint8, -1),
+            (DataType::Uint16, 65536),
+            (DataType::Bool, 2),
+            (DataType::Float16, 70000),
+        ] {
+            let mut tp = proto("range", data_type, &[1]);
+            tp.int32_data = vec![value];
+            assert!(
+                invalid(&tp).contains("does not fit"),
+                "{data_type:?} {value}"
+            );
+        }
+        let mut tp = proto("u32", DataType::Uint32, &[1]);
+        tp.uint64_data = vec![1 << 32];
+        invalid(&tp);
+        let mut tp = proto("bools", DataType::Bool, &[2]);
+        tp.raw_data = Some(Bytes::from_static(&[1, 7]));
+        assert!(invalid(&tp).contains("bool element 1 is 7"));
+        invalid(&proto("negative", DataType::Float, &[2, -1]));
+        invalid(&proto("huge", DataType::Float, &[i64::MAX, i64::MAX]));
+        let mut tp = proto("location", DataType::Float, &[0]);
+        tp.data_location = Some(7);
+        invalid(&tp);
+        let mut tp = proto("segmented", DataType::Float, &[0]);
+        tp.segment = Some(Segment {
+            begin: Some(0),
+            end: Some(0),
+        });
+        invalid(&tp);
+    }
+
+    #[test]
+    fn unsupported_types_are_named() {
+        for data_type in [
+            DataType::String,
+            DataType::Complex64,
+            DataType::Float8e4m3fn,
+            DataType::Int4,
+            DataType::Undefined,
+        ] {
+            let err = convert(&proto("odd", data_type, &[1])).unwrap_err();
+            assert!(
+                matches!(&err, OnnxError::UnsupportedDataType { tensor, data_type: d } if tensor == "odd" && *d == data_type as i32)
+            );
+            assert!(err.to_string().contains(data_type.as_str_name()), "{err}");
+        }
+    }
+
+    #[test]
+    fn aligned_raw_data_is_used_in_place_and_misaligned_is_copied() {
+        let values = [1.0f32, 2.0, 3.0, 4.0];
+        for misalign in [0, 1, 2] {
+            let mut buffer = vec![0u8; 24];
+            let base = buffer.as_ptr() as usize;
+            let start = (0..4).find(|s| (base + s).is_multiple_of(4)).unwrap() + misalign;
+            buffer[start..start + 16].copy_from_slice(
+                &values
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect::<Vec<u8>>(),
+            );
+            let buffer = Bytes::from(buffer);
+            assert_eq!(
+                buffer.as_ptr() as usize,
+                base,
+                "Bytes keeps the Vec's allocation"
+            );
+            let mut tp = proto("w", DataType::Float, &[4]);
+            tp.raw_data = Some(buffer.slice(start..start + 16));
+            let raw_ptr = tp.raw_data.as_ref().unwrap().as_ptr();
+            let t = convert(&tp).unwrap();
+            let storage = t.storage().unwrap();
+            assert_eq!(t.to_vec::<f32>().unwrap(), values);
+            assert_eq!(t.memory_kind(), MemoryKind::Persistent);
+            if misalign == 0 {
+                assert!(is_zero_copy(&t));
+                assert_eq!(storage.as_ptr(), raw_ptr, "no copy");
+                assert!(storage.block().is_read_only());
+                assert!(matches!(
+                    t.write_bytes("test"),
+                    Err(CoreError::ReadOnly { .. })
+                ));
+            } else {
+                assert!(!is_zero_copy(&t));
+                assert_ne!(storage.as_ptr(), raw_ptr);
+            }
+        }
+    }
+
+    #[test]
+    fn zero_copy_tensors_keep_their_bytes_alive() {
+        let mut tp = proto("w", DataType::Int64, &[2]);
+        tp.raw_data = Some(Bytes::from(
+            [5i64, -6]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<u8>>(),
+        ));
+        let t = convert(&tp).unwrap();
+        drop(tp);
+        assert_eq!(t.to_vec::<i64>().unwrap(), [5, -6]);
+    }
+
+    #[test]
+    fn tensors_round_trip_through_protos_in_logical_order() {
+        let t = Tensor::from_slice(&[1i32, 2, 3, 4, 5, 6], &[2, 3])
+            .unwrap()
+            .transpose(0, 1)
+            .unwrap();
+        let tp = tensor_to_proto("t", &t).unwrap();
+        assert_eq!(
+            (tp.name(), tp.dims.as_slice(), tp.data_type()),
+            ("t", &[3i64, 2][..], DataType::Int32 as i32)
+        );
+        let back = convert(&tp).unwrap();
+        assert_eq!(back.to_vec::<i32>().unwrap(), [1, 4, 2, 5, 3, 6]);
+        let bools = Tensor::from_bools(&[true, false], &[2]).unwrap();
+        assert_eq!(
+            convert(&tensor_to_proto("b", &bools).unwrap())
+                .unwrap()
+                .to_bools()
+                .unwrap(),
+            [true, false]
+        );
+        let quantized =
+            Tensor::empty(&[32], DType::Q8_0, Device::Cpu, MemoryKind::Default).unwrap();
+        assert!(matches!(
+            tensor_to_proto("q", &quantized),
+            Err(OnnxError::Builder { .. })
+        ));
+    }
+}

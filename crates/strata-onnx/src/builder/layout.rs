@@ -56,25 +56,35 @@ pub(crate) fn move_to_external(
     Ok(data)
 }
 
-/// Pads each initializer's doc string (which prost writes just before `raw_data`) so that its
-/// `raw_data` starts at an [`INLINE_ALIGN`]ed offset of the encoded model.
+/// Pads doc strings so that every initializer's `raw_data` starts at an [`INLINE_ALIGN`]ed
+/// offset of the encoded model.
 ///
-/// Padding shifts everything after it, and can lengthen the varint length prefixes of the
-/// enclosing messages, so this measures the real encoding and repeats until it is stable
-/// (usually one or two rounds). Initializers with their own doc string are left alone.
+/// prost writes fields in tag order, so what precedes initializer `i`'s `raw_data` and can be
+/// padded harmlessly is the doc string of initializer `i - 1` (tag 12, after its raw_data) and,
+/// for the first one, the last node's doc string or else the model's (both encoded before the
+/// graph's initializers). Only doc strings nobody set are used. Padding shifts everything after
+/// it and can lengthen the varint length prefixes of the enclosing messages, so this measures
+/// the real encoding and repeats until every offset is aligned; pads only ever grow, so the
+/// varints only grow, which bounds the rounds (usually one or two).
 pub(crate) fn align_inline_raw_data(model: &mut ModelProto) {
     let Some(graph) = model.graph.as_ref() else {
         return;
     };
-    let owned: Vec<bool> = graph
-        .initializer
-        .iter()
-        .map(|t| t.doc_string.is_none())
+    let carriers: Vec<Option<Carrier>> = (0..graph.initializer.len())
+        .map(|i| match i.checked_sub(1) {
+            Some(previous) => graph.initializer[previous]
+                .doc_string
+                .is_none()
+                .then_some(Carrier::Tensor(previous)),
+            None => match graph.node.last() {
+                Some(node) if node.doc_string.is_none() => {
+                    Some(Carrier::Node(graph.node.len() - 1))
+                }
+                _ => model.doc_string.is_none().then_some(Carrier::Model),
+            },
+        })
         .collect();
-    if !owned.contains(&true) {
-        return;
-    }
-    for _ in 0..8 {
+    for _ in 0..16 {
         let encoded = Bytes::from(model.encode_to_vec());
         let base = encoded.as_ptr() as usize;
         let Ok(decoded) = ModelProto::decode(encoded.clone()) else {
@@ -83,6 +93,7 @@ pub(crate) fn align_inline_raw_data(model: &mut ModelProto) {
         let Some(decoded_graph) = decoded.graph else {
             return;
         };
+        // Decoding from `Bytes` is zero-copy, so raw_data points into `encoded`.
         let offsets: Vec<Option<usize>> = decoded_graph
             .initializer
             .iter()
@@ -90,27 +101,29 @@ pub(crate) fn align_inline_raw_data(model: &mut ModelProto) {
                 t.raw_data
                     .as_ref()
                     .filter(|raw| !raw.is_empty())
-                    .map(|raw| raw.as_ptr() as usize - base)
+                    .and_then(|raw| (raw.as_ptr() as usize).checked_sub(base))
             })
             .collect();
-        let Some(graph) = model.graph.as_mut() else {
-            return;
-        };
-        let mut shift = 0isize;
+        let mut shift = 0usize;
         let mut changed = false;
-        for ((tensor, offset), owned) in graph.initializer.iter_mut().zip(offsets).zip(&owned) {
-            let (Some(offset), true) = (offset, *owned) else {
+        for (offset, carrier) in offsets.into_iter().zip(&carriers) {
+            let (Some(offset), Some(carrier)) = (offset, carrier) else {
                 continue;
             };
-            let old_pad = tensor.doc_string.as_ref().map_or(0, |s| s.len() + 2);
-            let unpadded = offset as isize + shift - old_pad as isize;
-            let new_pad = padding_for(unpadded.rem_euclid(INLINE_ALIGN as isize) as usize);
-            if new_pad != old_pad {
-                // A doc string costs a tag byte and a length byte before its text.
-                tensor.doc_string = (new_pad > 0).then(|| " ".repeat(new_pad - 2));
+            let Some(doc) = carrier.doc_string(model) else {
+                return;
+            };
+            let old_pad = doc.as_ref().map_or(0, |text| doc_string_size(text.len()));
+            let misalignment = (offset + shift) % INLINE_ALIGN;
+            let mut pad = old_pad + (INLINE_ALIGN - misalignment) % INLINE_ALIGN;
+            while pad > 0 && text_len_for(pad).is_none() {
+                pad += INLINE_ALIGN;
+            }
+            if pad != old_pad {
+                *doc = text_len_for(pad).map(|len| " ".repeat(len));
                 changed = true;
             }
-            shift += new_pad as isize - old_pad as isize;
+            shift += pad - old_pad;
         }
         if !changed {
             return;
@@ -118,12 +131,67 @@ pub(crate) fn align_inline_raw_data(model: &mut ModelProto) {
     }
 }
 
-/// Encoded doc-string bytes that move a field at `misalignment` to the next aligned offset: 0,
-/// or 2 and up (a doc string is at least its tag and length bytes).
-fn padding_for(misalignment: usize) -> usize {
-    match (INLINE_ALIGN - misalignment) % INLINE_ALIGN {
-        0 => 0,
-        1 => 1 + INLINE_ALIGN,
-        gap => gap,
+/// A doc string encoded before some initializer's `raw_data`.
+#[derive(Debug, Clone, Copy)]
+enum Carrier {
+    Model,
+    Node(usize),
+    Tensor(usize),
+}
+
+impl Carrier {
+    fn doc_string(self, model: &mut ModelProto) -> Option<&mut Option<String>> {
+        match self {
+            Carrier::Model => Some(&mut model.doc_string),
+            Carrier::Node(i) => model
+                .graph
+                .as_mut()?
+                .node
+                .get_mut(i)
+                .map(|n| &mut n.doc_string),
+            Carrier::Tensor(i) => model
+                .graph
+                .as_mut()?
+                .initializer
+                .get_mut(i)
+                .map(|t| &mut t.doc_string),
+        }
+    }
+}
+
+/// Encoded bytes of a doc string field with `text_len` bytes of text: tag, length, text.
+fn doc_string_size(text_len: usize) -> usize {
+    1 + prost::encoding::encoded_len_varint(text_len as u64) + text_len
+}
+
+/// The text length whose doc string field takes exactly `size` bytes, if one does (a field is at
+/// least 2 bytes, and some sizes fall between varint widths).
+fn text_len_for(size: usize) -> Option<usize> {
+    (1..=3)
+        .filter_map(|varint| size.checked_sub(1 + varint))
+        .find(|&len| doc_string_size(len) == size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn doc_string_sizes_invert() {
+        assert_eq!(text_len_for(0), None);
+        assert_eq!(text_len_for(1), None);
+        assert_eq!(text_len_for(2), Some(0));
+        assert_eq!(text_len_for(129), Some(127));
+        assert_eq!(
+            text_len_for(130),
+            None,
+            "127 text bytes take 129, 128 take 131"
+        );
+        assert_eq!(text_len_for(131), Some(128));
+        for size in 2..20_000 {
+            if let Some(len) = text_len_for(size) {
+                assert_eq!(doc_string_size(len), size);
+            }
+        }
     }
 }

@@ -390,3 +390,277 @@ fn ir_version_for_opset(opset: i64) -> i64 {
         _ => 14,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use strata_core::{Device, MemoryKind};
+
+    use super::*;
+    use crate::proto::attribute_proto::AttributeType;
+    use crate::proto::tensor_shape_proto::dimension::Value as DimValue;
+    use crate::proto::type_proto::Value as TypeValue;
+    use crate::{load_model_bytes, tensor_from_proto, WeightSource};
+
+    fn decode(builder: &ModelBuilder) -> ModelProto {
+        load_model_bytes(Bytes::from(builder.to_bytes().unwrap()), "test").unwrap()
+    }
+
+    fn dims_of(info: &ValueInfoProto) -> Option<Vec<Option<DimValue>>> {
+        match info.r#type.as_ref()?.value.as_ref()? {
+            TypeValue::TensorType(t) => t
+                .shape
+                .as_ref()
+                .map(|s| s.dim.iter().map(|d| d.value.clone()).collect()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn models_round_trip_with_every_attribute_kind() {
+        let constant = Tensor::from_slice(&[1.0f32, 2.0], &[2]).unwrap();
+        let body = ModelBuilder::new("body")
+            .input("a", DType::F32, &[])
+            .node("Identity", &["a"], &["b"], Attrs::new())
+            .to_model()
+            .unwrap();
+        let attrs = Attrs::new()
+            .int("axis", -1)
+            .ints("pads", &[1, 2, 3, 4])
+            .float("alpha", 0.25)
+            .floats("scales", &[1.0, 2.5])
+            .string("mode", "nearest")
+            .strings("names", &["a", "bc"])
+            .tensor("value", &constant)
+            .graph("body", body.graph.unwrap());
+        let builder = ModelBuilder::new("everything")
+            .opset(13)
+            .opset_domain("com.example", 2)
+            .doc_string("a model")
+            .input(
+                "x",
+                DType::F32,
+                &[Dim::Sym("N"), Dim::Fixed(3), Dim::Unknown],
+            )
+            .initializer_f32("w", &[0.5, -0.5, 1.5], &[3])
+            .initializer_i64("shape", &[1, -1], &[2])
+            .node("Custom", &["x", "", "w"], &["y"], attrs)
+            .named_node("last", "Relu", &["y"], &["z"], Attrs::default())
+            .domain_node(
+                "ext",
+                "com.example",
+                "Thing",
+                &["z"],
+                &["out"],
+                Attrs::new(),
+            )
+            .value_info("y", DType::F32, &[Dim::Sym("N"), 3.into()])
+            .output("out", DType::F32, &[Dim::Sym("N"), Dim::Fixed(3)])
+            .output_unranked("z", DType::F32);
+        let model = decode(&builder);
+        assert_eq!(
+            (
+                model.ir_version(),
+                model.producer_name(),
+                model.doc_string()
+            ),
+            (7, "strata", "a model")
+        );
+        let opsets: Vec<(&str, i64)> = model
+            .opset_import
+            .iter()
+            .map(|o| (o.domain(), o.version()))
+            .collect();
+        assert_eq!(opsets, [("", 13), ("com.example", 2)]);
+        let graph = model.graph.unwrap();
+        assert_eq!(graph.name(), "everything");
+        let names: Vec<&str> = graph.node.iter().map(|n| n.name()).collect();
+        assert_eq!(names, ["Custom_0", "last", "ext"]);
+        assert_eq!(graph.node[0].input, ["x", "", "w"]);
+        assert_eq!(graph.node[2].domain(), "com.example");
+
+        let attr = |name: &str| {
+            graph.node[0]
+                .attribute
+                .iter()
+                .find(|a| a.name() == name)
+                .unwrap()
+        };
+        assert_eq!(
+            (attr("axis").r#type(), attr("axis").i()),
+            (AttributeType::Int, -1)
+        );
+        assert_eq!(
+            (attr("pads").r#type(), attr("pads").ints.as_slice()),
+            (AttributeType::Ints, &[1i64, 2, 3, 4][..])
+        );
+        assert_eq!(
+            (attr("alpha").r#type(), attr("alpha").f()),
+            (AttributeType::Float, 0.25)
+        );
+        assert_eq!(
+            (attr("scales").r#type(), attr("scales").floats.as_slice()),
+            (AttributeType::Floats, &[1.0f32, 2.5][..])
+        );
+        assert_eq!(
+            (attr("mode").r#type(), attr("mode").s()),
+            (AttributeType::String, &b"nearest"[..])
+        );
+        assert_eq!(attr("names").r#type(), AttributeType::Strings);
+        assert_eq!(
+            attr("names").strings,
+            [Bytes::from_static(b"a"), Bytes::from_static(b"bc")]
+        );
+        assert_eq!(attr("value").r#type(), AttributeType::Tensor);
+        let value = tensor_from_proto(
+            attr("value").t.as_ref().unwrap(),
+            &WeightSource::in_memory(),
+        )
+        .unwrap();
+        assert_eq!(value.to_vec::<f32>().unwrap(), [1.0, 2.0]);
+        assert_eq!(attr("body").r#type(), AttributeType::Graph);
+        assert_eq!(
+            attr("body").g.as_ref().unwrap().node[0].op_type(),
+            "Identity"
+        );
+
+        assert_eq!(graph.input.len(), 1);
+        assert_eq!(
+            dims_of(&graph.input[0]).unwrap(),
+            [
+                Some(DimValue::DimParam("N".into())),
+                Some(DimValue::DimValue(3)),
+                None
+            ]
+        );
+        assert_eq!(
+            dims_of(&graph.output[1]),
+            None,
+            "unranked output has no shape"
+        );
+        assert_eq!(graph.value_info[0].name(), "y");
+        let weights = WeightSource::in_memory();
+        let w = tensor_from_proto(&graph.initializer[0], &weights).unwrap();
+        assert_eq!(
+            (w.dims(), w.to_vec::<f32>().unwrap()),
+            (&[3usize][..], vec![0.5, -0.5, 1.5])
+        );
+        let shape = tensor_from_proto(&graph.initializer[1], &weights).unwrap();
+        assert_eq!(shape.to_vec::<i64>().unwrap(), [1, -1]);
+    }
+
+    #[test]
+    fn initializers_can_be_listed_as_inputs() {
+        let builder = ModelBuilder::new("old")
+            .opset(7)
+            .input("x", DType::F32, &[Dim::Fixed(2)])
+            .initializer_values("b", &[1u8, 2], &[2])
+            .initializers_as_inputs(true);
+        let model = decode(&builder);
+        assert_eq!(model.ir_version(), 3);
+        let graph = model.graph.unwrap();
+        let inputs: Vec<&str> = graph.input.iter().map(|i| i.name()).collect();
+        assert_eq!(inputs, ["x", "b"]);
+        assert_eq!(
+            dims_of(&graph.input[1]).unwrap(),
+            [Some(DimValue::DimValue(2))]
+        );
+    }
+
+    #[test]
+    fn misuse_is_reported_when_writing() {
+        let q = Tensor::empty(&[32], DType::Q4_0, Device::Cpu, MemoryKind::Default).unwrap();
+        let cases = [
+            ModelBuilder::new("m").initializer("q", &q),
+            ModelBuilder::new("m").input("x", DType::Q8_0, &[]),
+            ModelBuilder::new("m").node("Constant", &[], &["c"], Attrs::new().tensor("value", &q)),
+            ModelBuilder::new("m").initializer_f32("w", &[1.0; 3], &[2, 2]),
+            ModelBuilder::new("m")
+                .initializer_f32("w", &[1.0; 4], &[4])
+                .external_data(8),
+        ];
+        for builder in cases {
+            assert!(
+                matches!(builder.to_bytes(), Err(OnnxError::Builder { .. })),
+                "{builder:?}"
+            );
+        }
+        // Under the threshold nothing goes external, so bytes are fine.
+        assert!(ModelBuilder::new("m")
+            .initializer_f32("w", &[1.0; 4], &[4])
+            .external_data(17)
+            .to_bytes()
+            .is_ok());
+    }
+
+    #[test]
+    fn inline_raw_data_is_aligned_in_the_file() {
+        // The model's doc string is taken, so the node's carries the first initializer's pad.
+        let mut builder =
+            ModelBuilder::new("aligned")
+                .doc_string("x")
+                .node("Relu", &["a"], &["b"], Attrs::new());
+        for i in 0..12 {
+            builder =
+                builder.initializer_values(&format!("w{i}"), &vec![1u8; 3 + 37 * i], &[3 + 37 * i]);
+        }
+        builder = builder.initializer_f32("big", &vec![0.5; 3000], &[3000]);
+        let offsets = |builder: &ModelBuilder| {
+            let bytes = Bytes::from(builder.to_bytes().unwrap());
+            let model = load_model_bytes(bytes.clone(), "t").unwrap();
+            model
+                .graph
+                .unwrap()
+                .initializer
+                .iter()
+                .map(|t| t.raw_data.as_ref().unwrap().as_ptr() as usize - bytes.as_ptr() as usize)
+                .collect::<Vec<_>>()
+        };
+        assert!(
+            offsets(&builder)
+                .iter()
+                .all(|o| o.is_multiple_of(layout::INLINE_ALIGN)),
+            "{:?}",
+            offsets(&builder)
+        );
+        let unaligned = offsets(&builder.clone().align_initializers(false));
+        assert!(
+            unaligned.iter().any(|o| !o.is_multiple_of(4)),
+            "{unaligned:?}"
+        );
+        // With no node and no free model doc string, the first initializer has nothing to pad.
+        let bare = ModelBuilder::new("bare")
+            .doc_string("x")
+            .initializer_f32("a", &[1.0], &[1])
+            .initializer_f32("b", &[2.0], &[1]);
+        assert_eq!(offsets(&bare)[1] % layout::INLINE_ALIGN, 0);
+        let bare = ModelBuilder::new("bare").initializer_f32("a", &[1.0], &[1]);
+        assert_eq!(
+            offsets(&bare)[0] % layout::INLINE_ALIGN,
+            0,
+            "the model doc string carries it"
+        );
+        // The padding changes nothing else.
+        let padded = decode(&builder);
+        let initializer = &padded.graph.unwrap().initializer[12];
+        assert_eq!(
+            tensor_from_proto(initializer, &WeightSource::in_memory())
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap(),
+            vec![0.5; 3000]
+        );
+    }
+
+    #[test]
+    fn ir_versions_follow_the_opset() {
+        assert_eq!(
+            [1, 8, 9, 11, 13, 17, 19, 21, 23, 24, 25, 28].map(ir_version_for_opset),
+            [3, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+        );
+        assert_eq!(
+            decode(&ModelBuilder::new("m").opset(17).ir_version(9)).ir_version(),
+            9
+        );
+    }
+}
