@@ -21,23 +21,54 @@ fn create_drop(c: &mut Criterion) {
     // Warm the global registry and its caching allocator so the loop measures the steady state.
     drop(small());
     c.bench_function("create_drop f32[2,3] (global caching allocator)", |b| {
-        b.iter(|| black_box(Tensor::empty(black_box(&[2, 3]), DType::F32, Device::Cpu, MemoryKind::Default).unwrap()))
+        b.iter(|| {
+            black_box(
+                Tensor::empty(
+                    black_box(&[2, 3]),
+                    DType::F32,
+                    Device::Cpu,
+                    MemoryKind::Default,
+                )
+                .unwrap(),
+            )
+        })
     });
-    c.bench_function("create_drop f32[2,3] Workspace kind (fallback to Default)", |b| {
-        b.iter(|| black_box(Tensor::empty(black_box(&[2, 3]), DType::F32, Device::Cpu, MemoryKind::Workspace).unwrap()))
-    });
+    c.bench_function(
+        "create_drop f32[2,3] Workspace kind (fallback to Default)",
+        |b| {
+            b.iter(|| {
+                black_box(
+                    Tensor::empty(
+                        black_box(&[2, 3]),
+                        DType::F32,
+                        Device::Cpu,
+                        MemoryKind::Workspace,
+                    )
+                    .unwrap(),
+                )
+            })
+        },
+    );
 }
 
 fn views(c: &mut Criterion) {
     let t = small();
-    c.bench_function("view [2,3] -> [3,2]", |b| b.iter(|| black_box(black_box(&t).view(black_box(&[3, 2])).unwrap())));
-    c.bench_function("transpose(0, 1)", |b| b.iter(|| black_box(black_box(&t).transpose(0, 1).unwrap())));
-    c.bench_function("narrow(1, 1, 2)", |b| b.iter(|| black_box(black_box(&t).narrow(1, 1, 2).unwrap())));
+    c.bench_function("view [2,3] -> [3,2]", |b| {
+        b.iter(|| black_box(black_box(&t).view(black_box(&[3, 2])).unwrap()))
+    });
+    c.bench_function("transpose(0, 1)", |b| {
+        b.iter(|| black_box(black_box(&t).transpose(0, 1).unwrap()))
+    });
+    c.bench_function("narrow(1, 1, 2)", |b| {
+        b.iter(|| black_box(black_box(&t).narrow(1, 1, 2).unwrap()))
+    });
 }
 
 fn clones(c: &mut Criterion) {
     let t = small();
-    c.bench_function("clone + drop", |b| b.iter(|| black_box(black_box(&t).clone())));
+    c.bench_function("clone + drop", |b| {
+        b.iter(|| black_box(black_box(&t).clone()))
+    });
 }
 
 criterion_group!(benches, create_drop, views, clones);
@@ -54,16 +85,25 @@ fn ten_million(name: &str, mut op: impl FnMut()) {
     }
     let elapsed = start.elapsed();
     let per_op = elapsed.as_secs_f64() * 1e9 / TEN_MILLION as f64;
-    println!("10M {name:<40} {:>8.3} s  {per_op:>7.1} ns/op", elapsed.as_secs_f64());
+    println!(
+        "10M {name:<40} {:>8.3} s  {per_op:>7.1} ns/op",
+        elapsed.as_secs_f64()
+    );
 }
 
 fn direct_loops() {
     let t = small();
     println!();
     ten_million("create+drop f32[2,3]", || drop(black_box(small())));
-    ten_million("view [3,2]", || drop(black_box(black_box(&t).view(&[3, 2]).unwrap())));
-    ten_million("transpose(0, 1)", || drop(black_box(black_box(&t).transpose(0, 1).unwrap())));
-    ten_million("narrow(1, 1, 2)", || drop(black_box(black_box(&t).narrow(1, 1, 2).unwrap())));
+    ten_million("view [3,2]", || {
+        drop(black_box(black_box(&t).view(&[3, 2]).unwrap()))
+    });
+    ten_million("transpose(0, 1)", || {
+        drop(black_box(black_box(&t).transpose(0, 1).unwrap()))
+    });
+    ten_million("narrow(1, 1, 2)", || {
+        drop(black_box(black_box(&t).narrow(1, 1, 2).unwrap()))
+    });
     ten_million("clone+drop", || drop(black_box(black_box(&t).clone())));
 }
 

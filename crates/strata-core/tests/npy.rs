@@ -64,17 +64,33 @@ fn sample(dtype: DType, dims: &[usize]) -> Tensor {
     let n: usize = dims.iter().product();
     let ks = 0..n;
     match dtype {
-        DType::F32 => Tensor::from_slice(&ks.map(|k| value_f64(k) as f32).collect::<Vec<_>>(), dims),
+        DType::F32 => {
+            Tensor::from_slice(&ks.map(|k| value_f64(k) as f32).collect::<Vec<_>>(), dims)
+        }
         DType::F64 => Tensor::from_slice(&ks.map(value_f64).collect::<Vec<_>>(), dims),
-        DType::F16 => Tensor::from_slice(&ks.map(|k| f16::from_f64(value_f64(k))).collect::<Vec<_>>(), dims),
-        DType::BF16 => Tensor::from_slice(&ks.map(|k| bf16::from_f64(value_f64(k))).collect::<Vec<_>>(), dims),
+        DType::F16 => Tensor::from_slice(
+            &ks.map(|k| f16::from_f64(value_f64(k))).collect::<Vec<_>>(),
+            dims,
+        ),
+        DType::BF16 => Tensor::from_slice(
+            &ks.map(|k| bf16::from_f64(value_f64(k))).collect::<Vec<_>>(),
+            dims,
+        ),
         DType::I8 => Tensor::from_slice(&ks.map(|k| value_int(k) as i8).collect::<Vec<_>>(), dims),
-        DType::I16 => Tensor::from_slice(&ks.map(|k| value_int(k) as i16).collect::<Vec<_>>(), dims),
-        DType::I32 => Tensor::from_slice(&ks.map(|k| value_int(k) as i32).collect::<Vec<_>>(), dims),
+        DType::I16 => {
+            Tensor::from_slice(&ks.map(|k| value_int(k) as i16).collect::<Vec<_>>(), dims)
+        }
+        DType::I32 => {
+            Tensor::from_slice(&ks.map(|k| value_int(k) as i32).collect::<Vec<_>>(), dims)
+        }
         DType::I64 => Tensor::from_slice(&ks.map(value_int).collect::<Vec<_>>(), dims),
         DType::U8 => Tensor::from_slice(&ks.map(|k| value_uint(k) as u8).collect::<Vec<_>>(), dims),
-        DType::U16 => Tensor::from_slice(&ks.map(|k| value_uint(k) as u16).collect::<Vec<_>>(), dims),
-        DType::U32 => Tensor::from_slice(&ks.map(|k| value_uint(k) as u32).collect::<Vec<_>>(), dims),
+        DType::U16 => {
+            Tensor::from_slice(&ks.map(|k| value_uint(k) as u16).collect::<Vec<_>>(), dims)
+        }
+        DType::U32 => {
+            Tensor::from_slice(&ks.map(|k| value_uint(k) as u32).collect::<Vec<_>>(), dims)
+        }
         DType::U64 => Tensor::from_slice(&ks.map(value_uint).collect::<Vec<_>>(), dims),
         DType::Bool => Tensor::from_bools(&ks.map(value_bool).collect::<Vec<_>>(), dims),
         DType::Q8_0 | DType::Q4_0 => unreachable!("no NumPy form"),
@@ -141,7 +157,10 @@ fn strided_tensors_are_written_in_logical_order() {
 #[test]
 fn fortran_order_is_read_into_logical_order() {
     // a[i][j] = 10 i + j for shape (2, 3), stored column by column.
-    let data: Vec<u8> = [0i32, 10, 1, 11, 2, 12].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let data: Vec<u8> = [0i32, 10, 1, 11, 2, 12]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
     let t = parse(&npy_file(1, &header("<i4", true, "(2, 3)"), &data)).unwrap();
     assert_eq!(t.dims(), &[2, 3]);
     assert_eq!(t.to_vec::<i32>().unwrap(), vec![0, 1, 2, 10, 11, 12]);
@@ -158,11 +177,18 @@ fn fortran_order_is_read_into_logical_order() {
     }
     let t = parse(&npy_file(1, &header("<f8", true, "(2, 3, 4)"), &data)).unwrap();
     assert_eq!(t.dims(), &dims);
-    let expected: Vec<f64> = (0..24).map(|f| (100 * (f / 12) + 10 * (f / 4 % 3) + f % 4) as f64).collect();
+    let expected: Vec<f64> = (0..24)
+        .map(|f| (100 * (f / 12) + 10 * (f / 4 % 3) + f % 4) as f64)
+        .collect();
     assert_eq!(t.to_vec::<f64>().unwrap(), expected);
 
     // One dim and a scalar are the same in both orders.
-    let t = parse(&npy_file(1, &header("<u2", true, "(3,)"), &[1, 0, 2, 0, 3, 0])).unwrap();
+    let t = parse(&npy_file(
+        1,
+        &header("<u2", true, "(3,)"),
+        &[1, 0, 2, 0, 3, 0],
+    ))
+    .unwrap();
     assert_eq!(t.to_vec::<u16>().unwrap(), vec![1, 2, 3]);
     let t = parse(&npy_file(1, &header("<u2", true, "()"), &[9, 0])).unwrap();
     assert_eq!((t.rank(), t.to_vec::<u16>().unwrap()), (0, vec![9]));
@@ -177,9 +203,15 @@ fn big_endian_files_are_byte_swapped() {
         assert_eq!(t.dtype(), T::DTYPE, "{descr}");
         assert_eq!(t.to_vec::<T>().unwrap(), values, "{descr}");
     }
-    check(">f4", &[1.5f32, -2.0, 3.25e10], |v| v.to_be_bytes().to_vec());
-    check(">f8", &[1.5f64, -2.0, f64::MIN_POSITIVE], |v| v.to_be_bytes().to_vec());
-    check(">f2", &[f16::from_f32(1.5), f16::from_f32(-65504.0)], |v| v.to_be_bytes().to_vec());
+    check(">f4", &[1.5f32, -2.0, 3.25e10], |v| {
+        v.to_be_bytes().to_vec()
+    });
+    check(">f8", &[1.5f64, -2.0, f64::MIN_POSITIVE], |v| {
+        v.to_be_bytes().to_vec()
+    });
+    check(">f2", &[f16::from_f32(1.5), f16::from_f32(-65504.0)], |v| {
+        v.to_be_bytes().to_vec()
+    });
     check(">i2", &[1i16, -2, i16::MIN], |v| v.to_be_bytes().to_vec());
     check(">i4", &[1i32, -2, i32::MAX], |v| v.to_be_bytes().to_vec());
     check(">i8", &[1i64, -2, i64::MIN], |v| v.to_be_bytes().to_vec());
@@ -190,7 +222,10 @@ fn big_endian_files_are_byte_swapped() {
     check("|i1", &[1i8, -128], |v| v.to_be_bytes().to_vec());
 
     // Big-endian and Fortran order together.
-    let data: Vec<u8> = [0i16, 10, 1, 11, 2, 12].iter().flat_map(|v| v.to_be_bytes()).collect();
+    let data: Vec<u8> = [0i16, 10, 1, 11, 2, 12]
+        .iter()
+        .flat_map(|v| v.to_be_bytes())
+        .collect();
     let t = parse(&npy_file(1, &header(">i2", true, "(2, 3)"), &data)).unwrap();
     assert_eq!(t.to_vec::<i16>().unwrap(), vec![0, 1, 2, 10, 11, 12]);
 }
@@ -203,7 +238,12 @@ fn format_versions_two_and_three() {
         assert_eq!(t.to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
     }
     // Header written with double quotes and Python 2 long suffixes.
-    let t = parse(&npy_file(1, "{\"descr\": \"<f4\", \"fortran_order\": False, \"shape\": (1L, 2L)}", &data)).unwrap();
+    let t = parse(&npy_file(
+        1,
+        "{\"descr\": \"<f4\", \"fortran_order\": False, \"shape\": (1L, 2L)}",
+        &data,
+    ))
+    .unwrap();
     assert_eq!(t.dims(), &[1, 2]);
 }
 
@@ -229,30 +269,125 @@ fn corrupt_files_are_errors() {
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("empty", vec![]),
         ("wrong magic", b"\x93NUMPX\x01\x00\x10\x00{}".to_vec()),
-        ("version 4", npy_file(1, &header("<f4", false, "(2,)"), &data).iter().enumerate().map(|(i, &b)| if i == 6 { 4 } else { b }).collect()),
-        ("header longer than the file", b"\x93NUMPY\x01\x00\xff\xff{'descr'".to_vec()),
-        ("version 2 header length cut", b"\x93NUMPY\x02\x00\x10\x00".to_vec()),
-        ("header not UTF-8", npy_file(1, "{'descr': '\u{fffd}'}", &data).iter().map(|&b| if b == 0xef { 0xff } else { b }).collect()),
-        ("no descr", npy_file(1, "{'fortran_order': False, 'shape': (2,), }", &data)),
-        ("no fortran_order", npy_file(1, "{'descr': '<f4', 'shape': (2,), }", &data)),
-        ("no shape", npy_file(1, "{'descr': '<f4', 'fortran_order': False, }", &data)),
-        ("descr not a string", npy_file(1, "{'descr': 4, 'fortran_order': False, 'shape': (2,), }", &data)),
-        ("complex dtype", npy_file(1, &header("<c8", false, "(2,)"), &data)),
-        ("unicode dtype", npy_file(1, &header("<U4", false, "(2,)"), &data)),
-        ("object dtype", npy_file(1, &header("|O", false, "(2,)"), &data)),
-        ("unknown byte order", npy_file(1, &header("!f4", false, "(2,)"), &data)),
-        ("multi-byte descr", npy_file(1, &header("é4", false, "(2,)"), &data)),
-        ("multi-byte descr 2", npy_file(1, &header("<é", false, "(2,)"), &data)),
-        ("empty descr", npy_file(1, &header("", false, "(2,)"), &data)),
-        ("fortran_order maybe", npy_file(1, "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (2,), }", &data)),
-        ("shape a list", npy_file(1, &header("<f4", false, "[2, 3]"), &data)),
-        ("shape not numbers", npy_file(1, &header("<f4", false, "(2, x)"), &data)),
-        ("negative dim", npy_file(1, &header("<f4", false, "(-1,)"), &data)),
-        ("dim beyond usize", npy_file(1, &header("<f4", false, "(99999999999999999999999,)"), &data)),
-        ("element count overflow", npy_file(1, &header("<f4", false, "(4294967296, 4294967296, 4)"), &data)),
-        ("byte count overflow", npy_file(1, &header("<f8", false, "(4611686018427387904,)"), &data)),
-        ("data one byte short", npy_file(1, &header("<f4", false, "(2, 3)"), &data[..23])),
-        ("bool holding 2", npy_file(1, &header("|b1", false, "(3,)"), &[0, 1, 2])),
+        (
+            "version 4",
+            npy_file(1, &header("<f4", false, "(2,)"), &data)
+                .iter()
+                .enumerate()
+                .map(|(i, &b)| if i == 6 { 4 } else { b })
+                .collect(),
+        ),
+        (
+            "header longer than the file",
+            b"\x93NUMPY\x01\x00\xff\xff{'descr'".to_vec(),
+        ),
+        (
+            "version 2 header length cut",
+            b"\x93NUMPY\x02\x00\x10\x00".to_vec(),
+        ),
+        (
+            "header not UTF-8",
+            npy_file(1, "{'descr': '\u{fffd}'}", &data)
+                .iter()
+                .map(|&b| if b == 0xef { 0xff } else { b })
+                .collect(),
+        ),
+        (
+            "no descr",
+            npy_file(1, "{'fortran_order': False, 'shape': (2,), }", &data),
+        ),
+        (
+            "no fortran_order",
+            npy_file(1, "{'descr': '<f4', 'shape': (2,), }", &data),
+        ),
+        (
+            "no shape",
+            npy_file(1, "{'descr': '<f4', 'fortran_order': False, }", &data),
+        ),
+        (
+            "descr not a string",
+            npy_file(
+                1,
+                "{'descr': 4, 'fortran_order': False, 'shape': (2,), }",
+                &data,
+            ),
+        ),
+        (
+            "complex dtype",
+            npy_file(1, &header("<c8", false, "(2,)"), &data),
+        ),
+        (
+            "unicode dtype",
+            npy_file(1, &header("<U4", false, "(2,)"), &data),
+        ),
+        (
+            "object dtype",
+            npy_file(1, &header("|O", false, "(2,)"), &data),
+        ),
+        (
+            "unknown byte order",
+            npy_file(1, &header("!f4", false, "(2,)"), &data),
+        ),
+        (
+            "multi-byte descr",
+            npy_file(1, &header("é4", false, "(2,)"), &data),
+        ),
+        (
+            "multi-byte descr 2",
+            npy_file(1, &header("<é", false, "(2,)"), &data),
+        ),
+        (
+            "empty descr",
+            npy_file(1, &header("", false, "(2,)"), &data),
+        ),
+        (
+            "fortran_order maybe",
+            npy_file(
+                1,
+                "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (2,), }",
+                &data,
+            ),
+        ),
+        (
+            "shape a list",
+            npy_file(1, &header("<f4", false, "[2, 3]"), &data),
+        ),
+        (
+            "shape not numbers",
+            npy_file(1, &header("<f4", false, "(2, x)"), &data),
+        ),
+        (
+            "negative dim",
+            npy_file(1, &header("<f4", false, "(-1,)"), &data),
+        ),
+        (
+            "dim beyond usize",
+            npy_file(
+                1,
+                &header("<f4", false, "(99999999999999999999999,)"),
+                &data,
+            ),
+        ),
+        (
+            "element count overflow",
+            npy_file(
+                1,
+                &header("<f4", false, "(4294967296, 4294967296, 4)"),
+                &data,
+            ),
+        ),
+        (
+            "byte count overflow",
+            npy_file(1, &header("<f8", false, "(4611686018427387904,)"), &data),
+        ),
+        (
+            "data one byte short",
+            npy_file(1, &header("<f4", false, "(2, 3)"), &data[..23]),
+        ),
+        (
+            "bool holding 2",
+            npy_file(1, &header("|b1", false, "(3,)"), &[0, 1, 2]),
+        ),
     ];
     for (what, bytes) in cases {
         assert_npy_error(&bytes, what);
@@ -311,7 +446,11 @@ proptest! {
 // ---------------------------------------------------------------------------------------------
 
 fn numpy_available() -> bool {
-    Command::new("python3").args(["-c", "import numpy"]).output().map(|o| o.status.success()).unwrap_or(false)
+    Command::new("python3")
+        .args(["-c", "import numpy"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
 }
 
 const NUMPY_SCRIPT: &str = r#"
@@ -360,25 +499,58 @@ fn numpy_agrees() {
     }
     let dir = temp_dir("numpy");
     for dtype in numeric_dtypes() {
-        sample(dtype, &[2, 3, 4]).write_npy(dir.join(format!("{dtype}.npy"))).unwrap();
+        sample(dtype, &[2, 3, 4])
+            .write_npy(dir.join(format!("{dtype}.npy")))
+            .unwrap();
     }
-    sample(DType::I32, &[2, 3, 4]).permute(&[2, 1, 0]).unwrap().write_npy(dir.join("transposed.npy")).unwrap();
-    let out = Command::new("python3").arg("-c").arg(NUMPY_SCRIPT).arg(&dir).output().unwrap();
-    assert!(out.status.success(), "numpy check failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    sample(DType::I32, &[2, 3, 4])
+        .permute(&[2, 1, 0])
+        .unwrap()
+        .write_npy(dir.join("transposed.npy"))
+        .unwrap();
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(NUMPY_SCRIPT)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "numpy check failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let base: Vec<i32> = (0..24).map(|v| v * 3 - 7).collect();
     let fortran = Tensor::read_npy(dir.join("py_fortran.npy")).unwrap();
-    assert_eq!((fortran.dtype(), fortran.dims()), (DType::I32, &[2usize, 3, 4][..]));
+    assert_eq!(
+        (fortran.dtype(), fortran.dims()),
+        (DType::I32, &[2usize, 3, 4][..])
+    );
     assert_eq!(fortran.to_vec::<i32>().unwrap(), base);
     let big = Tensor::read_npy(dir.join("py_big.npy")).unwrap();
-    assert_eq!(big.to_vec::<f64>().unwrap(), base.iter().map(|&v| v as f64).collect::<Vec<_>>());
+    assert_eq!(
+        big.to_vec::<f64>().unwrap(),
+        base.iter().map(|&v| v as f64).collect::<Vec<_>>()
+    );
     let both = Tensor::read_npy(dir.join("py_big_fortran.npy")).unwrap();
-    assert_eq!(both.to_vec::<i16>().unwrap(), base.iter().map(|&v| v as i16).collect::<Vec<_>>());
+    assert_eq!(
+        both.to_vec::<i16>().unwrap(),
+        base.iter().map(|&v| v as i16).collect::<Vec<_>>()
+    );
     let scalar = Tensor::read_npy(dir.join("py_scalar.npy")).unwrap();
-    assert_eq!((scalar.rank(), scalar.to_vec::<f32>().unwrap()), (0, vec![2.5]));
+    assert_eq!(
+        (scalar.rank(), scalar.to_vec::<f32>().unwrap()),
+        (0, vec![2.5])
+    );
     let bools = Tensor::read_npy(dir.join("py_bool.npy")).unwrap();
-    assert_eq!(bools.to_bools().unwrap(), base.iter().map(|v| v % 2 == 0).collect::<Vec<_>>());
+    assert_eq!(
+        bools.to_bools().unwrap(),
+        base.iter().map(|v| v % 2 == 0).collect::<Vec<_>>()
+    );
     let empty = Tensor::read_npy(dir.join("py_empty.npy")).unwrap();
-    assert_eq!((empty.dtype(), empty.dims()), (DType::U64, &[0usize, 3][..]));
+    assert_eq!(
+        (empty.dtype(), empty.dims()),
+        (DType::U64, &[0usize, 3][..])
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -40,7 +40,10 @@ fn indices(dims: &[usize]) -> Vec<Vec<usize>> {
 impl Dense {
     fn iota(dims: &[usize]) -> Dense {
         let n: usize = dims.iter().product();
-        Dense { dims: dims.to_vec(), data: (0..n as i32).collect() }
+        Dense {
+            dims: dims.to_vec(),
+            data: (0..n as i32).collect(),
+        }
     }
 
     fn numel(&self) -> usize {
@@ -58,13 +61,19 @@ impl Dense {
 
     /// A new array of `dims` whose element at `out` is this array's element at `source(out)`.
     fn gather(&self, dims: Vec<usize>, source: impl Fn(&[usize]) -> Vec<usize>) -> Dense {
-        let data = indices(&dims).iter().map(|out| self.get(&source(out))).collect();
+        let data = indices(&dims)
+            .iter()
+            .map(|out| self.get(&source(out)))
+            .collect();
         Dense { dims, data }
     }
 
     fn with_dims(&self, dims: Vec<usize>) -> Dense {
         assert_eq!(dims.iter().product::<usize>(), self.numel());
-        Dense { dims, data: self.data.clone() }
+        Dense {
+            dims,
+            data: self.data.clone(),
+        }
     }
 }
 
@@ -197,7 +206,11 @@ fn viewable(t: &Tensor, dims: &[usize]) -> bool {
         return true;
     }
     // The stride of each new axis is fixed by the position of its unit step.
-    let flat = |idx: &[usize]| idx.iter().zip(dims).fold(0usize, |acc, (&i, &d)| acc * d + i);
+    let flat = |idx: &[usize]| {
+        idx.iter()
+            .zip(dims)
+            .fold(0usize, |acc, (&i, &d)| acc * d + i)
+    };
     let strides: Vec<i128> = (0..dims.len())
         .map(|axis| {
             if dims[axis] <= 1 {
@@ -209,7 +222,12 @@ fn viewable(t: &Tensor, dims: &[usize]) -> bool {
         })
         .collect();
     indices(dims).iter().enumerate().all(|(k, idx)| {
-        let p = pos[0] + idx.iter().zip(&strides).map(|(&i, &s)| i as i128 * s).sum::<i128>();
+        let p = pos[0]
+            + idx
+                .iter()
+                .zip(&strides)
+                .map(|(&i, &s)| i as i128 * s)
+                .sum::<i128>();
         p == pos[k]
     })
 }
@@ -217,7 +235,9 @@ fn viewable(t: &Tensor, dims: &[usize]) -> bool {
 /// Brute force contiguity: element k sits at position offset + k.
 fn dense_in_order(t: &Tensor) -> bool {
     let pos = positions(t);
-    pos.iter().enumerate().all(|(k, &p)| p == pos[0] + k as i128)
+    pos.iter()
+        .enumerate()
+        .all(|(k, &p)| p == pos[0] + k as i128)
 }
 
 /// A base tensor of `dims` holding 0, 1, 2, ... (i32), optionally bound at an element offset
@@ -228,10 +248,15 @@ fn base_tensor(dims: &[usize], offset: usize) -> Tensor {
     if offset == 0 {
         return Tensor::from_slice(&values, dims).unwrap();
     }
-    let buffer = Tensor::from_slice(&vec![-7i32; numel + offset + 3], &[numel + offset + 3]).unwrap();
+    let buffer =
+        Tensor::from_slice(&vec![-7i32; numel + offset + 3], &[numel + offset + 3]).unwrap();
     let t = Tensor::bind(buffer.storage().unwrap(), offset * 4, dims, DType::I32).unwrap();
     if numel > 0 {
-        t.write::<i32>().unwrap().as_mut_slice().unwrap().copy_from_slice(&values);
+        t.write::<i32>()
+            .unwrap()
+            .as_mut_slice()
+            .unwrap()
+            .copy_from_slice(&values);
     }
     t
 }
@@ -276,7 +301,8 @@ fn op() -> impl Strategy<Value = Op> {
         any::<u64>().prop_map(Op::Permute),
         (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Op::Transpose(a, b)),
         (any::<usize>(), any::<usize>(), any::<usize>()).prop_map(|(a, s, l)| Op::Narrow(a, s, l)),
-        (any::<usize>(), index_value(), index_value(), step_value()).prop_map(|(a, s, e, st)| Op::Slice(a, s, e, st)),
+        (any::<usize>(), index_value(), index_value(), step_value())
+            .prop_map(|(a, s, e, st)| Op::Slice(a, s, e, st)),
         (any::<usize>(), any::<isize>()).prop_map(|(a, i)| Op::Select(a, i)),
         any::<u64>().prop_map(Op::Expand),
         proptest::option::of(any::<usize>()).prop_map(Op::Squeeze),
@@ -286,7 +312,10 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn dims_strategy() -> impl Strategy<Value = Vec<usize>> {
-    prop::collection::vec(prop_oneof![1 => Just(0usize), 2 => Just(1usize), 8 => 2usize..5], 0..=4)
+    prop::collection::vec(
+        prop_oneof![1 => Just(0usize), 2 => Just(1usize), 8 => 2usize..5],
+        0..=4,
+    )
 }
 
 /// What applying an op produced.
@@ -303,14 +332,28 @@ const MAX_NUMEL: usize = 2048;
 /// shape (e.g. an axis op on a scalar).
 fn apply(op: &Op, t: &Tensor, r: &Dense) -> Result<Option<Step>, TestCaseError> {
     let rank = r.dims.len();
-    let step = |tensor: Tensor, reference: Dense, must_share: Option<bool>| Ok(Some(Step { tensor, reference, must_share }));
+    let step = |tensor: Tensor, reference: Dense, must_share: Option<bool>| {
+        Ok(Some(Step {
+            tensor,
+            reference,
+            must_share,
+        }))
+    };
     match *op {
         Op::View(seed) | Op::Reshape(seed) => {
             let dims = random_dims_with_numel(r.numel(), &mut Rng::new(seed));
             let expect_view = viewable(t, &dims);
             if matches!(op, Op::View(_)) {
                 let result = t.view(&dims);
-                prop_assert_eq!(result.is_ok(), expect_view, "view {:?} -> {:?} strides {:?}: {:?}", t.dims(), dims, t.strides(), result.as_ref().err());
+                prop_assert_eq!(
+                    result.is_ok(),
+                    expect_view,
+                    "view {:?} -> {:?} strides {:?}: {:?}",
+                    t.dims(),
+                    dims,
+                    t.strides(),
+                    result.as_ref().err()
+                );
                 if t.is_contiguous() {
                     prop_assert!(result.is_ok(), "a contiguous tensor can always be viewed");
                 }
@@ -320,7 +363,9 @@ fn apply(op: &Op, t: &Tensor, r: &Dense) -> Result<Option<Step>, TestCaseError> 
                     Err(e) => Err(TestCaseError::fail(format!("unexpected view error {e}"))),
                 }
             } else {
-                let v = t.reshape(&dims).map_err(|e| TestCaseError::fail(format!("reshape: {e}")))?;
+                let v = t
+                    .reshape(&dims)
+                    .map_err(|e| TestCaseError::fail(format!("reshape: {e}")))?;
                 step(v, r.with_dims(dims), Some(expect_view))
             }
         }
@@ -380,7 +425,12 @@ fn apply(op: &Op, t: &Tensor, r: &Dense) -> Result<Option<Step>, TestCaseError> 
                 src[axis] = (first + out[axis] as i128 * st as i128) as usize;
                 src
             });
-            let v = t.slice(sa, start, end, st).map_err(|e| TestCaseError::fail(format!("slice({sa}, {start}, {end}, {st}) of {:?}: {e}", t.dims())))?;
+            let v = t.slice(sa, start, end, st).map_err(|e| {
+                TestCaseError::fail(format!(
+                    "slice({sa}, {start}, {end}, {st}) of {:?}: {e}",
+                    t.dims()
+                ))
+            })?;
             step(v, reference, Some(true))
         }
         Op::Select(a, i) => {
@@ -393,7 +443,11 @@ fn apply(op: &Op, t: &Tensor, r: &Dense) -> Result<Option<Step>, TestCaseError> 
                 return Ok(None);
             }
             let index = (i.rem_euclid(2 * dim as isize)) - dim as isize; // in -dim..dim
-            let resolved = if index < 0 { (index + dim as isize) as usize } else { index as usize };
+            let resolved = if index < 0 {
+                (index + dim as isize) as usize
+            } else {
+                index as usize
+            };
             let mut dims = r.dims.clone();
             dims.remove(axis);
             let reference = r.gather(dims, |out| {
@@ -414,7 +468,11 @@ fn apply(op: &Op, t: &Tensor, r: &Dense) -> Result<Option<Step>, TestCaseError> 
                 return Ok(None);
             }
             let reference = r.gather(dims.clone(), |out| {
-                out[lead..].iter().zip(&r.dims).map(|(&o, &d)| if d == 1 { 0 } else { o }).collect()
+                out[lead..]
+                    .iter()
+                    .zip(&r.dims)
+                    .map(|(&o, &d)| if d == 1 { 0 } else { o })
+                    .collect()
             });
             step(t.expand(&dims).unwrap(), reference, Some(true))
         }
@@ -423,10 +481,18 @@ fn apply(op: &Op, t: &Tensor, r: &Dense) -> Result<Option<Step>, TestCaseError> 
             match axis {
                 Some(raw) if !ones.is_empty() => {
                     let axis = ones[raw % ones.len()];
-                    let signed = if raw % 2 == 0 { axis as isize } else { axis as isize - rank as isize };
+                    let signed = if raw % 2 == 0 {
+                        axis as isize
+                    } else {
+                        axis as isize - rank as isize
+                    };
                     let mut dims = r.dims.clone();
                     dims.remove(axis);
-                    step(t.squeeze(Some(signed)).unwrap(), r.with_dims(dims), Some(true))
+                    step(
+                        t.squeeze(Some(signed)).unwrap(),
+                        r.with_dims(dims),
+                        Some(true),
+                    )
                 }
                 _ => {
                     let dims: Vec<usize> = r.dims.iter().copied().filter(|&d| d != 1).collect();
@@ -437,7 +503,11 @@ fn apply(op: &Op, t: &Tensor, r: &Dense) -> Result<Option<Step>, TestCaseError> 
         Op::Unsqueeze(raw) => {
             let n = rank as isize + 1;
             let axis = raw.rem_euclid(2 * n) - n; // in -(rank+1)..=rank
-            let at = if axis < 0 { (axis + n) as usize } else { axis as usize };
+            let at = if axis < 0 {
+                (axis + n) as usize
+            } else {
+                axis as usize
+            };
             let mut dims = r.dims.clone();
             dims.insert(at, 1);
             step(t.unsqueeze(axis).unwrap(), r.with_dims(dims), Some(true))
@@ -449,12 +519,18 @@ fn apply(op: &Op, t: &Tensor, r: &Dense) -> Result<Option<Step>, TestCaseError> 
             }
             let (ss, s) = pick_axis(a, rank);
             let e = s + b % (rank - s);
-            let se = if b % 2 == 0 { e as isize } else { e as isize - rank as isize };
+            let se = if b % 2 == 0 {
+                e as isize
+            } else {
+                e as isize - rank as isize
+            };
             let mut dims = r.dims[..s].to_vec();
             dims.push(r.dims[s..=e].iter().product());
             dims.extend_from_slice(&r.dims[e + 1..]);
             let expect_view = viewable(t, &dims);
-            let v = t.flatten(ss, se).map_err(|err| TestCaseError::fail(format!("flatten: {err}")))?;
+            let v = t
+                .flatten(ss, se)
+                .map_err(|err| TestCaseError::fail(format!("flatten: {err}")))?;
             step(v, r.with_dims(dims), Some(expect_view))
         }
     }
@@ -466,14 +542,28 @@ fn check(t: &Tensor, r: &Dense, base: &Tensor) -> Result<(), TestCaseError> {
     prop_assert_eq!(t.numel(), r.numel());
     prop_assert_eq!(t.rank(), r.dims.len());
     prop_assert_eq!(t.to_vec::<i32>().unwrap(), r.data.clone());
-    prop_assert_eq!(t.is_contiguous(), dense_in_order(t), "cached contiguity of {:?} strides {:?}", t.dims(), t.strides());
+    prop_assert_eq!(
+        t.is_contiguous(),
+        dense_in_order(t),
+        "cached contiguity of {:?} strides {:?}",
+        t.dims(),
+        t.strides()
+    );
     let dense = t.contiguous().unwrap();
     prop_assert!(dense.is_contiguous());
     prop_assert_eq!(dense.dims(), t.dims());
     prop_assert_eq!(dense.to_vec::<i32>().unwrap(), r.data.clone());
-    prop_assert_eq!(dense.shares_storage(t), t.is_contiguous(), "contiguous() copies exactly when needed");
+    prop_assert_eq!(
+        dense.shares_storage(t),
+        t.is_contiguous(),
+        "contiguous() copies exactly when needed"
+    );
     if t.shares_storage(base) {
-        prop_assert_eq!(t.version(), base.version(), "views share the version counter");
+        prop_assert_eq!(
+            t.version(),
+            base.version(),
+            "views share the version counter"
+        );
     }
     // Element-by-element access agrees too.
     if r.numel() > 0 {
@@ -537,7 +627,10 @@ struct Placement {
 }
 
 fn placement(rank: usize) -> impl Strategy<Value = Placement> {
-    (any::<u64>(), prop::collection::vec((0usize..3, 0usize..3, 1usize..4, any::<bool>()), rank))
+    (
+        any::<u64>(),
+        prop::collection::vec((0usize..3, 0usize..3, 1usize..4, any::<bool>()), rank),
+    )
         .prop_map(|(perm_seed, axes)| Placement { perm_seed, axes })
 }
 
@@ -564,9 +657,11 @@ fn placed_view(dims: &[usize], p: &Placement) -> (Tensor, Tensor) {
         let span = if d == 0 { 0 } else { (d - 1) * step + 1 };
         view = view.narrow(axis as isize, lo, span).unwrap();
         view = if reversed {
-            view.slice(axis as isize, -1, isize::MIN, -(step as isize)).unwrap()
+            view.slice(axis as isize, -1, isize::MIN, -(step as isize))
+                .unwrap()
         } else {
-            view.slice(axis as isize, 0, span as isize, step as isize).unwrap()
+            view.slice(axis as isize, 0, span as isize, step as isize)
+                .unwrap()
         };
     }
     assert_eq!(view.dims(), dims);
@@ -574,11 +669,12 @@ fn placed_view(dims: &[usize], p: &Placement) -> (Tensor, Tensor) {
 }
 
 fn dims_and_two_placements() -> impl Strategy<Value = (Vec<usize>, Placement, Placement)> {
-    prop::collection::vec(prop_oneof![1 => Just(0usize), 6 => 1usize..5], 0..=4)
-        .prop_flat_map(|dims| {
+    prop::collection::vec(prop_oneof![1 => Just(0usize), 6 => 1usize..5], 0..=4).prop_flat_map(
+        |dims| {
             let rank = dims.len();
             (Just(dims), placement(rank), placement(rank))
-        })
+        },
+    )
 }
 
 proptest! {
@@ -644,9 +740,11 @@ enum Bad {
 fn bad_op() -> impl Strategy<Value = Bad> {
     prop_oneof![
         (any::<isize>(), any::<bool>()).prop_map(|(a, first)| Bad::TransposeAxis(a, first)),
-        (any::<usize>(), any::<usize>(), any::<usize>()).prop_map(|(a, s, l)| Bad::NarrowRange(a, s, l)),
+        (any::<usize>(), any::<usize>(), any::<usize>())
+            .prop_map(|(a, s, l)| Bad::NarrowRange(a, s, l)),
         any::<isize>().prop_map(Bad::NarrowAxis),
-        (any::<usize>(), any::<isize>(), any::<isize>()).prop_map(|(a, s, e)| Bad::SliceZeroStep(a, s, e)),
+        (any::<usize>(), any::<isize>(), any::<isize>())
+            .prop_map(|(a, s, e)| Bad::SliceZeroStep(a, s, e)),
         any::<isize>().prop_map(Bad::SliceAxis),
         (any::<usize>(), any::<isize>()).prop_map(|(a, i)| Bad::SelectIndex(a, i)),
         any::<u64>().prop_map(Bad::PermuteLength),
@@ -695,7 +793,11 @@ fn apply_bad(bad: &Bad, t: &Tensor) -> Option<Result<Tensor, CoreError>> {
             let dim = dims[axis];
             // start + len > dim, including sums that overflow usize.
             let start = s % (dim + 2);
-            let len = if l % 3 == 0 { usize::MAX } else { (dim + 1).saturating_sub(start) + l % 5 };
+            let len = if l % 3 == 0 {
+                usize::MAX
+            } else {
+                (dim + 1).saturating_sub(start) + l % 5
+            };
             t.narrow(sa, start, len)
         }
         Bad::NarrowAxis(raw) => t.narrow(invalid_axis(raw, rank), 0, 0),
@@ -712,7 +814,11 @@ fn apply_bad(bad: &Bad, t: &Tensor) -> Option<Result<Tensor, CoreError>> {
             }
             let (sa, axis) = pick_axis(a, rank);
             let dim = dims[axis] as isize;
-            let index = if i >= 0 { dim.saturating_add(i % 1000) } else { (-dim - 1).saturating_add(i % 1000) };
+            let index = if i >= 0 {
+                dim.saturating_add(i % 1000)
+            } else {
+                (-dim - 1).saturating_add(i % 1000)
+            };
             t.select(sa, index)
         }
         Bad::PermuteLength(seed) => {
@@ -862,13 +968,27 @@ fn views_never_copy_and_share_one_version_counter() {
     }
     // The narrow wrote only its own elements.
     // The narrow wrote only its own 16 elements (plus element 1, which held 1.0 already).
-    assert_eq!(t.to_vec::<f32>().unwrap().iter().filter(|&&x| x == 1.0).count(), 2 * 2 * 4 + 1);
+    assert_eq!(
+        t.to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .filter(|&&x| x == 1.0)
+            .count(),
+        2 * 2 * 4 + 1
+    );
 }
 
 #[test]
 fn huge_steps_do_not_overflow() {
     let t = base_tensor(&[7], 0);
-    for step in [isize::MAX, isize::MIN, isize::MAX - 1, isize::MIN + 1, 1 << 62, -(1 << 62)] {
+    for step in [
+        isize::MAX,
+        isize::MIN,
+        isize::MAX - 1,
+        isize::MIN + 1,
+        1 << 62,
+        -(1 << 62),
+    ] {
         let s = t.slice(0, 0, 7, step).unwrap();
         let expected: Vec<i32> = if step > 0 { vec![0] } else { vec![] };
         assert_eq!(s.to_vec::<i32>().unwrap(), expected, "step {step}");
@@ -876,19 +996,39 @@ fn huge_steps_do_not_overflow() {
         let expected: Vec<i32> = if step > 0 { vec![] } else { vec![6] };
         assert_eq!(r.to_vec::<i32>().unwrap(), expected, "step {step}");
         // A size-1 result can be viewed, transposed and sliced again.
-        assert_eq!(r.unsqueeze(0).unwrap().transpose(0, 1).unwrap().to_vec::<i32>().unwrap(), expected);
+        assert_eq!(
+            r.unsqueeze(0)
+                .unwrap()
+                .transpose(0, 1)
+                .unwrap()
+                .to_vec::<i32>()
+                .unwrap(),
+            expected
+        );
     }
 }
 
 #[test]
 fn empty_tensors_with_huge_dims() {
     // Zero elements, so these fit whatever the other dims are.
-    let t = Tensor::empty(&[0, 1 << 40, 1 << 40], DType::F32, strata_core::Device::Cpu, strata_core::MemoryKind::Default).unwrap();
+    let t = Tensor::empty(
+        &[0, 1 << 40, 1 << 40],
+        DType::F32,
+        strata_core::Device::Cpu,
+        strata_core::MemoryKind::Default,
+    )
+    .unwrap();
     assert_eq!(t.numel(), 0);
-    assert!(t.flatten(1, 2).is_err(), "the flattened dim overflows usize");
+    assert!(
+        t.flatten(1, 2).is_err(),
+        "the flattened dim overflows usize"
+    );
     let f = t.flatten(0, 1).unwrap();
     assert_eq!(f.dims(), &[0, 1 << 40]);
-    assert_eq!(t.transpose(0, 2).unwrap().to_vec::<f32>().unwrap(), Vec::<f32>::new());
+    assert_eq!(
+        t.transpose(0, 2).unwrap().to_vec::<f32>().unwrap(),
+        Vec::<f32>::new()
+    );
     assert_eq!(t.select(1, 5).unwrap().dims(), &[0, 1 << 40]);
 }
 
@@ -903,10 +1043,17 @@ fn views_inside_empty_tensors() {
     let n = t.narrow(2, 1, 3).unwrap();
     assert_eq!(n.dims(), &[0, 3, 3]);
     assert_eq!(n.contiguous().unwrap().numel(), 0);
-    let r = t.slice(1, -1, isize::MIN, -1).unwrap().transpose(0, 2).unwrap();
+    let r = t
+        .slice(1, -1, isize::MIN, -1)
+        .unwrap()
+        .transpose(0, 2)
+        .unwrap();
     assert_eq!(r.dims(), &[4, 3, 0]);
     r.fill_zero().unwrap();
-    Tensor::zeros(&[4, 3, 0], DType::F32).unwrap().copy_from(&r).unwrap();
+    Tensor::zeros(&[4, 3, 0], DType::F32)
+        .unwrap()
+        .copy_from(&r)
+        .unwrap();
     assert_eq!(r.to_npy_bytes().unwrap().len() % 64, 0);
 }
 
@@ -914,10 +1061,16 @@ fn views_inside_empty_tensors() {
 fn flatten_with_reversed_axes_is_an_error_not_a_stack_overflow() {
     // Regression: the copy fallback retried on a contiguous tensor forever.
     let t = Tensor::zeros(&[2, 3, 4], DType::F32).unwrap();
-    assert!(matches!(t.flatten(2, 0), Err(CoreError::InvalidView { .. })));
+    assert!(matches!(
+        t.flatten(2, 0),
+        Err(CoreError::InvalidView { .. })
+    ));
     assert!(t.transpose(0, 2).unwrap().flatten(1, 0).is_err());
     assert!(t.flatten(0, 3).is_err());
     let s = Tensor::scalar(1.0f32).unwrap();
     assert_eq!(s.flatten(0, -1).unwrap().dims(), &[1]);
-    assert!(s.flatten(1, 1).is_err(), "a scalar flattens like rank 1: axes 0 or -1");
+    assert!(
+        s.flatten(1, 1).is_err(),
+        "a scalar flattens like rank 1: axes 0 or -1"
+    );
 }

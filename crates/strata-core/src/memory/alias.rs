@@ -12,6 +12,13 @@ use crate::{MemoryBlock, MemoryKind, Result, Storage};
 /// aliases are never borrowed at the same time (a memory planner guarantees it by giving
 /// overlapping values disjoint lifetimes and running them in order), and that no alias escapes
 /// to code that could borrow it outside that discipline.
-pub unsafe fn alias_region(parent: &Arc<MemoryBlock>, offset: usize, len: usize, kind: MemoryKind) -> Result<Storage> {
-    Ok(Storage::new(Arc::new(MemoryBlock::child(parent, offset, len, kind)?)))
+pub unsafe fn alias_region(
+    parent: &Arc<MemoryBlock>,
+    offset: usize,
+    len: usize,
+    kind: MemoryKind,
+) -> Result<Storage> {
+    Ok(Storage::new(Arc::new(MemoryBlock::child(
+        parent, offset, len, kind,
+    )?)))
 }

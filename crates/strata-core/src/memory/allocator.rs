@@ -81,7 +81,10 @@ impl AtomicCounters {
     /// Reserves `bytes` against `limit`; returns false (and changes nothing) if it would exceed it.
     pub(crate) fn try_reserve(&self, bytes: usize, limit: Option<usize>) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
-        let now = self.active_bytes.fetch_add(bytes, Relaxed).saturating_add(bytes);
+        let now = self
+            .active_bytes
+            .fetch_add(bytes, Relaxed)
+            .saturating_add(bytes);
         if limit.is_some_and(|limit| now > limit) {
             self.active_bytes.fetch_sub(bytes, Relaxed);
             return false;
@@ -91,13 +94,15 @@ impl AtomicCounters {
 
     /// Undoes a `try_reserve` whose allocation then failed.
     pub(crate) fn unreserve(&self, bytes: usize) {
-        self.active_bytes.fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
+        self.active_bytes
+            .fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Completes a reservation into a counted allocation.
     pub(crate) fn commit(&self) {
         use std::sync::atomic::Ordering::Relaxed;
-        self.peak_active_bytes.fetch_max(self.active_bytes.load(Relaxed), Relaxed);
+        self.peak_active_bytes
+            .fetch_max(self.active_bytes.load(Relaxed), Relaxed);
         self.active_allocations.fetch_add(1, Relaxed);
         self.allocations.fetch_add(1, Relaxed);
     }

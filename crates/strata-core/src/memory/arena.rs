@@ -8,7 +8,10 @@
 use std::sync::Arc;
 
 use crate::align::check_alignment;
-use crate::{AllocatorRegistry, CoreError, Device, MemoryBlock, MemoryKind, Result, Storage, DEFAULT_ALIGNMENT};
+use crate::{
+    AllocatorRegistry, CoreError, Device, MemoryBlock, MemoryKind, Result, Storage,
+    DEFAULT_ALIGNMENT,
+};
 
 #[derive(Debug)]
 pub struct WorkspaceArena {
@@ -19,7 +22,8 @@ pub struct WorkspaceArena {
 impl WorkspaceArena {
     /// Reserves `capacity` bytes of `Workspace` memory on `device` from `registry`.
     pub fn new(registry: &AllocatorRegistry, device: Device, capacity: usize) -> Result<Self> {
-        let block = registry.allocate(device, MemoryKind::Workspace, capacity, DEFAULT_ALIGNMENT)?;
+        let block =
+            registry.allocate(device, MemoryKind::Workspace, capacity, DEFAULT_ALIGNMENT)?;
         Ok(WorkspaceArena { block, used: 0 })
     }
 
@@ -57,9 +61,15 @@ impl WorkspaceArena {
             capacity: self.capacity(),
         };
         // Align the absolute address, so the slice is aligned whatever the block's alignment.
-        let start_addr = base.checked_add(self.used).and_then(|a| a.checked_next_multiple_of(align)).ok_or_else(exhausted)?;
+        let start_addr = base
+            .checked_add(self.used)
+            .and_then(|a| a.checked_next_multiple_of(align))
+            .ok_or_else(exhausted)?;
         let start = start_addr - base;
-        let end = start.checked_add(bytes).filter(|&end| end <= self.capacity()).ok_or_else(exhausted)?;
+        let end = start
+            .checked_add(bytes)
+            .filter(|&end| end <= self.capacity())
+            .ok_or_else(exhausted)?;
         let child = MemoryBlock::child(&self.block, start, bytes, MemoryKind::Workspace)?;
         self.used = end;
         Ok(Storage::new(Arc::new(child)))
@@ -83,7 +93,12 @@ impl WorkspaceArena {
             return Ok(());
         }
         self.reset()?;
-        self.block = registry.allocate(self.device(), MemoryKind::Workspace, capacity, DEFAULT_ALIGNMENT)?;
+        self.block = registry.allocate(
+            self.device(),
+            MemoryKind::Workspace,
+            capacity,
+            DEFAULT_ALIGNMENT,
+        )?;
         Ok(())
     }
 }
@@ -101,8 +116,16 @@ mod tests {
         assert_eq!(b.as_ptr() as usize % 64, 0);
         assert!(b.as_ptr() as usize >= a.as_ptr() as usize + 10);
         assert_eq!(arena.live_slices(), 2);
-        assert!(matches!(arena.allocate(2000, 1), Err(CoreError::ArenaExhausted { .. })));
-        assert_eq!(registry.stats(Device::Cpu, MemoryKind::Workspace).active_bytes, 1024);
+        assert!(matches!(
+            arena.allocate(2000, 1),
+            Err(CoreError::ArenaExhausted { .. })
+        ));
+        assert_eq!(
+            registry
+                .stats(Device::Cpu, MemoryKind::Workspace)
+                .active_bytes,
+            1024
+        );
     }
 
     #[test]
@@ -112,13 +135,22 @@ mod tests {
         let slice = arena.allocate(200, 8).unwrap();
         let copy = slice.clone();
         drop(slice);
-        assert!(matches!(arena.reset(), Err(CoreError::ArenaInUse { live: 1 })));
-        assert!(matches!(arena.reserve(&registry, 4096), Err(CoreError::ArenaInUse { .. })));
+        assert!(matches!(
+            arena.reset(),
+            Err(CoreError::ArenaInUse { live: 1 })
+        ));
+        assert!(matches!(
+            arena.reserve(&registry, 4096),
+            Err(CoreError::ArenaInUse { .. })
+        ));
         drop(copy);
         arena.reset().unwrap();
         assert_eq!(arena.used(), 0);
         let full = arena.allocate(256, 1).unwrap();
-        assert!(arena.reserve(&registry, 4096).is_err(), "a live slice blocks growth");
+        assert!(
+            arena.reserve(&registry, 4096).is_err(),
+            "a live slice blocks growth"
+        );
         drop(full);
         arena.reserve(&registry, 4096).unwrap();
     }
@@ -129,7 +161,12 @@ mod tests {
         let mut arena = WorkspaceArena::new(&registry, Device::Cpu, 64).unwrap();
         arena.reserve(&registry, 4096).unwrap();
         assert_eq!(arena.capacity(), 4096);
-        assert_eq!(registry.stats(Device::Cpu, MemoryKind::Workspace).active_bytes, 4096);
+        assert_eq!(
+            registry
+                .stats(Device::Cpu, MemoryKind::Workspace)
+                .active_bytes,
+            4096
+        );
     }
 
     #[test]

@@ -6,17 +6,22 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::memory::ledger::KindLedger;
 use crate::memory::mode::InferenceMode;
+use crate::memory::registry::RouteRef;
 use crate::{Allocator, CoreError, Device, MemoryKind, Result};
 
 /// How a block's memory is released when the last reference drops.
 pub(crate) enum BlockOwner {
-    /// Returned to the allocator that made it, and un-accounted from its (device, kind) ledger.
-    Allocator { allocator: Arc<dyn Allocator>, ledger: Option<Arc<KindLedger>> },
+    /// Allocated through a registry: returned to the route's allocator and un-accounted from
+    /// its (device, kind) ledger.
+    Routed(RouteRef),
+    /// Allocated from an allocator directly, outside any registry accounting: returned to it.
+    Allocator { allocator: Arc<dyn Allocator> },
     /// Owned elsewhere (a file mapping, a user buffer): never freed here; the keep-alive handle
     /// holds the owner until the last view is gone.
-    External { _keep_alive: Arc<dyn Any + Send + Sync> },
+    External {
+        _keep_alive: Arc<dyn Any + Send + Sync>,
+    },
     /// A slice of a larger block (an arena): the parent lives at least as long as the slice.
     Parent { _parent: Arc<MemoryBlock> },
 }
@@ -47,23 +52,37 @@ unsafe impl Send for MemoryBlock {}
 unsafe impl Sync for MemoryBlock {}
 
 impl MemoryBlock {
-    /// A block from `allocator`. `ptr` must come from `allocator.allocate(len, align)`.
-    pub(crate) fn from_allocator(
+    /// A block allocated through a registry route. `ptr` must come from
+    /// `route.allocator.allocate(len, align)`, and `len` bytes must have been recorded in
+    /// `route.ledger`; both are undone when the block drops.
+    #[inline]
+    pub(crate) fn from_route(
         ptr: NonNull<u8>,
         len: usize,
         align: usize,
+        device: Device,
         kind: MemoryKind,
-        allocator: Arc<dyn Allocator>,
-        ledger: Option<Arc<KindLedger>>,
+        route: RouteRef,
     ) -> Self {
-        let device = allocator.device();
-        MemoryBlock::with_owner(ptr, len, align, device, kind, false, BlockOwner::Allocator { allocator, ledger })
+        debug_assert_eq!(route.allocator.device(), device);
+        MemoryBlock::with_owner(ptr, len, align, device, kind, false, BlockOwner::Routed(route))
     }
 
     /// Allocates `len` bytes from `allocator` directly, outside any registry accounting.
-    pub fn allocate(allocator: &Arc<dyn Allocator>, len: usize, align: usize, kind: MemoryKind) -> Result<Arc<Self>> {
+    pub fn allocate(
+        allocator: &Arc<dyn Allocator>,
+        len: usize,
+        align: usize,
+        kind: MemoryKind,
+    ) -> Result<Arc<Self>> {
         let ptr = allocator.allocate(len, align)?;
-        Ok(Arc::new(MemoryBlock::from_allocator(ptr, len, align, kind, allocator.clone(), None)))
+        let owner = BlockOwner::Allocator {
+            allocator: allocator.clone(),
+        };
+        let device = allocator.device();
+        Ok(Arc::new(MemoryBlock::with_owner(
+            ptr, len, align, device, kind, false, owner,
+        )))
     }
 
     /// Wraps memory owned elsewhere without copying (M12). `keep_alive` is held until the block
@@ -82,18 +101,37 @@ impl MemoryBlock {
         keep_alive: Arc<dyn Any + Send + Sync>,
     ) -> Self {
         let align = 1usize << (ptr.as_ptr() as usize).trailing_zeros().min(12);
-        MemoryBlock::with_owner(ptr, len, align, device, kind, read_only, BlockOwner::External { _keep_alive: keep_alive })
+        MemoryBlock::with_owner(
+            ptr,
+            len,
+            align,
+            device,
+            kind,
+            read_only,
+            BlockOwner::External {
+                _keep_alive: keep_alive,
+            },
+        )
     }
 
     /// A sub-block of `parent` at `offset..offset+len` that keeps `parent` alive. Used by the
     /// arena, whose slices are borrowed independently of each other.
-    pub(crate) fn child(parent: &Arc<MemoryBlock>, offset: usize, len: usize, kind: MemoryKind) -> Result<Self> {
-        let end = offset.checked_add(len).filter(|&e| e <= parent.len).ok_or(CoreError::OutOfBounds {
-            op: "MemoryBlock::child",
-            offset,
-            end: offset.saturating_add(len),
-            len: parent.len,
-        })?;
+    pub(crate) fn child(
+        parent: &Arc<MemoryBlock>,
+        offset: usize,
+        len: usize,
+        kind: MemoryKind,
+    ) -> Result<Self> {
+        let end =
+            offset
+                .checked_add(len)
+                .filter(|&e| e <= parent.len)
+                .ok_or_else(|| CoreError::OutOfBounds {
+                    op: "MemoryBlock::child",
+                    offset,
+                    end: offset.saturating_add(len),
+                    len: parent.len,
+                })?;
         debug_assert!(end <= parent.len);
         // SAFETY: offset + len <= parent.len was checked above, so the result stays inside the
         // parent's allocation (or one past its end for an empty slice).
@@ -106,7 +144,9 @@ impl MemoryBlock {
             parent.device,
             kind,
             parent.read_only,
-            BlockOwner::Parent { _parent: parent.clone() },
+            BlockOwner::Parent {
+                _parent: parent.clone(),
+            },
         ))
     }
 
@@ -165,7 +205,8 @@ impl MemoryBlock {
     /// The allocator that owns this block, if it came from one (used by `resize`).
     pub fn allocator(&self) -> Option<&Arc<dyn Allocator>> {
         match &self.owner {
-            BlockOwner::Allocator { allocator, .. } => Some(allocator),
+            BlockOwner::Routed(route) => Some(&route.allocator),
+            BlockOwner::Allocator { allocator } => Some(allocator),
             _ => None,
         }
     }
@@ -190,9 +231,17 @@ impl MemoryBlock {
         let mut current = self.borrow.load(Ordering::Relaxed);
         loop {
             if current < 0 {
-                return Err(CoreError::BorrowConflict { op, held: "for writing" });
+                return Err(CoreError::BorrowConflict {
+                    op,
+                    held: "for writing",
+                });
             }
-            match self.borrow.compare_exchange_weak(current, current + 1, Ordering::Acquire, Ordering::Relaxed) {
+            match self.borrow.compare_exchange_weak(
+                current,
+                current + 1,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => return Ok(BlockRead { block: self }),
                 Err(seen) => current = seen,
             }
@@ -205,7 +254,10 @@ impl MemoryBlock {
         if self.read_only {
             return Err(CoreError::ReadOnly { op });
         }
-        match self.borrow.compare_exchange(0, -1, Ordering::Acquire, Ordering::Relaxed) {
+        match self
+            .borrow
+            .compare_exchange(0, -1, Ordering::Acquire, Ordering::Relaxed)
+        {
             Ok(_) => {
                 if !InferenceMode::is_enabled() {
                     self.version.fetch_add(1, Ordering::AcqRel);
@@ -214,22 +266,32 @@ impl MemoryBlock {
             }
             Err(held) => Err(CoreError::BorrowConflict {
                 op,
-                held: if held < 0 { "for writing" } else { "for reading" },
+                held: if held < 0 {
+                    "for writing"
+                } else {
+                    "for reading"
+                },
             }),
         }
     }
 }
 
 impl Drop for MemoryBlock {
+    #[inline]
     fn drop(&mut self) {
-        if let BlockOwner::Allocator { allocator, ledger } = &self.owner {
-            // SAFETY: `ptr`, `len` and `align` are exactly what `allocator.allocate` returned and
-            // was asked for (the only constructor of this variant), and this is the last
-            // reference to the block, so nothing can use the memory afterwards.
-            unsafe { allocator.deallocate(self.ptr, self.len, self.align) };
-            if let Some(ledger) = ledger {
-                ledger.release(self.len);
+        match &self.owner {
+            BlockOwner::Routed(route) => {
+                // SAFETY: `ptr`, `len` and `align` are exactly what `route.allocator.allocate`
+                // returned and was asked for (see `from_route`), and this is the last reference
+                // to the block, so nothing can use the memory afterwards.
+                unsafe { route.allocator.deallocate(self.ptr, self.len, self.align) };
+                route.ledger.release(self.len);
             }
+            BlockOwner::Allocator { allocator } => {
+                // SAFETY: as above; `allocate` is the only constructor of this variant.
+                unsafe { allocator.deallocate(self.ptr, self.len, self.align) };
+            }
+            BlockOwner::External { .. } | BlockOwner::Parent { .. } => {}
         }
     }
 }

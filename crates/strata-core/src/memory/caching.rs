@@ -26,9 +26,13 @@ pub struct SizeClass {
 
 impl SizeClass {
     /// The class serving a request of `bytes` (> 0).
+    #[inline]
     pub fn of(bytes: usize) -> Result<SizeClass> {
         if bytes <= 256 {
-            return Ok(SizeClass { index: 0, bytes: 256 });
+            return Ok(SizeClass {
+                index: 0,
+                bytes: 256,
+            });
         }
         // 2^k < bytes <= 2^(k+1), k >= 8.
         let k = (usize::BITS - 1 - (bytes - 1).leading_zeros()) as usize;
@@ -39,7 +43,10 @@ impl SizeClass {
             9 => 2 + rounded / 256 - 3,
             _ => 4 + (k - 10) * 4 + rounded / step - 5,
         };
-        Ok(SizeClass { index, bytes: rounded })
+        Ok(SizeClass {
+            index,
+            bytes: rounded,
+        })
     }
 }
 
@@ -85,8 +92,15 @@ impl CachingAllocator<CpuAllocator> {
 
 impl<A: Allocator> CachingAllocator<A> {
     pub fn new(backing: A) -> Self {
-        let state = CacheState { buckets: (0..BUCKETS).map(|_| Vec::new()).collect(), ..CacheState::default() };
-        CachingAllocator { backing, kind: MemoryKind::Default, state: Mutex::new(state) }
+        let state = CacheState {
+            buckets: (0..BUCKETS).map(|_| Vec::new()).collect(),
+            ..CacheState::default()
+        };
+        CachingAllocator {
+            backing,
+            kind: MemoryKind::Default,
+            state: Mutex::new(state),
+        }
     }
 
     /// Names the memory kind this cache serves, for error messages.
@@ -110,7 +124,12 @@ impl<A: Allocator> Allocator for CachingAllocator<A> {
         if bytes == 0 {
             return Ok(dangling(align));
         }
-        let class = SizeClass::of(bytes)?;
+        let class = SizeClass::of(bytes).map_err(|_| CoreError::OutOfMemory {
+            bytes,
+            device: self.backing.device(),
+            kind: self.kind,
+            reason: "the request exceeds the largest size class".into(),
+        })?;
         let align = Self::effective_align(align);
         {
             let mut state = self.state.lock();
@@ -130,12 +149,14 @@ impl<A: Allocator> Allocator for CachingAllocator<A> {
             Err(_) => {
                 // Free what the cache holds and try exactly once more.
                 self.release_cached();
-                self.backing.allocate(class.bytes, align).map_err(|err| CoreError::OutOfMemory {
-                    bytes,
-                    device: self.backing.device(),
-                    kind: self.kind,
-                    reason: format!("after releasing the cache: {err}"),
-                })?
+                self.backing
+                    .allocate(class.bytes, align)
+                    .map_err(|err| CoreError::OutOfMemory {
+                        bytes,
+                        device: self.backing.device(),
+                        kind: self.kind,
+                        reason: format!("after releasing the cache: {err}"),
+                    })?
             }
         };
         let mut state = self.state.lock();
@@ -153,7 +174,9 @@ impl<A: Allocator> Allocator for CachingAllocator<A> {
             return;
         }
         // `allocate(bytes, _)` succeeded, so the class of `bytes` is computable.
-        let Ok(class) = SizeClass::of(bytes) else { return };
+        let Ok(class) = SizeClass::of(bytes) else {
+            return;
+        };
         let align = Self::effective_align(align);
         let mut state = self.state.lock();
         state.bucket(class, align).push(CachedPtr(ptr));
@@ -236,7 +259,10 @@ mod tests {
     #[test]
     fn size_classes_cover_and_bound_waste() {
         let mut last = SizeClass::of(1).unwrap();
-        for bytes in (1..200_000).step_by(37).chain([1 << 20, (1 << 20) + 1, 1 << 40]) {
+        for bytes in (1..200_000)
+            .step_by(37)
+            .chain([1 << 20, (1 << 20) + 1, 1 << 40])
+        {
             let c = SizeClass::of(bytes).unwrap();
             assert!(c.bytes >= bytes && c.bytes % 256 == 0, "{bytes} -> {c:?}");
             assert!(c.bytes <= bytes + bytes / 4 + 256, "{bytes} -> {c:?}");
@@ -258,14 +284,24 @@ mod tests {
         let q = a.allocate(200, 64).unwrap();
         assert_eq!(p, q, "same size class must reuse the block");
         let s = a.stats();
-        assert_eq!((s.allocations, s.cache_hits, s.active_bytes, s.cached_bytes), (2, 1, 256, 0));
+        assert_eq!(
+            (s.allocations, s.cache_hits, s.active_bytes, s.cached_bytes),
+            (2, 1, 256, 0)
+        );
         assert!((s.hit_rate() - 0.5).abs() < 1e-9);
         // SAFETY: q came from allocate(200, 64).
         unsafe { a.deallocate(q, 200, 64) };
         assert_eq!(a.stats().cached_bytes, 256);
         a.release_cached();
         let s = a.stats();
-        assert_eq!((s.cached_bytes, s.reserved_bytes, a.backing().stats().active_bytes), (0, 0, 0));
+        assert_eq!(
+            (
+                s.cached_bytes,
+                s.reserved_bytes,
+                a.backing().stats().active_bytes
+            ),
+            (0, 0, 0)
+        );
     }
 
     #[test]
@@ -285,7 +321,8 @@ mod tests {
     fn releases_cache_and_retries_once_on_failure() {
         // The backing allocator holds at most 4 KiB: a cached 4 KiB block blocks a new request
         // of another class until the cache is released.
-        let a = CachingAllocator::new(CpuAllocator::with_limit(4096)).with_kind(MemoryKind::Workspace);
+        let a =
+            CachingAllocator::new(CpuAllocator::with_limit(4096)).with_kind(MemoryKind::Workspace);
         let p = a.allocate(4096, 256).unwrap();
         // SAFETY: p came from allocate(4096, 256).
         unsafe { a.deallocate(p, 4096, 256) };
@@ -294,8 +331,16 @@ mod tests {
         assert_eq!(a.stats().cached_bytes, 0);
         let err = a.allocate(4096, 256).unwrap_err();
         match err {
-            CoreError::OutOfMemory { bytes, device, kind, .. } => {
-                assert_eq!((bytes, device, kind), (4096, Device::Cpu, MemoryKind::Workspace));
+            CoreError::OutOfMemory {
+                bytes,
+                device,
+                kind,
+                ..
+            } => {
+                assert_eq!(
+                    (bytes, device, kind),
+                    (4096, Device::Cpu, MemoryKind::Workspace)
+                );
             }
             other => panic!("unexpected {other:?}"),
         }

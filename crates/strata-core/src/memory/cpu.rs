@@ -21,21 +21,39 @@ impl CpuAllocator {
 
     /// An allocator that refuses to hold more than `limit` bytes at once.
     pub fn with_limit(limit: usize) -> Self {
-        CpuAllocator { limit: Some(limit), counters: AtomicCounters::default() }
+        CpuAllocator {
+            limit: Some(limit),
+            counters: AtomicCounters::default(),
+        }
     }
 }
 
 fn oom(bytes: usize, reason: impl Into<String>) -> CoreError {
-    CoreError::OutOfMemory { bytes, device: Device::Cpu, kind: MemoryKind::Default, reason: reason.into() }
+    CoreError::OutOfMemory {
+        bytes,
+        device: Device::Cpu,
+        kind: MemoryKind::Default,
+        reason: reason.into(),
+    }
 }
 
 impl Allocator for CpuAllocator {
     fn allocate(&self, bytes: usize, align: usize) -> Result<NonNull<u8>> {
         check_alignment(align)?;
-        let layout = Layout::from_size_align(bytes, align)
-            .map_err(|_| oom(bytes, format!("size with alignment {align} exceeds isize::MAX")))?;
+        let layout = Layout::from_size_align(bytes, align).map_err(|_| {
+            oom(
+                bytes,
+                format!("size with alignment {align} exceeds isize::MAX"),
+            )
+        })?;
         if !self.counters.try_reserve(bytes, self.limit) {
-            return Err(oom(bytes, format!("allocator limit of {} bytes reached", self.limit.unwrap_or(0))));
+            return Err(oom(
+                bytes,
+                format!(
+                    "allocator limit of {} bytes reached",
+                    self.limit.unwrap_or(0)
+                ),
+            ));
         }
         let ptr = if bytes == 0 {
             dangling(align)
@@ -57,7 +75,12 @@ impl Allocator for CpuAllocator {
         if bytes != 0 {
             // SAFETY: the caller guarantees `ptr` came from `allocate(bytes, align)` here, which
             // validated this exact layout and allocated it with the global allocator.
-            unsafe { std::alloc::dealloc(ptr.as_ptr(), Layout::from_size_align_unchecked(bytes, align)) };
+            unsafe {
+                std::alloc::dealloc(
+                    ptr.as_ptr(),
+                    Layout::from_size_align_unchecked(bytes, align),
+                )
+            };
         }
         self.counters.free(bytes);
     }
@@ -87,16 +110,28 @@ mod tests {
         // SAFETY: same pointer, size and alignment as allocated.
         unsafe { a.deallocate(p, 1000, 256) };
         let s = a.stats();
-        assert_eq!((s.active_bytes, s.peak_active_bytes, s.allocations), (0, 1000, 1));
+        assert_eq!(
+            (s.active_bytes, s.peak_active_bytes, s.allocations),
+            (0, 1000, 1)
+        );
     }
 
     #[test]
     fn impossible_sizes_are_errors() {
         let a = CpuAllocator::new();
-        assert!(matches!(a.allocate(usize::MAX - 10, 256), Err(CoreError::OutOfMemory { .. })));
-        assert!(matches!(a.allocate(16, 3), Err(CoreError::InvalidAlignment { align: 3 })));
+        assert!(matches!(
+            a.allocate(usize::MAX - 10, 256),
+            Err(CoreError::OutOfMemory { .. })
+        ));
+        assert!(matches!(
+            a.allocate(16, 3),
+            Err(CoreError::InvalidAlignment { align: 3 })
+        ));
         let limited = CpuAllocator::with_limit(100);
-        assert!(matches!(limited.allocate(101, 64), Err(CoreError::OutOfMemory { .. })));
+        assert!(matches!(
+            limited.allocate(101, 64),
+            Err(CoreError::OutOfMemory { .. })
+        ));
         assert_eq!(limited.stats().active_bytes, 0);
     }
 

@@ -41,7 +41,8 @@ impl CudaHostMemory {
         unsafe {
             let library = libloading::Library::new("libcuda.so.1").ok()?;
             let init: unsafe extern "C" fn(u32) -> CuResult = *library.get(b"cuInit\0").ok()?;
-            let device_get: unsafe extern "C" fn(*mut i32, i32) -> CuResult = *library.get(b"cuDeviceGet\0").ok()?;
+            let device_get: unsafe extern "C" fn(*mut i32, i32) -> CuResult =
+                *library.get(b"cuDeviceGet\0").ok()?;
             let retain: unsafe extern "C" fn(*mut CuContext, i32) -> CuResult =
                 *library.get(b"cuDevicePrimaryCtxRetain\0").ok()?;
             let ctx_set_current = *library.get(b"cuCtxSetCurrent\0").ok()?;
@@ -71,9 +72,16 @@ impl CudaHostMemory {
 
     pub(crate) fn allocate(&self, bytes: usize, align: usize) -> Result<NonNull<u8>> {
         check_alignment(align)?;
-        let oom = |reason: String| CoreError::OutOfMemory { bytes, device: Device::Cpu, kind: MemoryKind::HostPinned, reason };
+        let oom = |reason: String| CoreError::OutOfMemory {
+            bytes,
+            device: Device::Cpu,
+            kind: MemoryKind::HostPinned,
+            reason,
+        };
         if align > PAGE {
-            return Err(oom(format!("pinned memory is page-aligned ({PAGE}); alignment {align} requested")));
+            return Err(oom(format!(
+                "pinned memory is page-aligned ({PAGE}); alignment {align} requested"
+            )));
         }
         if !self.counters.try_reserve(bytes, None) {
             return Err(oom("byte counter overflow".into()));
@@ -127,6 +135,8 @@ impl CudaHostMemory {
 
 impl fmt::Debug for CudaHostMemory {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CudaHostMemory").field("stats", &self.stats()).finish()
+        f.debug_struct("CudaHostMemory")
+            .field("stats", &self.stats())
+            .finish()
     }
 }

@@ -19,7 +19,10 @@ impl MappedFile {
     /// Maps `path` read-only.
     pub fn open(path: impl AsRef<Path>) -> Result<Arc<Self>> {
         let path = path.as_ref().to_path_buf();
-        let io = |err: std::io::Error| CoreError::Io { path: path.display().to_string(), message: err.to_string() };
+        let io = |err: std::io::Error| CoreError::Io {
+            path: path.display().to_string(),
+            message: err.to_string(),
+        };
         let file = File::open(&path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         // An empty file cannot be mapped; it simply has no bytes.
@@ -53,26 +56,41 @@ impl MappedFile {
     /// Bytes `offset..offset+len` of the file as read-only `Persistent` storage, zero-copy.
     pub fn storage(self: &Arc<Self>, offset: usize, len: usize) -> Result<Storage> {
         let bytes = self.bytes();
-        let end = offset.checked_add(len).filter(|&end| end <= bytes.len()).ok_or(CoreError::OutOfBounds {
-            op: "MappedFile::storage",
-            offset,
-            end: offset.saturating_add(len),
-            len: bytes.len(),
-        })?;
+        let end = offset
+            .checked_add(len)
+            .filter(|&end| end <= bytes.len())
+            .ok_or_else(|| CoreError::OutOfBounds {
+                op: "MappedFile::storage",
+                offset,
+                end: offset.saturating_add(len),
+                len: bytes.len(),
+            })?;
         let region = &bytes[offset..end];
         let ptr = NonNull::new(region.as_ptr().cast_mut()).unwrap_or(NonNull::dangling());
         let keep_alive: Arc<dyn Any + Send + Sync> = self.clone();
         // SAFETY: the region lies inside the mapping (checked above), which is initialized file
         // data that stays mapped while `keep_alive` (this `MappedFile`) lives; the block is
         // read-only, so nothing writes through it.
-        let block = unsafe { MemoryBlock::from_external(ptr, len, Device::Cpu, MemoryKind::Persistent, true, keep_alive) };
+        let block = unsafe {
+            MemoryBlock::from_external(
+                ptr,
+                len,
+                Device::Cpu,
+                MemoryKind::Persistent,
+                true,
+                keep_alive,
+            )
+        };
         Ok(Storage::new(Arc::new(block)))
     }
 }
 
 impl std::fmt::Debug for MappedFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MappedFile").field("path", &self.path).field("len", &self.len()).finish()
+        f.debug_struct("MappedFile")
+            .field("path", &self.path)
+            .field("len", &self.len())
+            .finish()
     }
 }
 
@@ -87,7 +105,8 @@ impl Storage {
         // SAFETY: the boxed slice's heap buffer does not move when the box does, stays alive as
         // long as `keep_alive`, holds initialized `T`s (plain old data) and is reachable only
         // through this block from now on.
-        let block = unsafe { MemoryBlock::from_external(ptr, len, Device::Cpu, kind, false, keep_alive) };
+        let block =
+            unsafe { MemoryBlock::from_external(ptr, len, Device::Cpu, kind, false, keep_alive) };
         Storage::new(Arc::new(block))
     }
 }
@@ -106,7 +125,10 @@ mod tests {
         let storage = map.storage(16, 32).unwrap();
         assert_eq!(storage.as_ptr(), map.bytes()[16..].as_ptr(), "no copy");
         assert!(storage.block().is_read_only() && storage.block().is_external());
-        assert!(matches!(storage.block().borrow_write("t"), Err(CoreError::ReadOnly { .. })));
+        assert!(matches!(
+            storage.block().borrow_write("t"),
+            Err(CoreError::ReadOnly { .. })
+        ));
         drop(map);
         // The region still reads correctly: the storage keeps the mapping alive.
         let guard = storage.block().borrow_read("t").unwrap();
@@ -116,8 +138,14 @@ mod tests {
         assert_eq!(bytes[31], 47);
         drop(guard);
         let map = MappedFile::open(&path).unwrap();
-        assert!(matches!(map.storage(250, 10), Err(CoreError::OutOfBounds { .. })));
-        assert!(matches!(MappedFile::open(dir.join("missing")), Err(CoreError::Io { .. })));
+        assert!(matches!(
+            map.storage(250, 10),
+            Err(CoreError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            MappedFile::open(dir.join("missing")),
+            Err(CoreError::Io { .. })
+        ));
         std::fs::remove_dir_all(&dir).ok();
     }
 

@@ -17,7 +17,9 @@ impl InferenceMode {
     /// Turns inference mode on for the current thread until the guard drops (guards nest).
     pub fn enter() -> Self {
         DEPTH.with(|d| d.set(d.get() + 1));
-        InferenceMode { _not_send: PhantomData }
+        InferenceMode {
+            _not_send: PhantomData,
+        }
     }
 
     /// Whether the current thread is in inference mode.

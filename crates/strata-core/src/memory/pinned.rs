@@ -25,14 +25,18 @@ impl PinnedAllocator {
     /// Uses the CUDA driver when one can be loaded and initialized, the host fallback otherwise.
     pub fn new() -> Self {
         match CudaHostMemory::load() {
-            Some(cuda) => PinnedAllocator { backend: Backend::Cuda(cuda) },
+            Some(cuda) => PinnedAllocator {
+                backend: Backend::Cuda(cuda),
+            },
             None => PinnedAllocator::host_fallback(),
         }
     }
 
     /// Always the ordinary host memory fallback.
     pub fn host_fallback() -> Self {
-        PinnedAllocator { backend: Backend::Host(CpuAllocator::new()) }
+        PinnedAllocator {
+            backend: Backend::Host(CpuAllocator::new()),
+        }
     }
 
     /// True when allocations are really page-locked by a CUDA driver.

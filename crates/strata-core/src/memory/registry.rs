@@ -1,79 +1,198 @@
 //! The allocator registry (M8): (device, memory kind) → allocator, with per-kind accounting.
+//!
+//! Lookups are on the path of every tensor creation, so they take no lock: registrations are
+//! edited under a mutex and published as an immutable [`RouteTable`] that readers reach through
+//! one atomic pointer. A published table is kept until the registry drops (registration is
+//! rare, so the tables are few), which is what makes the lock-free read sound. A consequence:
+//! an allocator replaced by a later registration stays alive (and keeps what it caches) until
+//! the registry drops; in the global registry, for the whole process.
 
+use std::fmt;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use parking_lot::RwLock;
+use parking_lot::Mutex;
 
 use crate::memory::ledger::{KindLedger, KindStats};
-use crate::{Allocator, AllocatorStats, CachingAllocator, CoreError, Device, MemoryBlock, MemoryKind, PinnedAllocator, Result};
+use crate::{
+    Allocator, AllocatorStats, CachingAllocator, CoreError, Device, MemoryBlock, MemoryKind,
+    PinnedAllocator, Result,
+};
 
 const KINDS: usize = MemoryKind::ALL.len();
 
-/// The allocators and ledgers of one device.
+/// Where an allocation for one (device, kind) goes: the allocator that serves it and the ledger
+/// that accounts it. Every block allocated through the registry holds its route, so it is
+/// returned to the right allocator and un-accounted from the right ledger, even after the
+/// registration changed.
+pub(crate) struct Route {
+    pub(crate) allocator: Arc<dyn Allocator>,
+    pub(crate) ledger: Arc<KindLedger>,
+}
+
+/// A handle on a [`Route`].
+#[derive(Clone)]
+pub(crate) enum RouteRef {
+    /// A route of the global registry, which is never dropped: its routes are leaked on
+    /// purpose, so blocks can refer to them without touching a reference count.
+    Static(&'static Route),
+    /// A route of any other registry, shared by reference count.
+    Shared(Arc<Route>),
+}
+
+impl Deref for RouteRef {
+    type Target = Route;
+
+    #[inline]
+    fn deref(&self) -> &Route {
+        match self {
+            RouteRef::Static(route) => route,
+            RouteRef::Shared(route) => route,
+        }
+    }
+}
+
+impl RouteRef {
+    fn same_allocator(&self, allocator: &Arc<dyn Allocator>) -> bool {
+        Arc::ptr_eq(&self.allocator, allocator)
+    }
+}
+
+/// The resolved routes of every (device, kind), fallback to `Default` applied. Immutable once
+/// published.
 #[derive(Default)]
-struct DeviceSlots {
+struct RouteTable {
+    cpu: [Option<RouteRef>; KINDS],
+    cuda: Vec<[Option<RouteRef>; KINDS]>,
+}
+
+impl RouteTable {
+    #[inline]
+    fn device(&self, device: Device) -> Option<&[Option<RouteRef>; KINDS]> {
+        match device {
+            Device::Cpu => Some(&self.cpu),
+            Device::Cuda(i) => self.cuda.get(i as usize),
+        }
+    }
+}
+
+/// The registrations and ledgers of one device.
+#[derive(Default)]
+struct DeviceEntry {
     allocators: [Option<Arc<dyn Allocator>>; KINDS],
     ledgers: [Arc<KindLedger>; KINDS],
 }
 
 #[derive(Default)]
-struct Slots {
-    cpu: DeviceSlots,
-    cuda: Vec<DeviceSlots>,
+struct Registrations {
+    cpu: DeviceEntry,
+    cuda: Vec<DeviceEntry>,
+    /// Every table ever published, the current one last. Only grows; dropped with the registry.
+    published: Vec<Box<RouteTable>>,
 }
 
-impl Slots {
-    fn get(&self, device: Device) -> Option<&DeviceSlots> {
+impl Registrations {
+    fn get(&self, device: Device) -> Option<&DeviceEntry> {
         match device {
             Device::Cpu => Some(&self.cpu),
             Device::Cuda(i) => self.cuda.get(i as usize),
         }
     }
 
-    fn get_or_insert(&mut self, device: Device) -> &mut DeviceSlots {
+    fn get_or_insert(&mut self, device: Device) -> &mut DeviceEntry {
         match device {
             Device::Cpu => &mut self.cpu,
             Device::Cuda(i) => {
                 let i = i as usize;
                 if self.cuda.len() <= i {
-                    self.cuda.resize_with(i + 1, DeviceSlots::default);
+                    self.cuda.resize_with(i + 1, DeviceEntry::default);
                 }
                 &mut self.cuda[i]
             }
         }
+    }
+
+    fn devices(&self) -> impl Iterator<Item = (Device, &DeviceEntry)> {
+        std::iter::once((Device::Cpu, &self.cpu)).chain(
+            self.cuda
+                .iter()
+                .enumerate()
+                .map(|(i, d)| (Device::Cuda(i as u32), d)),
+        )
     }
 }
 
 /// Maps (device, kind) to an allocator. Registering for a device alone sets its `Default`; a kind
 /// without its own allocator falls back to the device's `Default`; host-only kinds on an
 /// accelerator are an error. Usage is accounted per (device, kind) whichever allocator served it.
-#[derive(Default)]
 pub struct AllocatorRegistry {
-    slots: RwLock<Slots>,
+    registrations: Mutex<Registrations>,
+    /// The current table: always one of `registrations.published`.
+    current: AtomicPtr<RouteTable>,
+    /// Set only for the global registry (a static): its routes are leaked, see [`RouteRef`].
+    leak_routes: bool,
+}
+
+impl Default for AllocatorRegistry {
+    fn default() -> Self {
+        AllocatorRegistry::new()
+    }
+}
+
+impl fmt::Debug for AllocatorRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AllocatorRegistry")
+            .field("stats", &self.all_stats())
+            .finish()
+    }
 }
 
 impl AllocatorRegistry {
     /// An empty registry: every lookup fails until something is registered.
     pub fn new() -> Self {
-        AllocatorRegistry::default()
+        AllocatorRegistry::build(false)
+    }
+
+    fn build(leak_routes: bool) -> Self {
+        let mut table = Box::<RouteTable>::default();
+        let current = AtomicPtr::new(&mut *table as *mut RouteTable);
+        let registrations = Registrations {
+            published: vec![table],
+            ..Registrations::default()
+        };
+        AllocatorRegistry {
+            registrations: Mutex::new(registrations),
+            current,
+            leak_routes,
+        }
     }
 
     /// A registry with the standard CPU setup: a caching allocator as the CPU's `Default` and a
     /// pinned allocator for `HostPinned`.
     pub fn with_cpu_defaults() -> Self {
-        let registry = AllocatorRegistry::new();
-        let mut slots = registry.slots.write();
-        slots.cpu.allocators[MemoryKind::Default.index()] = Some(Arc::new(CachingAllocator::cpu()));
-        slots.cpu.allocators[MemoryKind::HostPinned.index()] =
-            Some(Arc::new(CachingAllocator::new(PinnedAllocator::new()).with_kind(MemoryKind::HostPinned)));
-        drop(slots);
+        AllocatorRegistry::with_cpu_defaults_in(AllocatorRegistry::new())
+    }
+
+    fn with_cpu_defaults_in(registry: AllocatorRegistry) -> Self {
+        let pinned = CachingAllocator::new(PinnedAllocator::new()).with_kind(MemoryKind::HostPinned);
+        let defaults: [(MemoryKind, Arc<dyn Allocator>); 2] = [
+            (MemoryKind::Default, Arc::new(CachingAllocator::cpu())),
+            (MemoryKind::HostPinned, Arc::new(pinned)),
+        ];
+        for (kind, allocator) in defaults {
+            registry
+                .register(Device::Cpu, kind, allocator)
+                .expect("CPU allocators are valid for every CPU kind");
+        }
         registry
     }
 
     /// The process-wide registry used by [`crate::Tensor::empty`].
+    #[inline]
     pub fn global() -> &'static AllocatorRegistry {
         static GLOBAL: OnceLock<AllocatorRegistry> = OnceLock::new();
-        GLOBAL.get_or_init(AllocatorRegistry::with_cpu_defaults)
+        GLOBAL.get_or_init(|| AllocatorRegistry::with_cpu_defaults_in(AllocatorRegistry::build(true)))
     }
 
     /// Registers `allocator` as its device's `Default`.
@@ -82,9 +201,18 @@ impl AllocatorRegistry {
     }
 
     /// Registers `allocator` for (device, kind), replacing any previous one.
-    pub fn register(&self, device: Device, kind: MemoryKind, allocator: Arc<dyn Allocator>) -> Result<()> {
+    pub fn register(
+        &self,
+        device: Device,
+        kind: MemoryKind,
+        allocator: Arc<dyn Allocator>,
+    ) -> Result<()> {
         check_kind(device, kind)?;
-        let expected = if kind.is_host_only() { Device::Cpu } else { device };
+        let expected = if kind.is_host_only() {
+            Device::Cpu
+        } else {
+            device
+        };
         if allocator.device() != expected {
             return Err(CoreError::DeviceMismatch {
                 op: "AllocatorRegistry::register",
@@ -92,57 +220,131 @@ impl AllocatorRegistry {
                 actual: allocator.device(),
             });
         }
-        self.slots.write().get_or_insert(device).allocators[kind.index()] = Some(allocator);
+        let mut registrations = self.registrations.lock();
+        registrations.get_or_insert(device).allocators[kind.index()] = Some(allocator);
+        self.publish(&mut registrations);
         Ok(())
+    }
+
+    /// Builds the route table for the current registrations and makes it the one readers see.
+    /// Routes whose allocator did not change are reused.
+    fn publish(&self, registrations: &mut Registrations) {
+        let old = self.table();
+        let mut table = RouteTable::default();
+        for (device, entry) in registrations.devices() {
+            let old_routes = old.device(device);
+            let mut routes: [Option<RouteRef>; KINDS] = Default::default();
+            for kind in MemoryKind::ALL {
+                if kind.is_host_only() && !device.is_cpu() {
+                    continue;
+                }
+                let Some(allocator) = entry.allocators[kind.index()]
+                    .as_ref()
+                    .or(entry.allocators[MemoryKind::Default.index()].as_ref())
+                else {
+                    continue;
+                };
+                let reusable = old_routes
+                    .and_then(|r| r[kind.index()].as_ref())
+                    .filter(|r| r.same_allocator(allocator));
+                routes[kind.index()] = Some(match reusable {
+                    Some(route) => route.clone(),
+                    None => {
+                        let route = Route {
+                            allocator: allocator.clone(),
+                            ledger: entry.ledgers[kind.index()].clone(),
+                        };
+                        if self.leak_routes {
+                            RouteRef::Static(Box::leak(Box::new(route)))
+                        } else {
+                            RouteRef::Shared(Arc::new(route))
+                        }
+                    }
+                });
+            }
+            match device {
+                Device::Cpu => table.cpu = routes,
+                Device::Cuda(_) => table.cuda.push(routes),
+            }
+        }
+        let mut table = Box::new(table);
+        self.current
+            .store(&mut *table as *mut RouteTable, Ordering::Release);
+        registrations.published.push(table);
+    }
+
+    /// The current route table.
+    #[inline]
+    fn table(&self) -> &RouteTable {
+        // SAFETY: `current` always points into a `Box<RouteTable>` owned by
+        // `registrations.published`, which only ever grows and is dropped with `self`; a table
+        // is never mutated after it is published (the Release store above pairs with this
+        // Acquire load). So the table outlives the `&self` borrow this reference is tied to.
+        unsafe { &*self.current.load(Ordering::Acquire) }
+    }
+
+    /// The route for (device, kind), without locking.
+    #[inline]
+    fn route(&self, device: Device, kind: MemoryKind) -> Result<&RouteRef> {
+        match self
+            .table()
+            .device(device)
+            .and_then(|routes| routes[kind.index()].as_ref())
+        {
+            Some(route) => Ok(route),
+            None => Err(no_route(device, kind)),
+        }
     }
 
     /// The allocator serving (device, kind), falling back to the device's `Default`.
     pub fn resolve(&self, device: Device, kind: MemoryKind) -> Result<Arc<dyn Allocator>> {
-        check_kind(device, kind)?;
-        let slots = self.slots.read();
-        resolve_in(slots.get(device), kind)
-            .cloned()
-            .ok_or(CoreError::NoAllocator { device, kind })
+        Ok(self.route(device, kind)?.allocator.clone())
     }
 
     /// Allocates a block of `bytes` for (device, kind), accounted to that kind.
-    pub fn allocate(&self, device: Device, kind: MemoryKind, bytes: usize, align: usize) -> Result<Arc<MemoryBlock>> {
-        check_kind(device, kind)?;
-        let (allocator, ledger) = {
-            let slots = self.slots.read();
-            let device_slots = slots.get(device);
-            let allocator = resolve_in(device_slots, kind).ok_or(CoreError::NoAllocator { device, kind })?;
-            let ledger = device_slots.map(|d| d.ledgers[kind.index()].clone());
-            (allocator.clone(), ledger)
-        };
-        let ptr = allocator.allocate(bytes, align).map_err(|err| match err {
-            CoreError::OutOfMemory { bytes, device, reason, .. } => CoreError::OutOfMemory { bytes, device, kind, reason },
-            other => other,
-        })?;
-        if let Some(ledger) = &ledger {
-            ledger.record(bytes);
-        }
-        Ok(Arc::new(MemoryBlock::from_allocator(ptr, bytes, align, kind, allocator, ledger)))
+    #[inline]
+    pub fn allocate(
+        &self,
+        device: Device,
+        kind: MemoryKind,
+        bytes: usize,
+        align: usize,
+    ) -> Result<Arc<MemoryBlock>> {
+        let route = self.route(device, kind)?;
+        let ptr = route
+            .allocator
+            .allocate(bytes, align)
+            .map_err(|err| name_kind(err, kind))?;
+        route.ledger.record(bytes);
+        Ok(Arc::new(MemoryBlock::from_route(
+            ptr,
+            bytes,
+            align,
+            device,
+            kind,
+            route.clone(),
+        )))
     }
 
     /// Bytes in use for (device, kind), whichever allocator served them.
     pub fn stats(&self, device: Device, kind: MemoryKind) -> KindStats {
-        let slots = self.slots.read();
-        slots.get(device).map(|d| d.ledgers[kind.index()].stats()).unwrap_or_default()
+        let registrations = self.registrations.lock();
+        registrations
+            .get(device)
+            .map(|d| d.ledgers[kind.index()].stats())
+            .unwrap_or_default()
     }
 
     /// The counters of the allocator serving (device, kind).
     pub fn allocator_stats(&self, device: Device, kind: MemoryKind) -> Result<AllocatorStats> {
-        Ok(self.resolve(device, kind)?.stats())
+        Ok(self.route(device, kind)?.allocator.stats())
     }
 
     /// Usage of every kind that has allocated anything, per device.
     pub fn all_stats(&self) -> Vec<(Device, MemoryKind, KindStats)> {
-        let slots = self.slots.read();
-        let devices = std::iter::once((Device::Cpu, &slots.cpu))
-            .chain(slots.cuda.iter().enumerate().map(|(i, d)| (Device::Cuda(i as u32), d)));
+        let registrations = self.registrations.lock();
         let mut out = Vec::new();
-        for (device, d) in devices {
+        for (device, d) in registrations.devices() {
             for kind in MemoryKind::ALL {
                 let stats = d.ledgers[kind.index()].stats();
                 if stats.allocations > 0 {
@@ -155,9 +357,8 @@ impl AllocatorRegistry {
 
     /// Releases the caches of every registered allocator.
     pub fn release_cached(&self) {
-        let slots = self.slots.read();
-        let devices = std::iter::once(&slots.cpu).chain(slots.cuda.iter());
-        for d in devices {
+        let registrations = self.registrations.lock();
+        for (_, d) in registrations.devices() {
             for allocator in d.allocators.iter().flatten() {
                 allocator.release_cached();
             }
@@ -173,11 +374,33 @@ fn check_kind(device: Device, kind: MemoryKind) -> Result<()> {
     }
 }
 
-fn resolve_in(slots: Option<&DeviceSlots>, kind: MemoryKind) -> Option<&Arc<dyn Allocator>> {
-    let slots = slots?;
-    slots.allocators[kind.index()]
-        .as_ref()
-        .or(slots.allocators[MemoryKind::Default.index()].as_ref())
+/// Why (device, kind) has no route.
+#[cold]
+fn no_route(device: Device, kind: MemoryKind) -> CoreError {
+    match check_kind(device, kind) {
+        Err(err) => err,
+        Ok(()) => CoreError::NoAllocator { device, kind },
+    }
+}
+
+/// An allocator's out-of-memory error, naming the kind that asked (allocators shared by several
+/// kinds only know their own).
+#[cold]
+fn name_kind(err: CoreError, kind: MemoryKind) -> CoreError {
+    match err {
+        CoreError::OutOfMemory {
+            bytes,
+            device,
+            reason,
+            ..
+        } => CoreError::OutOfMemory {
+            bytes,
+            device,
+            kind,
+            reason,
+        },
+        other => other,
+    }
 }
 
 #[cfg(test)]
@@ -188,18 +411,31 @@ mod tests {
     #[test]
     fn fallback_and_errors() {
         let r = AllocatorRegistry::new();
-        assert!(matches!(r.resolve(Device::Cpu, MemoryKind::Workspace), Err(CoreError::NoAllocator { .. })));
+        assert!(matches!(
+            r.resolve(Device::Cpu, MemoryKind::Workspace),
+            Err(CoreError::NoAllocator { .. })
+        ));
         let default: Arc<dyn Allocator> = Arc::new(CpuAllocator::new());
         r.register_device(default.clone()).unwrap();
-        assert!(Arc::ptr_eq(&r.resolve(Device::Cpu, MemoryKind::KVCache).unwrap(), &default));
+        assert!(Arc::ptr_eq(
+            &r.resolve(Device::Cpu, MemoryKind::KVCache).unwrap(),
+            &default
+        ));
         let weights: Arc<dyn Allocator> = Arc::new(CpuAllocator::new());
-        r.register(Device::Cpu, MemoryKind::Persistent, weights.clone()).unwrap();
-        assert!(Arc::ptr_eq(&r.resolve(Device::Cpu, MemoryKind::Persistent).unwrap(), &weights));
+        r.register(Device::Cpu, MemoryKind::Persistent, weights.clone())
+            .unwrap();
+        assert!(Arc::ptr_eq(
+            &r.resolve(Device::Cpu, MemoryKind::Persistent).unwrap(),
+            &weights
+        ));
         assert!(matches!(
             r.resolve(Device::Cuda(0), MemoryKind::HostPinned),
             Err(CoreError::HostKindOnDevice { .. })
         ));
-        assert!(matches!(r.resolve(Device::Cuda(1), MemoryKind::Default), Err(CoreError::NoAllocator { .. })));
+        assert!(matches!(
+            r.resolve(Device::Cuda(1), MemoryKind::Default),
+            Err(CoreError::NoAllocator { .. })
+        ));
         // A CPU allocator cannot serve a CUDA device.
         assert!(matches!(
             r.register(Device::Cuda(0), MemoryKind::Default, default),
@@ -211,26 +447,62 @@ mod tests {
     fn per_kind_accounting_shares_one_allocator() {
         let r = AllocatorRegistry::new();
         r.register_device(Arc::new(CpuAllocator::new())).unwrap();
-        let w = r.allocate(Device::Cpu, MemoryKind::Persistent, 1000, 256).unwrap();
-        let a = r.allocate(Device::Cpu, MemoryKind::Workspace, 300, 256).unwrap();
-        assert_eq!(r.stats(Device::Cpu, MemoryKind::Persistent).active_bytes, 1000);
-        assert_eq!(r.stats(Device::Cpu, MemoryKind::Workspace).active_bytes, 300);
-        assert_eq!(r.allocator_stats(Device::Cpu, MemoryKind::Default).unwrap().active_bytes, 1300);
+        let w = r
+            .allocate(Device::Cpu, MemoryKind::Persistent, 1000, 256)
+            .unwrap();
+        let a = r
+            .allocate(Device::Cpu, MemoryKind::Workspace, 300, 256)
+            .unwrap();
+        assert_eq!(
+            r.stats(Device::Cpu, MemoryKind::Persistent).active_bytes,
+            1000
+        );
+        assert_eq!(
+            r.stats(Device::Cpu, MemoryKind::Workspace).active_bytes,
+            300
+        );
+        assert_eq!(
+            r.allocator_stats(Device::Cpu, MemoryKind::Default)
+                .unwrap()
+                .active_bytes,
+            1300
+        );
         assert_eq!(w.kind(), MemoryKind::Persistent);
         drop(w);
         assert_eq!(r.stats(Device::Cpu, MemoryKind::Persistent).active_bytes, 0);
-        assert_eq!(r.stats(Device::Cpu, MemoryKind::Persistent).peak_bytes, 1000);
+        assert_eq!(
+            r.stats(Device::Cpu, MemoryKind::Persistent).peak_bytes,
+            1000
+        );
         assert_eq!(r.all_stats().len(), 2);
         drop(a);
-        assert_eq!(r.allocator_stats(Device::Cpu, MemoryKind::Default).unwrap().active_bytes, 0);
+        assert_eq!(
+            r.allocator_stats(Device::Cpu, MemoryKind::Default)
+                .unwrap()
+                .active_bytes,
+            0
+        );
     }
 
     #[test]
     fn allocation_failure_names_the_kind() {
         let r = AllocatorRegistry::new();
-        r.register_device(Arc::new(CpuAllocator::with_limit(10))).unwrap();
-        let err = r.allocate(Device::Cpu, MemoryKind::KVCache, 11, 256).unwrap_err();
-        assert!(matches!(err, CoreError::OutOfMemory { bytes: 11, kind: MemoryKind::KVCache, .. }), "{err}");
+        r.register_device(Arc::new(CpuAllocator::with_limit(10)))
+            .unwrap();
+        let err = r
+            .allocate(Device::Cpu, MemoryKind::KVCache, 11, 256)
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                CoreError::OutOfMemory {
+                    bytes: 11,
+                    kind: MemoryKind::KVCache,
+                    ..
+                }
+            ),
+            "{err}"
+        );
         assert!(err.to_string().contains("KVCache"));
     }
 }

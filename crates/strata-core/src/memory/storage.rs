@@ -14,21 +14,33 @@ pub struct Storage {
 
 impl Storage {
     /// The whole of `block`.
+    #[inline]
     pub fn new(block: Arc<MemoryBlock>) -> Self {
         let len = block.len();
-        Storage { block, offset: 0, len }
+        Storage {
+            block,
+            offset: 0,
+            len,
+        }
     }
 
     /// A sub-range sharing the same block; bounds-checked against this storage.
     pub fn sub_storage(&self, offset: usize, len: usize) -> Result<Storage> {
-        let end = offset.checked_add(len).filter(|&end| end <= self.len).ok_or(CoreError::OutOfBounds {
-            op: "sub_storage",
-            offset,
-            end: offset.saturating_add(len),
-            len: self.len,
-        })?;
+        let end = offset
+            .checked_add(len)
+            .filter(|&end| end <= self.len)
+            .ok_or_else(|| CoreError::OutOfBounds {
+                op: "sub_storage",
+                offset,
+                end: offset.saturating_add(len),
+                len: self.len,
+            })?;
         debug_assert!(end <= self.len);
-        Ok(Storage { block: self.block.clone(), offset: self.offset + offset, len })
+        Ok(Storage {
+            block: self.block.clone(),
+            offset: self.offset + offset,
+            len,
+        })
     }
 
     pub fn block(&self) -> &Arc<MemoryBlock> {

@@ -74,7 +74,9 @@ impl<'a, T: bytemuck::Pod> ReadGuard<'a, T> {
             return slice.to_vec();
         }
         let mut out = Vec::with_capacity(self.layout.numel());
-        for_each_position(self.layout, self.layout, |s, _| out.push(self.data[s as usize]));
+        for_each_position(self.layout, self.layout, |s, _| {
+            out.push(self.data[s as usize])
+        });
         out
     }
 }
@@ -118,7 +120,9 @@ impl<'a, T: bytemuck::Pod> WriteGuard<'a, T> {
 }
 
 fn contiguous_range(layout: &Layout) -> Option<std::ops::Range<usize>> {
-    layout.is_contiguous().then(|| layout.offset()..layout.offset() + layout.numel())
+    layout
+        .is_contiguous()
+        .then(|| layout.offset()..layout.offset() + layout.numel())
 }
 
 /// The storage's bytes as `&[T]` (truncated to whole elements).
@@ -127,8 +131,12 @@ fn typed<T: bytemuck::Pod>(bytes: &[u8]) -> Result<&[T]> {
     if bytes.len() < size {
         return Ok(&[]);
     }
-    bytemuck::try_cast_slice(&bytes[..bytes.len() / size * size])
-        .map_err(|e| CoreError::InvalidView { op: "typed access", message: format!("storage cannot be viewed as elements: {e}") })
+    bytemuck::try_cast_slice(&bytes[..bytes.len() / size * size]).map_err(|e| {
+        CoreError::InvalidView {
+            op: "typed access",
+            message: format!("storage cannot be viewed as elements: {e}"),
+        }
+    })
 }
 
 fn typed_mut<T: bytemuck::Pod>(bytes: &mut [u8]) -> Result<&mut [T]> {
@@ -137,14 +145,20 @@ fn typed_mut<T: bytemuck::Pod>(bytes: &mut [u8]) -> Result<&mut [T]> {
         return Ok(&mut []);
     }
     let whole = bytes.len() / size * size;
-    bytemuck::try_cast_slice_mut(&mut bytes[..whole])
-        .map_err(|e| CoreError::InvalidView { op: "typed access", message: format!("storage cannot be viewed as elements: {e}") })
+    bytemuck::try_cast_slice_mut(&mut bytes[..whole]).map_err(|e| CoreError::InvalidView {
+        op: "typed access",
+        message: format!("storage cannot be viewed as elements: {e}"),
+    })
 }
 
 fn host_storage<'t>(tensor: &'t Tensor, op: &'static str) -> Result<&'t Storage> {
     let storage = tensor.defined_storage(op)?;
     if !storage.device().is_cpu() {
-        return Err(CoreError::DeviceMismatch { op, expected: Device::Cpu, actual: storage.device() });
+        return Err(CoreError::DeviceMismatch {
+            op,
+            expected: Device::Cpu,
+            actual: storage.device(),
+        });
     }
     Ok(storage)
 }
@@ -153,7 +167,11 @@ fn check_element<T: Element>(tensor: &Tensor, op: &'static str) -> Result<()> {
     if T::accepts(tensor.dtype) {
         Ok(())
     } else {
-        Err(CoreError::DTypeMismatch { op, expected: T::DTYPE, actual: tensor.dtype })
+        Err(CoreError::DTypeMismatch {
+            op,
+            expected: T::DTYPE,
+            actual: tensor.dtype,
+        })
     }
 }
 
@@ -175,14 +193,23 @@ impl Tensor {
     pub fn read_raw<T: bytemuck::Pod>(&self, op: &'static str) -> Result<ReadGuard<'_, T>> {
         check_raw_size::<T>(self.dtype, op)?;
         let BytesRead { _borrow, bytes } = self.read_bytes(op)?;
-        Ok(ReadGuard { _borrow, data: typed(bytes)?, layout: &self.layout })
+        Ok(ReadGuard {
+            _borrow,
+            data: typed(bytes)?,
+            layout: &self.layout,
+        })
     }
 
     /// Exclusive access with elements viewed as `T` of the dtype's element size.
     pub fn write_raw<T: bytemuck::Pod>(&self, op: &'static str) -> Result<WriteGuard<'_, T>> {
         check_raw_size::<T>(self.dtype, op)?;
         let BytesWrite { _borrow, bytes } = self.write_bytes(op)?;
-        Ok(WriteGuard { _borrow, data: typed_mut(bytes)?, layout: &self.layout, _marker: PhantomData })
+        Ok(WriteGuard {
+            _borrow,
+            data: typed_mut(bytes)?,
+            layout: &self.layout,
+            _marker: PhantomData,
+        })
     }
 
     /// Shared access to the storage's bytes.
@@ -197,7 +224,10 @@ impl Tensor {
             // writers for the guard's lifetime, which bounds the slice.
             unsafe { std::slice::from_raw_parts(storage.as_ptr(), storage.len()) }
         };
-        Ok(BytesRead { _borrow: borrow, bytes })
+        Ok(BytesRead {
+            _borrow: borrow,
+            bytes,
+        })
     }
 
     /// Exclusive access to the storage's bytes; bumps the version counter.
@@ -210,9 +240,17 @@ impl Tensor {
             // SAFETY: as in `read_bytes`, plus: the block is writable (borrow_write refuses
             // read-only memory) and the write borrow excludes every other reader and writer of
             // the block while the guard lives.
-            unsafe { std::slice::from_raw_parts_mut(storage.block().as_mut_ptr().add(storage.offset()), storage.len()) }
+            unsafe {
+                std::slice::from_raw_parts_mut(
+                    storage.block().as_mut_ptr().add(storage.offset()),
+                    storage.len(),
+                )
+            }
         };
-        Ok(BytesWrite { _borrow: borrow, bytes })
+        Ok(BytesWrite {
+            _borrow: borrow,
+            bytes,
+        })
     }
 
     /// A host tensor (`Default` kind) holding a copy of `data` with `dims`.
@@ -221,7 +259,11 @@ impl Tensor {
     }
 
     /// Like [`Tensor::from_slice`] with an explicit memory kind.
-    pub fn from_slice_in<T: Element>(data: &[T], dims: &[usize], kind: MemoryKind) -> Result<Tensor> {
+    pub fn from_slice_in<T: Element>(
+        data: &[T],
+        dims: &[usize],
+        kind: MemoryKind,
+    ) -> Result<Tensor> {
         let t = Tensor::empty(dims, T::DTYPE, Device::Cpu, kind)?;
         if t.numel() != data.len() {
             return Err(CoreError::NumelMismatch {
@@ -232,7 +274,10 @@ impl Tensor {
                 to_numel: t.numel(),
             });
         }
-        t.write::<T>()?.as_mut_slice().expect("fresh tensors are contiguous").copy_from_slice(data);
+        t.write::<T>()?
+            .as_mut_slice()
+            .expect("fresh tensors are contiguous")
+            .copy_from_slice(data);
         Ok(t)
     }
 
@@ -245,7 +290,10 @@ impl Tensor {
     pub fn from_bools(data: &[bool], dims: &[usize]) -> Result<Tensor> {
         let bytes: Vec<u8> = data.iter().map(|&b| b as u8).collect();
         let t = Tensor::from_slice(&bytes, dims)?;
-        Ok(Tensor { dtype: DType::Bool, ..t })
+        Ok(Tensor {
+            dtype: DType::Bool,
+            ..t
+        })
     }
 
     /// The elements in logical order (a copy), dtype-checked.
@@ -256,7 +304,11 @@ impl Tensor {
     /// The elements of a bool tensor; any byte other than 0 or 1 is an error.
     pub fn to_bools(&self) -> Result<Vec<bool>> {
         if self.dtype != DType::Bool {
-            return Err(CoreError::DTypeMismatch { op: "to_bools", expected: DType::Bool, actual: self.dtype });
+            return Err(CoreError::DTypeMismatch {
+                op: "to_bools",
+                expected: DType::Bool,
+                actual: self.dtype,
+            });
         }
         self.read::<u8>()?
             .to_vec()
@@ -279,7 +331,8 @@ impl Tensor {
     /// Sets every element of this view to zero, for any dtype.
     pub fn fill_zero(&self) -> Result<()> {
         if self.dtype.is_quantized() || self.is_contiguous() {
-            let start = self.storage_offset() / self.dtype.block_size() * self.dtype.size_in_bytes();
+            let start =
+                self.storage_offset() / self.dtype.block_size() * self.dtype.size_in_bytes();
             let len = self.size_in_bytes()?;
             self.write_bytes("fill_zero")?.bytes()[start..start + len].fill(0);
             return Ok(());
@@ -297,23 +350,46 @@ impl Tensor {
     /// differ arbitrarily. Copying between views of the same memory is a borrow error.
     pub fn copy_from(&self, src: &Tensor) -> Result<()> {
         if src.dtype != self.dtype {
-            return Err(CoreError::DTypeMismatch { op: "copy_from", expected: self.dtype, actual: src.dtype });
+            return Err(CoreError::DTypeMismatch {
+                op: "copy_from",
+                expected: self.dtype,
+                actual: src.dtype,
+            });
         }
         if src.dims() != self.dims() {
-            return Err(CoreError::ShapeMismatch { op: "copy_from", expected: self.dims().to_vec(), actual: src.dims().to_vec() });
+            return Err(CoreError::ShapeMismatch {
+                op: "copy_from",
+                expected: self.dims().to_vec(),
+                actual: src.dims().to_vec(),
+            });
         }
         let (elem, src_layout, dst_layout) = if self.dtype.is_quantized() {
             // Whole-block contiguous layouts only (enforced at construction): copy as bytes.
             let bytes = self.size_in_bytes()?;
-            let start = |t: &Tensor| t.storage_offset() / t.dtype.block_size() * t.dtype.size_in_bytes();
+            let start =
+                |t: &Tensor| t.storage_offset() / t.dtype.block_size() * t.dtype.size_in_bytes();
             let shape = crate::Shape::new(&[bytes])?;
-            (1, Layout::contiguous(shape.clone(), start(src)), Layout::contiguous(shape, start(self)))
+            (
+                1,
+                Layout::contiguous(shape.clone(), start(src)),
+                Layout::contiguous(shape, start(self)),
+            )
         } else {
-            (self.dtype.size_in_bytes(), src.layout.clone(), self.layout.clone())
+            (
+                self.dtype.size_in_bytes(),
+                src.layout.clone(),
+                self.layout.clone(),
+            )
         };
         let input = src.read_bytes("copy_from")?;
         let mut output = self.write_bytes("copy_from")?;
-        copy_strided_bytes(input.bytes(), &src_layout, output.bytes(), &dst_layout, elem);
+        copy_strided_bytes(
+            input.bytes(),
+            &src_layout,
+            output.bytes(),
+            &dst_layout,
+            elem,
+        );
         Ok(())
     }
 }
@@ -323,6 +399,10 @@ fn check_raw_size<T>(dtype: DType, op: &'static str) -> Result<()> {
     if !dtype.is_quantized() && std::mem::size_of::<T>() == dtype.size_in_bytes() {
         Ok(())
     } else {
-        Err(CoreError::UnsupportedDType { op, dtype, reason: "element size differs from the requested access type" })
+        Err(CoreError::UnsupportedDType {
+            op,
+            dtype,
+            reason: "element size differs from the requested access type",
+        })
     }
 }

@@ -49,7 +49,13 @@ pub(crate) fn for_each_position(src: &Layout, dst: &Layout, mut f: impl FnMut(is
 /// Copies every element of `src_layout` over `src` into `dst_layout` over `dst`, elements of
 /// `elem` bytes. Both layouts must have the same dims and fit their buffers, and both buffers must
 /// be aligned to `elem` when it is 2, 4 or 8 (tensors guarantee all three).
-pub fn copy_strided_bytes(src: &[u8], src_layout: &Layout, dst: &mut [u8], dst_layout: &Layout, elem: usize) {
+pub fn copy_strided_bytes(
+    src: &[u8],
+    src_layout: &Layout,
+    dst: &mut [u8],
+    dst_layout: &Layout,
+    elem: usize,
+) {
     debug_assert_eq!(src_layout.dims(), dst_layout.dims());
     if src_layout.is_contiguous() && dst_layout.is_contiguous() {
         let n = src_layout.numel() * elem;
@@ -69,10 +75,17 @@ pub fn copy_strided_bytes(src: &[u8], src_layout: &Layout, dst: &mut [u8], dst_l
     }
 }
 
-fn copy_typed<T: bytemuck::Pod>(src: &[u8], src_layout: &Layout, dst: &mut [u8], dst_layout: &Layout) {
+fn copy_typed<T: bytemuck::Pod>(
+    src: &[u8],
+    src_layout: &Layout,
+    dst: &mut [u8],
+    dst_layout: &Layout,
+) {
     let size = std::mem::size_of::<T>();
     let src: &[T] = bytemuck::cast_slice(&src[..src.len() / size * size]);
     let whole = dst.len() / size * size;
     let dst: &mut [T] = bytemuck::cast_slice_mut(&mut dst[..whole]);
-    for_each_position(src_layout, dst_layout, |s, d| dst[d as usize] = src[s as usize]);
+    for_each_position(src_layout, dst_layout, |s, d| {
+        dst[d as usize] = src[s as usize]
+    });
 }

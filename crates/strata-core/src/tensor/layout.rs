@@ -8,7 +8,7 @@ use crate::{CoreError, Result, Shape, Strides};
 
 /// How logical indices map to element positions in storage:
 /// `position = offset + Σ index[i] * strides[i]`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub struct Layout {
     shape: Shape,
     strides: Strides,
@@ -17,24 +17,56 @@ pub struct Layout {
     contiguous: bool,
 }
 
+impl Clone for Layout {
+    /// Cloning is on the path of every tensor clone, so the strides are copied as plain memory
+    /// instead of through `SmallVec`'s generic element-by-element clone.
+    #[inline]
+    fn clone(&self) -> Self {
+        Layout {
+            shape: self.shape.clone(),
+            strides: Strides::from_slice(&self.strides),
+            offset: self.offset,
+            contiguous: self.contiguous,
+        }
+    }
+}
+
+#[cold]
 fn invalid(op: &'static str, message: impl Into<String>) -> CoreError {
-    CoreError::InvalidView { op, message: message.into() }
+    CoreError::InvalidView {
+        op,
+        message: message.into(),
+    }
 }
 
 impl Layout {
     /// A row-major layout of `shape` starting at element `offset`.
+    #[inline]
     pub fn contiguous(shape: Shape, offset: usize) -> Self {
-        let strides = shape.contiguous_strides();
-        Layout { shape, strides, offset, contiguous: true }
+        let strides = row_major_strides(shape.dims());
+        Layout {
+            shape,
+            strides,
+            offset,
+            contiguous: true,
+        }
     }
 
     /// A layout with explicit strides (checked: one stride per dim).
     pub fn strided(shape: Shape, strides: Strides, offset: usize) -> Result<Self> {
         if strides.len() != shape.rank() {
-            return Err(invalid("Layout::strided", format!("{} strides for rank {}", strides.len(), shape.rank())));
+            return Err(invalid(
+                "Layout::strided",
+                format!("{} strides for rank {}", strides.len(), shape.rank()),
+            ));
         }
         let contiguous = is_contiguous(&shape, &strides);
-        Ok(Layout { shape, strides, offset, contiguous })
+        Ok(Layout {
+            shape,
+            strides,
+            offset,
+            contiguous,
+        })
     }
 
     pub fn shape(&self) -> &Shape {
@@ -83,7 +115,10 @@ impl Layout {
             }
         }
         if lo < 0 {
-            return Err(invalid("Layout::span", format!("view reaches element {lo}, before the storage start")));
+            return Err(invalid(
+                "Layout::span",
+                format!("view reaches element {lo}, before the storage start"),
+            ));
         }
         usize::try_from(hi + 1)
             .map(|hi| (lo as usize, hi))
@@ -93,12 +128,27 @@ impl Layout {
     /// The element position of a logical index (checked against the shape).
     pub fn position(&self, index: &[usize]) -> Result<usize> {
         if index.len() != self.rank() {
-            return Err(invalid("index", format!("index of rank {} for a tensor of rank {}", index.len(), self.rank())));
+            return Err(invalid(
+                "index",
+                format!(
+                    "index of rank {} for a tensor of rank {}",
+                    index.len(),
+                    self.rank()
+                ),
+            ));
         }
         let mut pos = self.offset as isize;
-        for (axis, ((&i, &d), &s)) in index.iter().zip(self.shape.iter()).zip(&self.strides).enumerate() {
+        for (axis, ((&i, &d), &s)) in index
+            .iter()
+            .zip(self.shape.iter())
+            .zip(&self.strides)
+            .enumerate()
+        {
             if i >= d {
-                return Err(invalid("index", format!("index {i} out of range for axis {axis} of size {d}")));
+                return Err(invalid(
+                    "index",
+                    format!("index {i} out of range for axis {axis} of size {d}"),
+                ));
             }
             pos += i as isize * s;
         }
@@ -124,7 +174,11 @@ impl Layout {
         let strides = view_strides(self.dims(), &self.strides, dims).ok_or_else(|| {
             invalid(
                 "view",
-                format!("shape {:?} with strides {:?} cannot be viewed as {dims:?} without a copy", self.dims(), self.strides()),
+                format!(
+                    "shape {:?} with strides {:?} cannot be viewed as {dims:?} without a copy",
+                    self.dims(),
+                    self.strides()
+                ),
             )
         })?;
         Layout::strided(shape, strides, self.offset)
@@ -133,17 +187,25 @@ impl Layout {
     /// Reorders dims: output dim `i` is input dim `perm[i]`.
     pub fn permute(&self, perm: &[usize]) -> Result<Layout> {
         let rank = self.rank();
-        let mut seen: SmallVec<[bool; INLINE_DIMS]> = SmallVec::from_elem(false, rank);
         if perm.len() != rank {
-            return Err(invalid("permute", format!("permutation {perm:?} for rank {rank}")));
+            return Err(invalid(
+                "permute",
+                format!("permutation {perm:?} for rank {rank}"),
+            ));
         }
-        for &p in perm {
+        let mut seen: SmallVec<[bool; 8]> = SmallVec::from_elem(false, rank);
+        let mut dims: SmallVec<[usize; INLINE_DIMS]> = SmallVec::from_slice(self.dims());
+        let mut strides = Strides::from_slice(&self.strides);
+        for (i, &p) in perm.iter().enumerate() {
             if p >= rank || std::mem::replace(&mut seen[p], true) {
-                return Err(invalid("permute", format!("{perm:?} is not a permutation of 0..{rank}")));
+                return Err(invalid(
+                    "permute",
+                    format!("{perm:?} is not a permutation of 0..{rank}"),
+                ));
             }
+            dims[i] = self.shape[p];
+            strides[i] = self.strides[p];
         }
-        let dims: SmallVec<[usize; INLINE_DIMS]> = perm.iter().map(|&p| self.shape[p]).collect();
-        let strides: Strides = perm.iter().map(|&p| self.strides[p]).collect();
         Layout::strided(Shape::new(&dims)?, strides, self.offset)
     }
 
@@ -151,9 +213,11 @@ impl Layout {
     pub fn transpose(&self, a: isize, b: isize) -> Result<Layout> {
         let a = normalize_axis("transpose", a, self.rank())?;
         let b = normalize_axis("transpose", b, self.rank())?;
-        let mut perm: SmallVec<[usize; INLINE_DIMS]> = (0..self.rank()).collect();
-        perm.swap(a, b);
-        self.permute(&perm)
+        let mut dims: SmallVec<[usize; INLINE_DIMS]> = SmallVec::from_slice(self.dims());
+        let mut strides = Strides::from_slice(&self.strides);
+        dims.swap(a, b);
+        strides.swap(a, b);
+        Layout::strided(Shape::new(&dims)?, strides, self.offset)
     }
 
     /// `len` elements of `axis` starting at `start`.
@@ -161,7 +225,13 @@ impl Layout {
         let axis = normalize_axis("narrow", axis, self.rank())?;
         let dim = self.shape[axis];
         if start.checked_add(len).is_none_or(|end| end > dim) {
-            return Err(invalid("narrow", format!("range {start}..{} out of bounds for axis {axis} of size {dim}", start.saturating_add(len))));
+            return Err(invalid(
+                "narrow",
+                format!(
+                    "range {start}..{} out of bounds for axis {axis} of size {dim}",
+                    start.saturating_add(len)
+                ),
+            ));
         }
         self.slice_axis(axis, start, len, 1)
     }
@@ -184,11 +254,25 @@ impl Layout {
             let s = resolve(start, 0, dim);
             let e = resolve(end, 0, dim);
             // 0 <= s < e <= dim, so e - s - 1 is a non-negative isize.
-            (s, if e > s { (e - s - 1) as usize / step.unsigned_abs() + 1 } else { 0 })
+            (
+                s,
+                if e > s {
+                    (e - s - 1) as usize / step.unsigned_abs() + 1
+                } else {
+                    0
+                },
+            )
         } else {
             let s = resolve(start, -1, dim - 1);
             let e = resolve(end, -1, dim - 1);
-            (s, if s > e { (s - e - 1) as usize / step.unsigned_abs() + 1 } else { 0 })
+            (
+                s,
+                if s > e {
+                    (s - e - 1) as usize / step.unsigned_abs() + 1
+                } else {
+                    0
+                },
+            )
         };
         if len == 0 {
             return self.slice_axis(axis, 0, 0, step);
@@ -202,23 +286,31 @@ impl Layout {
         let mut dims: SmallVec<[usize; INLINE_DIMS]> = SmallVec::from_slice(self.dims());
         dims[axis] = len;
         let shape = Shape::new(&dims)?;
-        let mut strides = self.strides.clone();
+        let mut strides = Strides::from_slice(&self.strides);
         if len > 1 {
             // (len - 1) * step indices fit inside the axis, so this only fails for layouts whose
             // strides could never address real memory.
-            strides[axis] = self.strides[axis]
-                .checked_mul(step)
-                .ok_or_else(|| invalid("slice", format!("stride {} times step {step} overflows", self.strides[axis])))?;
+            strides[axis] = self.strides[axis].checked_mul(step).ok_or_else(|| {
+                invalid(
+                    "slice",
+                    format!("stride {} times step {step} overflows", self.strides[axis]),
+                )
+            })?;
         }
         // A size-1 (or empty) axis keeps its stride: it is never multiplied by a non-zero index.
-        let offset = if shape.numel() == 0 { self.offset } else { self.moved_offset(axis, first)? };
+        let offset = if shape.numel() == 0 {
+            self.offset
+        } else {
+            self.moved_offset(axis, first)?
+        };
         Layout::strided(shape, strides, offset)
     }
 
     /// The offset of index `index` on `axis` (index < dim, checked by the caller).
     fn moved_offset(&self, axis: usize, index: usize) -> Result<usize> {
         let delta = (index as i128) * (self.strides[axis] as i128);
-        usize::try_from(self.offset as i128 + delta).map_err(|_| invalid("view", "offset outside the addressable range"))
+        usize::try_from(self.offset as i128 + delta)
+            .map_err(|_| invalid("view", "offset outside the addressable range"))
     }
 
     /// Picks `index` on `axis` and drops that axis.
@@ -227,14 +319,21 @@ impl Layout {
         let dim = dim_as_isize("select", self.shape[axis])?;
         let i = if index < 0 { index + dim } else { index };
         if !(0..dim).contains(&i) {
-            return Err(invalid("select", format!("index {index} out of range for axis {axis} of size {dim}")));
+            return Err(invalid(
+                "select",
+                format!("index {index} out of range for axis {axis} of size {dim}"),
+            ));
         }
         let mut dims: SmallVec<[usize; INLINE_DIMS]> = SmallVec::from_slice(self.dims());
-        let mut strides = self.strides.clone();
+        let mut strides = Strides::from_slice(&self.strides);
         dims.remove(axis);
         strides.remove(axis);
         let shape = Shape::new(&dims)?;
-        let offset = if shape.numel() == 0 { self.offset } else { self.moved_offset(axis, i as usize)? };
+        let offset = if shape.numel() == 0 {
+            self.offset
+        } else {
+            self.moved_offset(axis, i as usize)?
+        };
         Layout::strided(shape, strides, offset)
     }
 
@@ -242,7 +341,10 @@ impl Layout {
     pub fn expand(&self, dims: &[usize]) -> Result<Layout> {
         let rank = self.rank();
         if dims.len() < rank {
-            return Err(invalid("expand", format!("cannot expand {:?} to fewer dims {dims:?}", self.dims())));
+            return Err(invalid(
+                "expand",
+                format!("cannot expand {:?} to fewer dims {dims:?}", self.dims()),
+            ));
         }
         let lead = dims.len() - rank;
         let mut strides: Strides = SmallVec::from_elem(0, dims.len());
@@ -253,7 +355,14 @@ impl Layout {
             } else if d == 1 {
                 0
             } else {
-                return Err(invalid("expand", format!("cannot expand {:?} to {dims:?}: axis {} has size {d}", self.dims(), i - lead)));
+                return Err(invalid(
+                    "expand",
+                    format!(
+                        "cannot expand {:?} to {dims:?}: axis {} has size {d}",
+                        self.dims(),
+                        i - lead
+                    ),
+                ));
             };
         }
         Layout::strided(Shape::new(dims)?, strides, self.offset)
@@ -265,7 +374,10 @@ impl Layout {
             Some(a) => {
                 let a = normalize_axis("squeeze", a, self.rank())?;
                 if self.shape[a] != 1 {
-                    return Err(invalid("squeeze", format!("axis {a} has size {}, not 1", self.shape[a])));
+                    return Err(invalid(
+                        "squeeze",
+                        format!("axis {a} has size {}, not 1", self.shape[a]),
+                    ));
                 }
                 (0..self.rank()).filter(|&i| i != a).collect()
             }
@@ -280,10 +392,13 @@ impl Layout {
     pub fn unsqueeze(&self, axis: isize) -> Result<Layout> {
         let axis = normalize_axis("unsqueeze", axis, self.rank() + 1)?;
         let mut dims: SmallVec<[usize; INLINE_DIMS]> = SmallVec::from_slice(self.dims());
-        let mut strides = self.strides.clone();
+        let mut strides = Strides::from_slice(&self.strides);
         // The stride of a size-1 axis is irrelevant; pick the one that keeps contiguity.
         let stride = if axis < self.rank() {
-            isize::try_from(self.shape[axis].max(1)).ok().and_then(|d| self.strides[axis].checked_mul(d)).unwrap_or(1)
+            isize::try_from(self.shape[axis].max(1))
+                .ok()
+                .and_then(|d| self.strides[axis].checked_mul(d))
+                .unwrap_or(1)
         } else {
             1
         };
@@ -303,17 +418,40 @@ impl Layout {
         let s = normalize_axis("flatten", start, self.rank())?;
         let e = normalize_axis("flatten", end, self.rank())?;
         if s > e {
-            return Err(invalid("flatten", format!("start axis {s} is after end axis {e}")));
+            return Err(invalid(
+                "flatten",
+                format!("start axis {s} is after end axis {e}"),
+            ));
         }
         let merged = self.dims()[s..=e]
             .iter()
             .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(|| CoreError::overflow(format!("flattened dims {:?}", &self.dims()[s..=e])))?;
+            .ok_or_else(|| {
+                CoreError::overflow(format!("flattened dims {:?}", &self.dims()[s..=e]))
+            })?;
         let mut dims: SmallVec<[usize; INLINE_DIMS]> = SmallVec::from_slice(&self.dims()[..s]);
         dims.push(merged);
         dims.extend_from_slice(&self.dims()[e + 1..]);
         self.view(&dims)
     }
+}
+
+/// Row-major strides (what `Shape::contiguous_strides` computes), written into an inline buffer
+/// directly: this is on the path of every tensor creation.
+#[inline]
+fn row_major_strides(dims: &[usize]) -> Strides {
+    if dims.len() > INLINE_DIMS {
+        return contiguous_strides(dims);
+    }
+    let mut buf = [0isize; INLINE_DIMS];
+    let mut acc: isize = 1;
+    for (stride, &dim) in buf[..dims.len()].iter_mut().zip(dims).rev() {
+        *stride = acc;
+        // Wrapping like `contiguous_strides`: only empty shapes can exceed isize, and their
+        // strides are never used to address memory.
+        acc = acc.wrapping_mul(dim.max(1) as isize);
+    }
+    Strides::from_buf_and_len(buf, dims.len())
 }
 
 /// A dim as `isize` for signed index arithmetic; dims beyond `isize::MAX` only exist in empty
@@ -357,7 +495,8 @@ fn view_strides(old: &[usize], old_strides: &[isize], new: &[usize]) -> Option<S
     for tensor_d in (0..old.len()).rev() {
         tensor_numel *= old[tensor_d] as i128;
         let chunk_ends = tensor_d == 0
-            || (old[tensor_d - 1] != 1 && old_strides[tensor_d - 1] as i128 != tensor_numel * chunk_base_stride);
+            || (old[tensor_d - 1] != 1
+                && old_strides[tensor_d - 1] as i128 != tensor_numel * chunk_base_stride);
         if chunk_ends {
             while view_d >= 0 && (view_numel < tensor_numel || new[view_d as usize] == 1) {
                 out[view_d as usize] = isize::try_from(view_numel * chunk_base_stride).ok()?;
@@ -406,16 +545,25 @@ mod tests {
         assert!(t.view(&[24]).is_err());
         let u = t.view(&[2, 3, 4]).unwrap();
         assert_eq!(u.strides(), &[3, 1, 6]);
-        assert!(matches!(l(&[2, 3]).view(&[7]), Err(CoreError::NumelMismatch { .. })));
+        assert!(matches!(
+            l(&[2, 3]).view(&[7]),
+            Err(CoreError::NumelMismatch { .. })
+        ));
     }
 
     #[test]
     fn slicing() {
         let a = l(&[10]);
         let s = a.slice(0, 1, 8, 3).unwrap();
-        assert_eq!((s.dims(), s.strides(), s.offset()), (&[3usize][..], &[3isize][..], 1));
+        assert_eq!(
+            (s.dims(), s.strides(), s.offset()),
+            (&[3usize][..], &[3isize][..], 1)
+        );
         let r = a.slice(0, -1, isize::MIN, -1).unwrap();
-        assert_eq!((r.dims(), r.strides(), r.offset()), (&[10usize][..], &[-1isize][..], 9));
+        assert_eq!(
+            (r.dims(), r.strides(), r.offset()),
+            (&[10usize][..], &[-1isize][..], 9)
+        );
         assert_eq!(r.span().unwrap(), (0, 10));
         assert_eq!(a.slice(0, 5, 2, 1).unwrap().numel(), 0);
         assert!(a.slice(0, 0, 1, 0).is_err());

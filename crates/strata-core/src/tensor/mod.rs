@@ -31,17 +31,23 @@ pub struct Tensor {
 impl Tensor {
     /// The undefined tensor.
     pub fn undefined() -> Self {
-        Tensor { storage: None, layout: Layout::contiguous(Shape::default(), 0), dtype: DType::F32 }
+        Tensor {
+            storage: None,
+            layout: Layout::contiguous(Shape::default(), 0),
+            dtype: DType::F32,
+        }
     }
 
     /// The one allocation entry point (M9): a contiguous tensor of `dims` and `dtype` on `device`,
     /// from the global registry's allocator for (device, kind). Contents are unspecified (but
     /// initialized memory); use [`Tensor::zeros`] for zeros.
+    #[inline]
     pub fn empty(dims: &[usize], dtype: DType, device: Device, kind: MemoryKind) -> Result<Tensor> {
         Tensor::empty_in(AllocatorRegistry::global(), dims, dtype, device, kind)
     }
 
     /// Like [`Tensor::empty`], from a given registry.
+    #[inline]
     pub fn empty_in(
         registry: &AllocatorRegistry,
         dims: &[usize],
@@ -49,10 +55,24 @@ impl Tensor {
         device: Device,
         kind: MemoryKind,
     ) -> Result<Tensor> {
-        let shape = Shape::new(dims)?;
-        let bytes = shape.size_in_bytes(dtype)?;
+        let (shape, bytes) = Shape::new(dims)
+            .and_then(|shape| Ok((shape.size_in_bytes(dtype)?, shape)))
+            .map(|(bytes, shape)| (shape, bytes))
+            .map_err(|err| match err {
+                // Name what was being allocated, and where.
+                CoreError::SizeOverflow { what } => CoreError::SizeOverflow {
+                    what: format!(
+                        "{what} (a {dtype} tensor of dims {dims:?} on {device}, {kind:?} memory)"
+                    ),
+                },
+                other => other,
+            })?;
         let block = registry.allocate(device, kind, bytes, DEFAULT_ALIGNMENT)?;
-        Ok(Tensor { storage: Some(Storage::new(block)), layout: Layout::contiguous(shape, 0), dtype })
+        Ok(Tensor {
+            storage: Some(Storage::new(block)),
+            layout: Layout::contiguous(shape, 0),
+            dtype,
+        })
     }
 
     /// A zero-filled host tensor of `Default` kind.
@@ -64,15 +84,23 @@ impl Tensor {
 
     /// Binds a contiguous tensor of `dims` and `dtype` into `storage` at `byte_offset` (T6),
     /// without copying. The range must lie inside the storage and be aligned for the dtype.
-    pub fn bind(storage: &Storage, byte_offset: usize, dims: &[usize], dtype: DType) -> Result<Tensor> {
+    pub fn bind(
+        storage: &Storage,
+        byte_offset: usize,
+        dims: &[usize],
+        dtype: DType,
+    ) -> Result<Tensor> {
         let shape = Shape::new(dims)?;
         let bytes = shape.size_in_bytes(dtype)?;
-        let end = byte_offset.checked_add(bytes).filter(|&end| end <= storage.len()).ok_or(CoreError::OutOfBounds {
-            op: "Tensor::bind",
-            offset: byte_offset,
-            end: byte_offset.saturating_add(bytes),
-            len: storage.len(),
-        })?;
+        let end = byte_offset
+            .checked_add(bytes)
+            .filter(|&end| end <= storage.len())
+            .ok_or_else(|| CoreError::OutOfBounds {
+                op: "Tensor::bind",
+                offset: byte_offset,
+                end: byte_offset.saturating_add(bytes),
+                len: storage.len(),
+            })?;
         debug_assert!(end <= storage.len());
         let sub = storage.sub_storage(byte_offset, bytes)?;
         Tensor::from_storage(sub, Layout::contiguous(shape, 0), dtype)
@@ -86,10 +114,16 @@ impl Tensor {
         if (storage.as_ptr() as usize) % align != 0 {
             return Err(CoreError::InvalidView {
                 op: "Tensor::from_storage",
-                message: format!("storage address is not aligned to {align} bytes as {dtype} requires"),
+                message: format!(
+                    "storage address is not aligned to {align} bytes as {dtype} requires"
+                ),
             });
         }
-        Ok(Tensor { storage: Some(storage), layout, dtype })
+        Ok(Tensor {
+            storage: Some(storage),
+            layout,
+            dtype,
+        })
     }
 
     pub fn is_defined(&self) -> bool {
@@ -135,7 +169,9 @@ impl Tensor {
 
     /// The storage; an error for the undefined tensor.
     pub fn storage(&self) -> Result<&Storage> {
-        self.storage.as_ref().ok_or(CoreError::Undefined { op: "storage" })
+        self.storage
+            .as_ref()
+            .ok_or_else(|| CoreError::Undefined { op: "storage" })
     }
 
     pub fn device(&self) -> Device {
@@ -144,7 +180,9 @@ impl Tensor {
 
     /// The memory kind of the storage (`Default` for the undefined tensor).
     pub fn memory_kind(&self) -> MemoryKind {
-        self.storage.as_ref().map_or(MemoryKind::Default, Storage::kind)
+        self.storage
+            .as_ref()
+            .map_or(MemoryKind::Default, Storage::kind)
     }
 
     /// The version counter shared with every view of the same memory (T4).
@@ -160,7 +198,9 @@ impl Tensor {
     /// Bytes available from the first element to the end of the storage (T5).
     pub fn capacity_bytes(&self) -> usize {
         let start = self.layout.offset() / self.dtype.block_size() * self.dtype.size_in_bytes();
-        self.storage.as_ref().map_or(0, |s| s.len().saturating_sub(start))
+        self.storage
+            .as_ref()
+            .map_or(0, |s| s.len().saturating_sub(start))
     }
 
     /// True when both tensors use the same memory block.
@@ -180,14 +220,18 @@ impl Tensor {
 
     /// Like [`Tensor::resize`], reallocating from `registry`.
     pub fn resize_in(&mut self, registry: &AllocatorRegistry, dims: &[usize]) -> Result<()> {
-        let storage = self.storage.as_ref().ok_or(CoreError::Undefined { op: "resize" })?;
+        let storage = self
+            .storage
+            .as_ref()
+            .ok_or_else(|| CoreError::Undefined { op: "resize" })?;
         let shape = Shape::new(dims)?;
         let needed = shape.size_in_bytes(self.dtype)?;
         if self.layout.is_contiguous() && needed <= self.capacity_bytes() {
             self.layout = Layout::contiguous(shape, self.layout.offset());
             return Ok(());
         }
-        let block = registry.allocate(storage.device(), storage.kind(), needed, DEFAULT_ALIGNMENT)?;
+        let block =
+            registry.allocate(storage.device(), storage.kind(), needed, DEFAULT_ALIGNMENT)?;
         self.storage = Some(Storage::new(block));
         self.layout = Layout::contiguous(shape, 0);
         Ok(())
@@ -196,27 +240,59 @@ impl Tensor {
     /// Sets contiguous dims without ever allocating; an error when the storage is too small.
     pub fn set_shape_metadata(&mut self, dims: &[usize]) -> Result<()> {
         if self.storage.is_none() {
-            return Err(CoreError::Undefined { op: "set_shape_metadata" });
+            return Err(CoreError::Undefined {
+                op: "set_shape_metadata",
+            });
         }
         let shape = Shape::new(dims)?;
         let needed = shape.size_in_bytes(self.dtype)?;
         let capacity = self.capacity_bytes();
         if needed > capacity {
-            return Err(CoreError::CapacityExceeded { op: "set_shape_metadata", needed, capacity });
+            return Err(CoreError::CapacityExceeded {
+                op: "set_shape_metadata",
+                needed,
+                capacity,
+            });
         }
         self.layout = Layout::contiguous(shape, self.layout.offset());
         Ok(())
     }
 
-    /// A tensor sharing this one's storage with another layout (checked to fit).
-    pub(crate) fn with_layout(&self, op: &'static str, layout: Layout) -> Result<Tensor> {
-        let storage = self.storage.as_ref().ok_or(CoreError::Undefined { op })?;
+    /// A tensor sharing this one's storage with any layout, checked to fit the storage.
+    pub(crate) fn with_checked_layout(&self, op: &'static str, layout: Layout) -> Result<Tensor> {
+        let Some(storage) = &self.storage else {
+            return Err(CoreError::Undefined { op });
+        };
         check_fits(storage, &layout, self.dtype, op)?;
-        Ok(Tensor { storage: self.storage.clone(), layout, dtype: self.dtype })
+        Ok(Tensor {
+            storage: self.storage.clone(),
+            layout,
+            dtype: self.dtype,
+        })
+    }
+
+    /// A view sharing this one's storage, with a layout derived from this tensor's by one of the
+    /// view operations (view, permute, narrow, slice, select, expand, squeeze, unsqueeze). Such a
+    /// layout reaches only positions this one reaches (or none, keeping this offset), so it fits
+    /// the storage without re-checking the span; only the block-quantized rule is checked.
+    #[inline]
+    pub(crate) fn derive(&self, op: &'static str, layout: Layout) -> Result<Tensor> {
+        let Some(storage) = &self.storage else {
+            return Err(CoreError::Undefined { op });
+        };
+        if self.dtype.is_quantized() {
+            check_quantized(&layout, self.dtype, op)?;
+        }
+        debug_assert!(check_fits(storage, &layout, self.dtype, op).is_ok(), "{op} left the storage");
+        Ok(Tensor {
+            storage: Some(storage.clone()),
+            layout,
+            dtype: self.dtype,
+        })
     }
 
     pub(crate) fn defined_storage(&self, op: &'static str) -> Result<&Storage> {
-        self.storage.as_ref().ok_or(CoreError::Undefined { op })
+        self.storage.as_ref().ok_or_else(|| CoreError::Undefined { op })
     }
 }
 
@@ -229,21 +305,41 @@ fn element_align(dtype: DType) -> usize {
     }
 }
 
+/// Block-quantized tensors have no per-element addressing: only whole blocks, contiguous.
+fn check_quantized(layout: &Layout, dtype: DType, op: &'static str) -> Result<()> {
+    let block = dtype.block_size();
+    if dtype.is_quantized()
+        && !(layout.is_contiguous() && layout.offset() % block == 0 && layout.numel() % block == 0)
+    {
+        return Err(CoreError::UnsupportedDType {
+            op,
+            dtype,
+            reason: "block-quantized tensors support only whole-block contiguous layouts",
+        });
+    }
+    Ok(())
+}
+
 /// Checks that every element `layout` can reach lies inside `storage`.
 fn check_fits(storage: &Storage, layout: &Layout, dtype: DType, op: &'static str) -> Result<()> {
-    let block = dtype.block_size();
-    if dtype.is_quantized() && !(layout.is_contiguous() && layout.offset() % block == 0 && layout.numel() % block == 0) {
-        return Err(CoreError::UnsupportedDType { op, dtype, reason: "block-quantized tensors support only whole-block contiguous layouts" });
-    }
+    check_quantized(layout, dtype, op)?;
     let (lo, hi) = layout.span()?;
     let to_bytes = |elems: usize| {
         (elems / dtype.block_size())
             .checked_mul(dtype.size_in_bytes())
             .ok_or_else(|| CoreError::overflow("layout byte span"))
     };
-    let (start, end) = (to_bytes(lo)?, to_bytes(hi.div_ceil(dtype.block_size()) * dtype.block_size())?);
+    let (start, end) = (
+        to_bytes(lo)?,
+        to_bytes(hi.div_ceil(dtype.block_size()) * dtype.block_size())?,
+    );
     if end > storage.len() {
-        return Err(CoreError::OutOfBounds { op, offset: start, end, len: storage.len() });
+        return Err(CoreError::OutOfBounds {
+            op,
+            offset: start,
+            end,
+            len: storage.len(),
+        });
     }
     Ok(())
 }
@@ -253,7 +349,15 @@ impl fmt::Debug for Tensor {
         if !self.is_defined() {
             return f.write_str("Tensor(undefined)");
         }
-        write!(f, "Tensor({} {:?} strides={:?} offset={} {})", self.dtype, self.dims(), self.strides(), self.storage_offset(), self.device())
+        write!(
+            f,
+            "Tensor({} {:?} strides={:?} offset={} {})",
+            self.dtype,
+            self.dims(),
+            self.strides(),
+            self.storage_offset(),
+            self.device()
+        )
     }
 }
 

@@ -11,7 +11,10 @@ use crate::{CoreError, DType, Device, MemoryKind, Result, Shape};
 const MAGIC: &[u8] = b"\x93NUMPY";
 
 fn npy_err(path: &str, message: impl Into<String>) -> CoreError {
-    CoreError::Npy { path: path.to_string(), message: message.into() }
+    CoreError::Npy {
+        path: path.to_string(),
+        message: message.into(),
+    }
 }
 
 /// The NumPy type string of `dtype` (little-endian).
@@ -63,7 +66,9 @@ fn parse_descr(text: &str) -> Option<(DType, bool)> {
 
 /// The value text following `'key':` in a header dict.
 fn header_value<'h>(header: &'h str, key: &str) -> Option<&'h str> {
-    let at = header.find(&format!("'{key}'")).or_else(|| header.find(&format!("\"{key}\"")))?;
+    let at = header
+        .find(&format!("'{key}'"))
+        .or_else(|| header.find(&format!("\"{key}\"")))?;
     let rest = &header[at + key.len() + 2..];
     Some(rest.trim_start().strip_prefix(':')?.trim_start())
 }
@@ -76,12 +81,18 @@ struct Header {
 }
 
 fn parse_header(header: &str, path: &str) -> Result<Header> {
-    let descr_text = header_value(header, "descr").ok_or_else(|| npy_err(path, "header has no 'descr'"))?;
-    let quote = descr_text.chars().next().filter(|c| *c == '\'' || *c == '"').ok_or_else(|| npy_err(path, "'descr' is not a string"))?;
+    let descr_text =
+        header_value(header, "descr").ok_or_else(|| npy_err(path, "header has no 'descr'"))?;
+    let quote = descr_text
+        .chars()
+        .next()
+        .filter(|c| *c == '\'' || *c == '"')
+        .ok_or_else(|| npy_err(path, "'descr' is not a string"))?;
     let descr_str = descr_text[1..].split(quote).next().unwrap_or("");
-    let (dtype, big_endian) =
-        parse_descr(descr_str).ok_or_else(|| npy_err(path, format!("unsupported dtype descriptor {descr_str:?}")))?;
-    let fortran_text = header_value(header, "fortran_order").ok_or_else(|| npy_err(path, "header has no 'fortran_order'"))?;
+    let (dtype, big_endian) = parse_descr(descr_str)
+        .ok_or_else(|| npy_err(path, format!("unsupported dtype descriptor {descr_str:?}")))?;
+    let fortran_text = header_value(header, "fortran_order")
+        .ok_or_else(|| npy_err(path, "header has no 'fortran_order'"))?;
     let fortran = if fortran_text.starts_with("True") {
         true
     } else if fortran_text.starts_with("False") {
@@ -89,7 +100,8 @@ fn parse_header(header: &str, path: &str) -> Result<Header> {
     } else {
         return Err(npy_err(path, "'fortran_order' is neither True nor False"));
     };
-    let shape_text = header_value(header, "shape").ok_or_else(|| npy_err(path, "header has no 'shape'"))?;
+    let shape_text =
+        header_value(header, "shape").ok_or_else(|| npy_err(path, "header has no 'shape'"))?;
     let inner = shape_text
         .strip_prefix('(')
         .and_then(|s| s.split(')').next())
@@ -98,9 +110,18 @@ fn parse_header(header: &str, path: &str) -> Result<Header> {
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| s.trim_end_matches('L').parse::<usize>().map_err(|_| npy_err(path, format!("bad dimension {s:?} in shape"))))
+        .map(|s| {
+            s.trim_end_matches('L')
+                .parse::<usize>()
+                .map_err(|_| npy_err(path, format!("bad dimension {s:?} in shape")))
+        })
         .collect::<Result<Vec<_>>>()?;
-    Ok(Header { dtype, big_endian, fortran, dims })
+    Ok(Header {
+        dtype,
+        big_endian,
+        fortran,
+        dims,
+    })
 }
 
 impl Tensor {
@@ -108,7 +129,10 @@ impl Tensor {
     pub fn read_npy(path: impl AsRef<Path>) -> Result<Tensor> {
         let path = path.as_ref();
         let name = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|e| CoreError::Io { path: name.clone(), message: e.to_string() })?;
+        let bytes = std::fs::read(path).map_err(|e| CoreError::Io {
+            path: name.clone(),
+            message: e.to_string(),
+        })?;
         Tensor::from_npy_bytes(&bytes, &name)
     }
 
@@ -119,20 +143,38 @@ impl Tensor {
         }
         let (header_len, start) = match bytes[6] {
             1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10usize),
-            2 | 3 if bytes.len() >= 12 => (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12),
+            2 | 3 if bytes.len() >= 12 => (
+                u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+                12,
+            ),
             v => return Err(npy_err(source, format!("unsupported format version {v}"))),
         };
-        let header_end = start.checked_add(header_len).filter(|&e| e <= bytes.len()).ok_or_else(|| npy_err(source, "header is truncated"))?;
-        let header = std::str::from_utf8(&bytes[start..header_end]).map_err(|_| npy_err(source, "header is not text"))?;
+        let header_end = start
+            .checked_add(header_len)
+            .filter(|&e| e <= bytes.len())
+            .ok_or_else(|| npy_err(source, "header is truncated"))?;
+        let header = std::str::from_utf8(&bytes[start..header_end])
+            .map_err(|_| npy_err(source, "header is not text"))?;
         let header = parse_header(header, source)?;
         let data = &bytes[header_end..];
         // Fortran order stores the transposed shape in row-major order.
-        let stored_dims: Vec<usize> = if header.fortran { header.dims.iter().rev().copied().collect() } else { header.dims.clone() };
+        let stored_dims: Vec<usize> = if header.fortran {
+            header.dims.iter().rev().copied().collect()
+        } else {
+            header.dims.clone()
+        };
         // Check the data length before allocating: a corrupt header must not make us reserve
         // memory for a shape the file cannot hold.
         let need = Shape::new(&stored_dims)?.size_in_bytes(header.dtype)?;
         if data.len() < need {
-            return Err(npy_err(source, format!("data is truncated: {} bytes for {need} needed by shape {:?}", data.len(), header.dims)));
+            return Err(npy_err(
+                source,
+                format!(
+                    "data is truncated: {} bytes for {need} needed by shape {:?}",
+                    data.len(),
+                    header.dims
+                ),
+            ));
         }
         let t = Tensor::empty(&stored_dims, header.dtype, Device::Cpu, MemoryKind::Default)?;
         {
@@ -145,7 +187,10 @@ impl Tensor {
             }
             if header.dtype == DType::Bool {
                 if let Some(index) = out.iter().position(|&b| b > 1) {
-                    return Err(npy_err(source, format!("bool element {index} holds {}, not 0 or 1", out[index])));
+                    return Err(npy_err(
+                        source,
+                        format!("bool element {index} holds {}, not 0 or 1", out[index]),
+                    ));
                 }
             }
         }
@@ -160,12 +205,15 @@ impl Tensor {
     pub fn write_npy(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
         let bytes = self.to_npy_bytes()?;
-        std::fs::write(path, bytes).map_err(|e| CoreError::Io { path: path.display().to_string(), message: e.to_string() })
+        std::fs::write(path, bytes).map_err(|e| CoreError::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })
     }
 
     /// The `.npy` encoding of this tensor.
     pub fn to_npy_bytes(&self) -> Result<Vec<u8>> {
-        let descr = descr(self.dtype).ok_or(CoreError::UnsupportedDType {
+        let descr = descr(self.dtype).ok_or_else(|| CoreError::UnsupportedDType {
             op: "write_npy",
             dtype: self.dtype,
             reason: "NumPy has no block-quantized types",
@@ -173,14 +221,22 @@ impl Tensor {
         let dense = self.contiguous()?;
         let shape = match dense.dims() {
             [d] => format!("({d},)"),
-            dims => format!("({})", dims.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")),
+            dims => format!(
+                "({})",
+                dims.iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         };
-        let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+        let mut header =
+            format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
         // Pad so that the data starts on a 64-byte boundary, ending the header with a newline.
         let unpadded = MAGIC.len() + 4 + header.len() + 1;
         header.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
         header.push('\n');
-        let header_len = u16::try_from(header.len()).map_err(|_| CoreError::overflow("npy header length"))?;
+        let header_len =
+            u16::try_from(header.len()).map_err(|_| CoreError::overflow("npy header length"))?;
         let data_len = dense.size_in_bytes()?;
         let mut out = Vec::with_capacity(MAGIC.len() + 4 + header.len() + data_len);
         out.extend_from_slice(MAGIC);

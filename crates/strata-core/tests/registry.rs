@@ -1,0 +1,418 @@
+//! The allocator registry (M8, M9): per-(device, kind) accounting, fallback to `Default`, host
+//! kinds, and allocation failures that are errors naming bytes, device and kind.
+
+use std::sync::Arc;
+
+use strata_core::{
+    Allocator, AllocatorRegistry, CachingAllocator, CoreError, CpuAllocator, DType, Device,
+    MemoryBlock, MemoryKind, PinnedAllocator, Tensor,
+};
+
+fn bytes_of(t: &Tensor) -> usize {
+    t.size_in_bytes().unwrap()
+}
+
+#[test]
+fn usage_is_accounted_per_kind_whichever_allocator_serves_it() {
+    let default = Arc::new(CachingAllocator::cpu());
+    let weights = Arc::new(CpuAllocator::new());
+    let registry = AllocatorRegistry::new();
+    registry.register_device(default.clone()).unwrap();
+    registry
+        .register(Device::Cpu, MemoryKind::Persistent, weights.clone())
+        .unwrap();
+
+    let make = |dims: &[usize], kind| {
+        Tensor::empty_in(&registry, dims, DType::F32, Device::Cpu, kind).unwrap()
+    };
+    let w1 = make(&[1000], MemoryKind::Persistent);
+    let w2 = make(&[10, 10], MemoryKind::Persistent);
+    let a1 = make(&[64], MemoryKind::Workspace);
+    let kv = make(&[3, 100], MemoryKind::KVCache);
+    let d = make(&[5], MemoryKind::Default);
+    for (t, kind) in [
+        (&w1, MemoryKind::Persistent),
+        (&a1, MemoryKind::Workspace),
+        (&kv, MemoryKind::KVCache),
+        (&d, MemoryKind::Default),
+    ] {
+        assert_eq!(t.memory_kind(), kind);
+        assert_eq!(t.device(), Device::Cpu);
+    }
+
+    let stats = |kind| registry.stats(Device::Cpu, kind);
+    assert_eq!(stats(MemoryKind::Persistent).active_bytes, 4400);
+    assert_eq!(stats(MemoryKind::Persistent).active_allocations, 2);
+    assert_eq!(stats(MemoryKind::Workspace).active_bytes, 256);
+    assert_eq!(stats(MemoryKind::KVCache).active_bytes, 1200);
+    assert_eq!(stats(MemoryKind::Default).active_bytes, 20);
+    assert_eq!(stats(MemoryKind::HostPinned), Default::default());
+    // The weights allocator saw only weights; the caching Default served the other three kinds
+    // (in size classes: 256 + 256 + 1280 bytes).
+    assert_eq!(weights.stats().active_bytes, 4400);
+    assert_eq!(default.stats().active_allocations, 3);
+    assert_eq!(default.stats().active_bytes, 256 + 256 + 1280);
+    assert_eq!(
+        registry
+            .allocator_stats(Device::Cpu, MemoryKind::KVCache)
+            .unwrap(),
+        default.stats()
+    );
+    let mut listed: Vec<MemoryKind> = registry
+        .all_stats()
+        .into_iter()
+        .map(|(dev, kind, _)| {
+            assert_eq!(dev, Device::Cpu);
+            kind
+        })
+        .collect();
+    listed.sort();
+    assert_eq!(
+        listed,
+        vec![
+            MemoryKind::Default,
+            MemoryKind::Persistent,
+            MemoryKind::Workspace,
+            MemoryKind::KVCache
+        ]
+    );
+
+    // Views and clones do not count again.
+    let views = (
+        w1.view(&[10, 100]).unwrap(),
+        kv.transpose(0, 1).unwrap(),
+        d.clone(),
+    );
+    assert_eq!(stats(MemoryKind::Persistent).allocations, 2);
+
+    drop((w1, views));
+    assert_eq!(stats(MemoryKind::Persistent).active_bytes, 400);
+    assert_eq!(stats(MemoryKind::Persistent).peak_bytes, 4400);
+    assert_eq!(
+        stats(MemoryKind::KVCache).active_bytes,
+        1200,
+        "a view was dropped, the tensor lives"
+    );
+    drop((w2, a1, kv, d));
+    for kind in MemoryKind::ALL {
+        assert_eq!(stats(kind).active_bytes, 0, "{kind:?}");
+        assert_eq!(stats(kind).active_allocations, 0, "{kind:?}");
+    }
+    assert_eq!(weights.stats().active_bytes, 0);
+    let s = default.stats();
+    assert_eq!(
+        (s.active_bytes, s.cached_bytes, s.reserved_bytes),
+        (0, 1792, 1792)
+    );
+    registry.release_cached();
+    assert_eq!(default.stats().reserved_bytes, 0);
+    assert_eq!(
+        stats(MemoryKind::Persistent).allocations,
+        2,
+        "totals survive"
+    );
+}
+
+#[test]
+fn lookups_fall_back_to_default_and_registration_replaces() {
+    let registry = AllocatorRegistry::new();
+    assert!(matches!(
+        Tensor::empty_in(
+            &registry,
+            &[2],
+            DType::F32,
+            Device::Cpu,
+            MemoryKind::Default
+        ),
+        Err(CoreError::NoAllocator {
+            device: Device::Cpu,
+            kind: MemoryKind::Default
+        })
+    ));
+    let first: Arc<dyn Allocator> = Arc::new(CpuAllocator::new());
+    registry.register_device(first.clone()).unwrap();
+    for kind in MemoryKind::ALL {
+        assert!(
+            Arc::ptr_eq(&registry.resolve(Device::Cpu, kind).unwrap(), &first),
+            "{kind:?}"
+        );
+    }
+    let kv: Arc<dyn Allocator> = Arc::new(CpuAllocator::new());
+    registry
+        .register(Device::Cpu, MemoryKind::KVCache, kv.clone())
+        .unwrap();
+    assert!(Arc::ptr_eq(
+        &registry.resolve(Device::Cpu, MemoryKind::KVCache).unwrap(),
+        &kv
+    ));
+    assert!(Arc::ptr_eq(
+        &registry
+            .resolve(Device::Cpu, MemoryKind::Workspace)
+            .unwrap(),
+        &first
+    ));
+
+    // Replacing the Default: new allocations go to the new one, live blocks still return to the
+    // allocator that made them, and the ledger carries on.
+    let old_block = registry
+        .allocate(Device::Cpu, MemoryKind::Workspace, 100, 64)
+        .unwrap();
+    let second: Arc<dyn Allocator> = Arc::new(CpuAllocator::new());
+    registry.register_device(second.clone()).unwrap();
+    let new_block = registry
+        .allocate(Device::Cpu, MemoryKind::Workspace, 300, 64)
+        .unwrap();
+    assert_eq!(
+        (first.stats().active_bytes, second.stats().active_bytes),
+        (100, 300)
+    );
+    assert_eq!(
+        registry
+            .stats(Device::Cpu, MemoryKind::Workspace)
+            .active_bytes,
+        400
+    );
+    assert!(Arc::ptr_eq(old_block.allocator().unwrap(), &first));
+    drop(old_block);
+    assert_eq!(first.stats().active_bytes, 0);
+    assert_eq!(
+        registry
+            .stats(Device::Cpu, MemoryKind::Workspace)
+            .active_bytes,
+        300
+    );
+    drop(new_block);
+    assert_eq!(
+        registry
+            .stats(Device::Cpu, MemoryKind::Workspace)
+            .active_bytes,
+        0
+    );
+
+    // A device without registrations has nothing to fall back to.
+    assert!(matches!(
+        registry.resolve(Device::Cuda(3), MemoryKind::Workspace),
+        Err(CoreError::NoAllocator { .. })
+    ));
+    let err = Tensor::empty_in(
+        &registry,
+        &[2],
+        DType::F32,
+        Device::Cuda(1),
+        MemoryKind::KVCache,
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("cuda:1") && err.to_string().contains("KVCache"),
+        "{err}"
+    );
+}
+
+#[test]
+fn host_kinds_are_refused_on_cuda() {
+    let registry = AllocatorRegistry::with_cpu_defaults();
+    for kind in [MemoryKind::HostPinned, MemoryKind::HostPageable] {
+        let err = Tensor::empty_in(&registry, &[4], DType::F32, Device::Cuda(0), kind).unwrap_err();
+        assert!(
+            matches!(err, CoreError::HostKindOnDevice { device: Device::Cuda(0), kind: k } if k == kind),
+            "{err}"
+        );
+        assert!(matches!(
+            registry.resolve(Device::Cuda(0), kind),
+            Err(CoreError::HostKindOnDevice { .. })
+        ));
+        assert!(matches!(
+            registry.allocate(Device::Cuda(2), kind, 16, 256),
+            Err(CoreError::HostKindOnDevice {
+                device: Device::Cuda(2),
+                ..
+            })
+        ));
+        assert!(matches!(
+            registry.register(
+                Device::Cuda(0),
+                kind,
+                Arc::new(PinnedAllocator::host_fallback())
+            ),
+            Err(CoreError::HostKindOnDevice { .. })
+        ));
+        assert!(matches!(
+            Tensor::empty(&[4], DType::F32, Device::Cuda(0), kind),
+            Err(CoreError::HostKindOnDevice { .. })
+        ));
+    }
+    // A CPU allocator cannot be registered for a CUDA device.
+    assert!(matches!(
+        registry.register(
+            Device::Cuda(0),
+            MemoryKind::Default,
+            Arc::new(CpuAllocator::new())
+        ),
+        Err(CoreError::DeviceMismatch { .. })
+    ));
+    // On the CPU, host kinds are served: pinned staging comes from its own allocator.
+    let pinned = Tensor::empty_in(
+        &registry,
+        &[1024],
+        DType::U8,
+        Device::Cpu,
+        MemoryKind::HostPinned,
+    )
+    .unwrap();
+    assert_eq!(
+        (pinned.device(), pinned.memory_kind()),
+        (Device::Cpu, MemoryKind::HostPinned)
+    );
+    assert_eq!(pinned.storage().unwrap().as_ptr() as usize % 256, 0);
+    let pageable = Tensor::empty_in(
+        &registry,
+        &[8],
+        DType::U8,
+        Device::Cpu,
+        MemoryKind::HostPageable,
+    )
+    .unwrap();
+    assert_eq!(pageable.memory_kind(), MemoryKind::HostPageable);
+    assert_eq!(
+        registry
+            .stats(Device::Cpu, MemoryKind::HostPinned)
+            .active_bytes,
+        1024
+    );
+    assert_eq!(
+        registry
+            .allocator_stats(Device::Cpu, MemoryKind::HostPinned)
+            .unwrap()
+            .active_bytes,
+        1024
+    );
+    let global_pinned =
+        Tensor::empty(&[16], DType::F32, Device::Cpu, MemoryKind::HostPinned).unwrap();
+    assert_eq!(global_pinned.memory_kind(), MemoryKind::HostPinned);
+}
+
+#[test]
+fn impossible_sizes_are_errors_naming_bytes_device_and_kind() {
+    // The element count or the byte count does not fit in usize.
+    for (dims, dtype) in [
+        (&[usize::MAX, 2][..], DType::F32),
+        (&[1 << 61, 2], DType::F64),
+        (&[usize::MAX / 4], DType::I64),
+    ] {
+        let err = Tensor::empty(dims, dtype, Device::Cpu, MemoryKind::Workspace).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, CoreError::SizeOverflow { .. }), "{err}");
+        assert!(
+            text.contains("cpu") && text.contains("Workspace") && text.contains(dtype.name()),
+            "{text}"
+        );
+    }
+    // It fits in usize but no system can provide it: an out-of-memory error, not an abort.
+    for (dims, dtype, kind) in [
+        (&[1usize << 62][..], DType::U8, MemoryKind::Default),
+        (&[1 << 60, 4], DType::U8, MemoryKind::KVCache),
+        // usize::MAX - 1 bytes: beyond every size class of the caching allocator.
+        (&[usize::MAX / 2], DType::I16, MemoryKind::Workspace),
+        (
+            &[isize::MAX as usize / 4 + 1],
+            DType::F32,
+            MemoryKind::Persistent,
+        ),
+    ] {
+        let expected: usize = dims.iter().product::<usize>() * dtype.size_in_bytes();
+        match Tensor::empty(dims, dtype, Device::Cpu, kind) {
+            Err(CoreError::OutOfMemory {
+                bytes,
+                device,
+                kind: k,
+                reason,
+            }) => {
+                assert_eq!(
+                    (bytes, device, k),
+                    (expected, Device::Cpu, kind),
+                    "{reason}"
+                );
+            }
+            other => panic!("expected OutOfMemory for {dims:?}, got {other:?}"),
+        }
+    }
+    // A limited allocator behind a cache: the cache is released and the request retried once,
+    // then the error names the kind that asked.
+    let cache = Arc::new(CachingAllocator::new(CpuAllocator::with_limit(1 << 20)));
+    let registry = AllocatorRegistry::new();
+    registry.register_device(cache.clone()).unwrap();
+    let keep = Tensor::empty_in(
+        &registry,
+        &[1 << 18],
+        DType::U8,
+        Device::Cpu,
+        MemoryKind::Default,
+    )
+    .unwrap();
+    drop(
+        Tensor::empty_in(
+            &registry,
+            &[1 << 19],
+            DType::U8,
+            Device::Cpu,
+            MemoryKind::Default,
+        )
+        .unwrap(),
+    );
+    assert_eq!(cache.stats().cached_bytes, 1 << 19);
+    // 768 KiB + 1 rounds up to an 896 KiB class: with 256 KiB live that exceeds the limit even
+    // after the cached 512 KiB are released.
+    let err = Tensor::empty_in(
+        &registry,
+        &[(3 << 18) + 1],
+        DType::U8,
+        Device::Cpu,
+        MemoryKind::KVCache,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, CoreError::OutOfMemory { bytes, device: Device::Cpu, kind: MemoryKind::KVCache, .. } if bytes == (3 << 18) + 1),
+        "{err}"
+    );
+    assert_eq!(
+        cache.stats().cached_bytes,
+        0,
+        "the cache was released before giving up"
+    );
+    assert_eq!(
+        registry.stats(Device::Cpu, MemoryKind::KVCache),
+        Default::default(),
+        "a failure is not accounted"
+    );
+    // After the release, a request that fits succeeds.
+    let fits = Tensor::empty_in(
+        &registry,
+        &[1 << 19],
+        DType::U8,
+        Device::Cpu,
+        MemoryKind::KVCache,
+    )
+    .unwrap();
+    assert_eq!(bytes_of(&fits) + bytes_of(&keep), 3 << 18);
+}
+
+#[test]
+fn blocks_outside_the_registry() {
+    let cache: Arc<dyn Allocator> = Arc::new(CachingAllocator::cpu());
+    let block = MemoryBlock::allocate(&cache, 1000, 512, MemoryKind::Workspace).unwrap();
+    assert_eq!(
+        (block.len(), block.kind(), block.device()),
+        (1000, MemoryKind::Workspace, Device::Cpu)
+    );
+    assert_eq!(block.as_ptr() as usize % 512, 0);
+    assert!(Arc::ptr_eq(block.allocator().unwrap(), &cache));
+    assert_eq!(cache.stats().active_bytes, 1024);
+    drop(block);
+    assert_eq!(cache.stats().active_bytes, 0);
+    assert!(matches!(
+        MemoryBlock::allocate(&cache, 10, 3, MemoryKind::Default),
+        Err(CoreError::InvalidAlignment { align: 3 })
+    ));
+    let zero = MemoryBlock::allocate(&cache, 0, 256, MemoryKind::Default).unwrap();
+    assert!(zero.is_empty());
+}
