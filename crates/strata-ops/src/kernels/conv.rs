@@ -10,6 +10,12 @@ use super::spatial::{check_len, checked_product, WindowAttrs, WindowGeometry};
 
 const OP: &str = "Conv";
 
+/// Target size of one im2col tile (1 MiB of f32): small enough to stay in L2 between the unfold
+/// and the GEMM, which is what makes tiling pay.
+const TILE_ELEMENTS: usize = 1 << 18;
+/// Narrower tiles would make the GEMM repack the weights too often for too little work.
+const MIN_TILE_COLUMNS: usize = 256;
+
 /// Conv attributes. Empty vectors take the ONNX defaults: `kernel` from the weight's spatial
 /// dims, strides and dilations 1, pads 0. `auto_pad` is resolved beforehand with
 /// [`resolve_auto_pad`](super::resolve_auto_pad).
@@ -52,8 +58,8 @@ pub fn conv_output_dims(
     Ok(dims)
 }
 
-/// Elements of scratch [`conv_f32`] needs: one group's im2col matrix, or 0 on the direct 1x1
-/// path. Returns 0 for invalid dims too (the conv call then reports the error).
+/// Elements of scratch [`conv_f32`] needs: one im2col tile (about 1 MiB of f32, at most one
+/// group's whole unfolded input), or 0 on the direct 1x1 path. Returns 0 for invalid dims too (the conv call then reports the error).
 pub fn conv_scratch_len(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) -> usize {
     ConvGeometry::new(input_dims, weight_dims, p).map_or(0, |g| g.scratch_len)
 }
@@ -118,39 +124,67 @@ pub fn conv<T: GemmFloat>(
 
     let w = &g.window;
     let (cg, mg) = (g.in_per_group, g.out_per_group);
-    // Per group: weight is mg x (cg * taps), the unfolded input (cg * taps) x out_len.
+    // Per group: weight is mg x depth, the unfolded input depth x out_len.
     let depth = cg * w.kernel_len;
     let row = |cols: usize| (cols as isize, 1isize);
+    let finish = |y: &mut [T], grp: usize, columns: std::ops::Range<usize>| {
+        if bias.is_some() || p.post != Activation::None {
+            for oc in 0..mg {
+                let shift = bias.map_or(T::ZERO, |bias| bias[grp * mg + oc]);
+                p.post
+                    .add_bias_and_apply(&mut y[oc * w.out_len..][columns.clone()], shift);
+            }
+        }
+    };
     for b in 0..g.batch {
         for grp in 0..g.groups {
             let x = &input[(b * g.in_channels + grp * cg) * w.in_len..][..cg * w.in_len];
             let wt = &weight[grp * mg * depth..][..mg * depth];
             let y = &mut out[(b * g.out_channels + grp * mg) * w.out_len..][..mg * w.out_len];
-            let cols: &[T] = if g.scratch_len == 0 {
-                x // pointwise: the input plane already is the (cg x out_len) matrix
-            } else {
-                im2col(x, cg, w, scratch, threads);
-                &scratch[..g.scratch_len]
-            };
-            gemm(
-                mg,
-                w.out_len,
-                depth,
-                wt,
-                row(depth),
-                cols,
-                row(w.out_len),
-                y,
-                row(w.out_len),
-                T::ONE,
-                T::ZERO,
-                threads,
-            )?;
-            if bias.is_some() || p.post != Activation::None {
-                for (oc, plane) in y.chunks_exact_mut(w.out_len).enumerate() {
-                    let shift = bias.map_or(T::ZERO, |bias| bias[grp * mg + oc]);
-                    p.post.add_bias_and_apply(plane, shift);
-                }
+            if g.tile_columns == 0 {
+                // Pointwise: the input plane already is the (cg x out_len) matrix.
+                gemm(
+                    mg,
+                    w.out_len,
+                    cg,
+                    wt,
+                    row(cg),
+                    x,
+                    row(w.out_len),
+                    y,
+                    row(w.out_len),
+                    T::ONE,
+                    T::ZERO,
+                    threads,
+                )?;
+                finish(y, grp, 0..w.out_len);
+                continue;
+            }
+            // Unfold a tile of output columns at a time, so the unfolded matrix stays in cache
+            // between im2col writing it and the GEMM reading it.
+            let mut start = 0;
+            while start < w.out_len {
+                let end = (start + g.tile_columns).min(w.out_len);
+                let width = end - start;
+                im2col(x, cg, w, start..end, scratch, threads);
+                let cols = &scratch[..depth * width];
+                let y_tile = &mut y[start..];
+                gemm(
+                    mg,
+                    width,
+                    depth,
+                    wt,
+                    row(depth),
+                    cols,
+                    row(width),
+                    y_tile,
+                    row(w.out_len),
+                    T::ONE,
+                    T::ZERO,
+                    threads,
+                )?;
+                finish(y, grp, start..end);
+                start = end;
             }
         }
     }
@@ -169,6 +203,8 @@ struct ConvGeometry {
     input_len: usize,
     weight_len: usize,
     output_len: usize,
+    /// Output columns unfolded per im2col tile; 0 on the pointwise path.
+    tile_columns: usize,
     scratch_len: usize,
 }
 
@@ -245,14 +281,15 @@ impl ConvGeometry {
         };
         let window = WindowGeometry::new(OP, &input_dims[2..], &attrs)?;
         let size = |what, dims: &[usize]| checked_product(OP, what, dims);
-        let scratch_len = if window.is_pointwise() {
+        let depth = size("im2col depth", &[in_per_group, window.kernel_len])?;
+        let tile_columns = if window.is_pointwise() {
             0
         } else {
-            size(
-                "im2col scratch",
-                &[in_per_group, window.kernel_len, window.out_len],
-            )?
+            (TILE_ELEMENTS / depth.max(1))
+                .max(MIN_TILE_COLUMNS)
+                .min(window.out_len)
         };
+        let scratch_len = size("im2col scratch", &[depth, tile_columns])?;
         Ok(ConvGeometry {
             batch,
             in_channels,
@@ -263,6 +300,7 @@ impl ConvGeometry {
             input_len: size("input size", input_dims)?,
             weight_len: size("weight size", weight_dims)?,
             output_len: size("output size", &[batch, out_channels, window.out_len])?,
+            tile_columns,
             scratch_len,
             window,
         })
@@ -472,6 +510,50 @@ mod tests {
             &out,
             &naive(&input, &in_dims, &weight, &w_dims, None, &p, &out_dims),
             "3x3 threads 2",
+        );
+    }
+
+    #[test]
+    fn outputs_wider_than_one_im2col_tile() {
+        let mut rng = Rng::new(9);
+        // depth 64 * 9 = 576 -> tiles of 455 columns over 40 * 39 outputs, splitting rows.
+        let (in_dims, w_dims) = ([1, 64, 40, 40], [3, 64, 3, 3]);
+        let p = ConvParams {
+            pads_begin: vec![1, 0],
+            pads_end: vec![1, 1],
+            ..ConvParams::default()
+        };
+        assert_eq!(conv_scratch_len(&in_dims, &w_dims, &p), 576 * 455);
+        let input = rng.vec(64 * 1600);
+        let weight = rng.vec(3 * 576);
+        let bias = rng.vec(3);
+        let (out_dims, out) = run(&input, &in_dims, &weight, &w_dims, Some(&bias), &p, 1);
+        assert_eq!(out_dims, [1, 3, 40, 39]);
+        let expected = naive(
+            &input,
+            &in_dims,
+            &weight,
+            &w_dims,
+            Some(&bias),
+            &p,
+            &out_dims,
+        );
+        assert_close(&out, &expected, "2-d tiles");
+        // 1-D: depth 300 * 3 = 900 -> tiles of 291 columns over 999 outputs.
+        let (in_dims, w_dims) = ([1, 300, 1000], [2, 300, 3]);
+        let p = ConvParams {
+            dilations: vec![2],
+            pads_begin: vec![1],
+            pads_end: vec![2],
+            ..ConvParams::default()
+        };
+        let input = rng.vec(300 * 1000);
+        let weight = rng.vec(2 * 900);
+        let (out_dims, out) = run(&input, &in_dims, &weight, &w_dims, None, &p, 2);
+        assert_close(
+            &out,
+            &naive(&input, &in_dims, &weight, &w_dims, None, &p, &out_dims),
+            "1-d tiles",
         );
     }
 

@@ -2,46 +2,57 @@
 //! one GEMM. Row `(c, tap)` of the result holds, for every output position, the input element
 //! that kernel tap `tap` of channel `c` sees there (0 in the padding).
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use super::float::Float;
-use super::spatial::{advance, Dims, WindowGeometry};
+use super::spatial::{Dims, WindowGeometry};
 
 /// Below this many elements the unfold runs on the calling thread: spawning costs more.
 const PARALLEL_MIN_ELEMENTS: usize = 1 << 16;
 
-/// Fills `col` (`channels * kernel_len` rows of `out_len`) from `input` (`channels` planes of
-/// `in_len`). Callers guarantee those lengths (the conv kernel checks them before calling).
+/// Fills `col` (`channels * kernel_len` rows of `positions.len()`) with the columns
+/// `positions` (flat output positions) of the unfolded `input` (`channels` planes of `in_len`).
+/// Unfolding a range of columns at a time lets the caller keep the matrix in cache. Callers
+/// guarantee the slice lengths (the conv kernel checks them before calling).
 pub(crate) fn im2col<T: Float>(
     input: &[T],
     channels: usize,
     g: &WindowGeometry,
+    positions: Range<usize>,
     col: &mut [T],
     threads: usize,
 ) {
-    let rows = channels * g.kernel_len;
-    if rows == 0 || g.out_len == 0 {
+    let (rows, width) = (channels * g.kernel_len, positions.len());
+    if rows == 0 || width == 0 {
         return;
     }
-    let col = &mut col[..rows * g.out_len];
+    let col = &mut col[..rows * width];
     let unfold = |(row, dst): (usize, &mut [T])| {
         let (c, tap) = (row / g.kernel_len, row % g.kernel_len);
-        unfold_row(&input[c * g.in_len..(c + 1) * g.in_len], g, tap, dst);
+        unfold_row(
+            &input[c * g.in_len..(c + 1) * g.in_len],
+            g,
+            tap,
+            positions.start,
+            dst,
+        );
     };
     if threads > 1 && col.len() >= PARALLEL_MIN_ELEMENTS {
-        col.par_chunks_mut(g.out_len)
+        col.par_chunks_mut(width)
             .enumerate()
             .with_min_len(rows.div_ceil(threads))
             .for_each(unfold);
     } else {
-        col.chunks_mut(g.out_len).enumerate().for_each(unfold);
+        col.chunks_mut(width).enumerate().for_each(unfold);
     }
 }
 
-/// One im2col row: what kernel tap `tap` sees at every output position of one input plane.
-/// Output positions are walked as runs along the last axis, where the in-bounds part is a
-/// strided (usually contiguous) copy and the rest is padding.
-fn unfold_row<T: Float>(plane: &[T], g: &WindowGeometry, tap: usize, dst: &mut [T]) {
+/// One im2col row: what kernel tap `tap` sees at output positions `first..first + dst.len()`
+/// of one input plane. Positions are walked as segments of runs along the last axis, where
+/// the in-bounds part is a strided (usually contiguous) copy and the rest is padding.
+fn unfold_row<T: Float>(plane: &[T], g: &WindowGeometry, tap: usize, first: usize, dst: &mut [T]) {
     let rank = g.in_dims.len();
     let last = rank - 1;
     // Input offset of this tap relative to each window start, per axis.
@@ -64,7 +75,7 @@ fn unfold_row<T: Float>(plane: &[T], g: &WindowGeometry, tap: usize, dst: &mut [
     let lo = if off >= 0 {
         0
     } else {
-        (off.unsigned_abs()).div_ceil(s)
+        off.unsigned_abs().div_ceil(s)
     }
     .min(ow);
     let hi = if iw <= off {
@@ -74,28 +85,39 @@ fn unfold_row<T: Float>(plane: &[T], g: &WindowGeometry, tap: usize, dst: &mut [
     }
     .clamp(lo, ow);
 
-    let mut outer = Dims::from_elem(0, last);
-    for run in dst.chunks_exact_mut(ow) {
-        // Row-major input offset of the outer coordinates, unless one lies in the padding.
-        let mut base = Some(0usize);
-        for axis in 0..last {
-            let i = (outer[axis] * g.strides[axis]) as isize + offset(axis);
-            base = match base {
-                Some(b) if i >= 0 && i < g.in_dims[axis] as isize => {
-                    Some(b * g.in_dims[axis] + i as usize)
-                }
-                _ => None,
-            };
+    // Input row (offset / iw) read by the outer coordinates of run `run`, unless it lies in
+    // the padding.
+    let input_row = |mut run: usize| -> Option<usize> {
+        let (mut row, mut stride) = (0usize, 1usize);
+        for axis in (0..last).rev() {
+            let o = run % g.out_dims[axis];
+            run /= g.out_dims[axis];
+            let i = (o * g.strides[axis]) as isize + offset(axis);
+            if i < 0 || i >= g.in_dims[axis] as isize {
+                return None;
+            }
+            row += i as usize * stride;
+            stride *= g.in_dims[axis];
         }
-        match base {
-            None => run.fill(T::ZERO),
-            Some(base) => {
-                run[..lo].fill(T::ZERO);
-                run[hi..].fill(T::ZERO);
-                // Input index of output x = lo; non-negative by the choice of lo.
-                let start = (base * g.in_dims[last]) as isize + (lo * s) as isize + off;
-                let start = start as usize;
-                let valid = &mut run[lo..hi];
+        Some(row)
+    };
+
+    let mut pos = first;
+    let mut done = 0;
+    while done < dst.len() {
+        let (run, x0) = (pos / ow, pos % ow);
+        let len = (ow - x0).min(dst.len() - done);
+        let segment = &mut dst[done..done + len];
+        match input_row(run) {
+            None => segment.fill(T::ZERO),
+            Some(row) => {
+                // Valid x within this segment: [a, b).
+                let (a, b) = (lo.clamp(x0, x0 + len), hi.clamp(x0, x0 + len));
+                segment[..a - x0].fill(T::ZERO);
+                segment[b - x0..].fill(T::ZERO);
+                // Input index of output x = a; non-negative because a >= lo.
+                let start = ((row * g.in_dims[last] + a * s) as isize + off) as usize;
+                let valid = &mut segment[a - x0..b - x0];
                 if s == 1 {
                     valid.copy_from_slice(&plane[start..start + valid.len()]);
                 } else {
@@ -105,7 +127,8 @@ fn unfold_row<T: Float>(plane: &[T], g: &WindowGeometry, tap: usize, dst: &mut [
                 }
             }
         }
-        advance(&mut outer, &g.out_dims[..last]);
+        pos += len;
+        done += len;
     }
 }
 
@@ -129,7 +152,7 @@ mod tests {
         let g = WindowGeometry::new("test", &[3, 3], &attrs).unwrap();
         assert_eq!(g.out_dims.as_slice(), &[2, 2]);
         let mut col = vec![f32::NAN; 4 * 4];
-        im2col(&input, 1, &g, &mut col, 1);
+        im2col(&input, 1, &g, 0..4, &mut col, 1);
         #[rustfmt::skip]
         let expected = [
             0.0, 0.0, 0.0, 5.0, // tap (0, 0)
@@ -138,5 +161,19 @@ mod tests {
             1.0, 3.0, 7.0, 9.0, // tap (1, 1)
         ];
         assert_eq!(col, expected);
+        // Any column range gives the matching columns.
+        for start in 0..4 {
+            for end in start..=4 {
+                let width = end - start;
+                let mut part = vec![f32::NAN; 4 * width];
+                im2col(&input, 1, &g, start..end, &mut part, 1);
+                for row in 0..4 {
+                    assert_eq!(
+                        part[row * width..(row + 1) * width],
+                        expected[row * 4 + start..row * 4 + end]
+                    );
+                }
+            }
+        }
     }
 }
