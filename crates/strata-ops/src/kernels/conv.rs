@@ -59,7 +59,8 @@ pub fn conv_output_dims(
 }
 
 /// Elements of scratch [`conv_f32`] needs: one im2col tile (about 1 MiB of f32, at most one
-/// group's whole unfolded input), or 0 on the direct 1x1 path. Returns 0 for invalid dims too (the conv call then reports the error).
+/// group's whole unfolded input), or 0 on the direct 1x1 path. Returns 0 for invalid dims too
+/// (the conv call then reports the error).
 pub fn conv_scratch_len(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) -> usize {
     ConvGeometry::new(input_dims, weight_dims, p).map_or(0, |g| g.scratch_len)
 }

@@ -49,8 +49,8 @@ pub fn gemm_f32(
 /// operand covers must lie inside its slice (a negative stride is only possible on an axis of
 /// extent 1), and C's strides must not map two elements to one place. `beta == 0` means C is
 /// write-only (NaNs in it do not propagate), as in BLAS. `k == 0` gives `C = beta * C`.
-/// `threads <= 1` runs on the calling thread; more uses that many rayon workers for large
-/// products.
+/// `threads <= 1` runs on the calling thread; more uses up to that many workers of the current
+/// rayon pool for large products.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm<T: GemmFloat>(
     m: usize,
@@ -77,6 +77,8 @@ pub fn gemm<T: GemmFloat>(
     }
     check_operand("A", a.len(), m, k, a_strides)?;
     check_operand("B", b.len(), k, n, b_strides)?;
+    // More workers than the pool has buys nothing; a 1-thread pool means no parallelism.
+    let threads = threads.min(rayon::current_num_threads());
     let parallelism = if threads <= 1 {
         Parallelism::None
     } else {
@@ -277,39 +279,29 @@ mod tests {
         let mut rng = Rng::new(7);
         let (m, n, k) = (130, 97, 211);
         let (a, b) = (rng.vec(m * k), rng.vec(k * n));
-        let mut c1 = vec![0.0; m * n];
-        let mut c2 = vec![0.0; m * n];
-        gemm_f32(
-            m,
-            n,
-            k,
-            &a,
-            (k as isize, 1),
-            &b,
-            (1, k as isize),
-            &mut c1,
-            (n as isize, 1),
-            1.0,
-            0.0,
-            1,
-        )
-        .unwrap();
-        gemm_f32(
-            m,
-            n,
-            k,
-            &a,
-            (k as isize, 1),
-            &b,
-            (1, k as isize),
-            &mut c2,
-            (n as isize, 1),
-            1.0,
-            0.0,
-            2,
-        )
-        .unwrap();
-        assert_close(&c2, &c1, "threads");
+        let (row, col) = ((k as isize, 1), (1, k as isize));
+        let product = |threads: usize| {
+            let mut c = vec![0.0; m * n];
+            gemm_f32(
+                m,
+                n,
+                k,
+                &a,
+                row,
+                &b,
+                col,
+                &mut c,
+                (n as isize, 1),
+                1.0,
+                0.0,
+                threads,
+            )
+            .unwrap();
+            c
+        };
+        let c1 = product(1);
+        assert_close(&product(2), &c1, "2 threads");
+        assert_close(&product(usize::MAX), &c1, "more threads than the pool");
         // B with strides (1, k) is B^T stored row-major: check one element by hand.
         let dot: f32 = (0..k).map(|p| a[3 * k + p] * b[5 * k + p]).sum();
         assert!((c1[3 * n + 5] - dot).abs() < 1e-4 * dot.abs().max(1.0));
