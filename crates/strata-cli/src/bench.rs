@@ -5,12 +5,13 @@ use std::time::Instant;
 use serde_json::json;
 
 use crate::inputs::random_tensor;
-use crate::model::{input_dims, load, parse_shapes};
+use crate::model::{input_dims, load_with, parse_shapes};
 use crate::report::memory_text;
 use crate::BenchArgs;
 
 pub fn bench(args: &BenchArgs) -> Result<(), String> {
-    let (plan, source) = load(&args.model)?;
+    let config = strata_runtime::PlanConfig::default().with_profiling(args.profile);
+    let (plan, source) = load_with(&args.model, config)?;
     let shapes = parse_shapes(&args.model.shapes)?;
     let mut ctx = plan.create_context().map_err(|e| e.to_string())?;
     let mut notes = Vec::new();
@@ -53,6 +54,22 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
             times[0]
         );
         println!("{}", memory_text(ctx.memory_plan()));
+        if args.profile {
+            let runs = (args.warmup + times.len()) as f64;
+            let mut by_op: std::collections::BTreeMap<&str, (f64, usize)> =
+                std::collections::BTreeMap::new();
+            for t in ctx.node_timings() {
+                let e = by_op.entry(t.op).or_default();
+                e.0 += t.time.as_secs_f64() * 1e3 / runs;
+                e.1 += 1;
+            }
+            let mut rows: Vec<_> = by_op.into_iter().collect();
+            rows.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
+            println!("time per run by op:");
+            for (op, (ms, nodes)) in rows {
+                println!("  {op:<24} {ms:9.3} ms  ({nodes} nodes)");
+            }
+        }
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! The `strata` command: run, inspect and benchmark ONNX models.
 
 mod bench;
+mod conformance;
 mod export;
 mod inputs;
 mod inspect;
@@ -35,6 +36,22 @@ enum Command {
     Bench(BenchArgs),
     /// Write the built-in models (ResNet-style CNN, MLP, transformer block) as .onnx files.
     Export(ExportArgs),
+    /// Run ONNX backend-test cases (`test_*` folders with model.onnx and test_data_set_*) and
+    /// print pass, fail or unsupported per case, then a summary.
+    Conformance(ConformanceArgs),
+}
+
+#[derive(Args)]
+struct ConformanceArgs {
+    /// Folders to search for case folders, e.g. ../shared/onnx-tests/node.
+    #[arg(required = true)]
+    dirs: Vec<PathBuf>,
+    /// Cases run at once (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Print only the passing cases' names, as conformance_passing.txt (summary to stderr).
+    #[arg(long)]
+    list_passing: bool,
 }
 
 #[derive(Args)]
@@ -94,6 +111,9 @@ struct BenchArgs {
     /// Untimed warm-up runs.
     #[arg(long, default_value_t = 5)]
     warmup: usize,
+    /// Also print time per operator type (per-node profiling).
+    #[arg(long)]
+    profile: bool,
     /// Print a JSON report instead of text.
     #[arg(long)]
     json: bool,
@@ -107,6 +127,7 @@ fn main() -> ExitCode {
         Some(Command::Inspect(args)) => inspect::inspect(&args),
         Some(Command::Bench(args)) => bench::bench(&args),
         Some(Command::Export(args)) => export::export(&args.dir),
+        Some(Command::Conformance(args)) => conformance::conformance(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -39,7 +39,14 @@ pub fn parse_shapes(shapes: &[String]) -> Result<BTreeMap<String, Vec<usize>>, S
 /// The plan for `args`; `--shape` dims become a fixed optimization profile so that the memory
 /// plan is known up front.
 pub fn load(args: &ModelArgs) -> Result<(Arc<InferencePlan>, String), String> {
-    let mut config = PlanConfig::default();
+    load_with(args, PlanConfig::default())
+}
+
+/// Like [`load`], starting from `config`.
+pub fn load_with(
+    args: &ModelArgs,
+    mut config: PlanConfig,
+) -> Result<(Arc<InferencePlan>, String), String> {
     if let Some(threads) = args.threads {
         config = config.with_threads(threads);
     }

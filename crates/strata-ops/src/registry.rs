@@ -2,10 +2,26 @@
 //! collects everything it cannot build into one error (I4).
 
 use crate::ops::{
-    batchnorm::BatchNorm, concat::Concat, constant::Constant, conv::Conv, gemm::Gemm, matmul::MatMul,
-    pool::{GlobalPool, Pool, PoolKind}, elementwise::Binary, elementwise::BinaryOp, flatten::Flatten,
-    gather::Gather, identity::Identity, reshape::Reshape, shape::Shape, softmax::Softmax, squeeze::Squeeze,
-    transpose::Transpose, unary::Unary, unary::UnaryOp,
+    batchnorm::BatchNorm,
+    concat::Concat,
+    constant::Constant,
+    conv::Conv,
+    elementwise::Binary,
+    elementwise::BinaryOp,
+    flatten::Flatten,
+    gather::Gather,
+    gemm::Gemm,
+    identity::Identity,
+    matmul::MatMul,
+    nonzero::NonZero,
+    pool::{GlobalPool, Pool, PoolKind},
+    reshape::Reshape,
+    shape::Shape,
+    softmax::Softmax,
+    squeeze::Squeeze,
+    transpose::Transpose,
+    unary::Unary,
+    unary::UnaryOp,
 };
 use crate::{Attributes, OpError, OpResult, Operator};
 
@@ -45,10 +61,13 @@ const ONNX_OPS: &[(&str, Constructor)] = &[
     ("MaxPool", |c| Pool::build(PoolKind::Max, c)),
     ("AveragePool", |c| Pool::build(PoolKind::Average, c)),
     ("LpPool", |c| Pool::build(PoolKind::Lp, c)),
-    ("GlobalAveragePool", |c| GlobalPool::build(PoolKind::Average, c)),
+    ("GlobalAveragePool", |c| {
+        GlobalPool::build(PoolKind::Average, c)
+    }),
     ("GlobalMaxPool", |c| GlobalPool::build(PoolKind::Max, c)),
     ("GlobalLpPool", |c| GlobalPool::build(PoolKind::Lp, c)),
     ("MatMul", MatMul::build),
+    ("NonZero", NonZero::build),
     ("Flatten", Flatten::build),
     ("Gather", Gather::build),
     ("Identity", Identity::build),
@@ -68,7 +87,10 @@ fn constructor(domain: &str, op_type: &str) -> Option<Constructor> {
     if !is_default_domain(domain) {
         return None;
     }
-    ONNX_OPS.iter().find(|(name, _)| *name == op_type).map(|(_, c)| *c)
+    ONNX_OPS
+        .iter()
+        .find(|(name, _)| *name == op_type)
+        .map(|(_, c)| *c)
 }
 
 /// Whether an operator exists for (domain, op type).

@@ -10,6 +10,7 @@ pub mod gather;
 pub mod gemm;
 pub mod identity;
 pub mod matmul;
+pub mod nonzero;
 pub mod pool;
 pub mod reshape;
 pub mod shape;
