@@ -18,4 +18,4 @@ pub use attributes::{Attr, Attributes};
 pub use error::{OpError, OpResult};
 pub use fact::{broadcast_dims, broadcast_shapes, int_values, Dim, Fact};
 pub use operator::{Kernel, KernelIo, Operator};
-pub use registry::{build_operator, is_supported, supported_ops, OpContext};
+pub use registry::{build_operator, is_supported, supported_ops, Constructor, OpContext};

@@ -34,10 +34,15 @@ pub struct OpContext<'a> {
     pub attrs: &'a Attributes,
 }
 
-type Constructor = fn(&OpContext) -> OpResult<Box<dyn Operator>>;
+/// Builds an operator from its node's context.
+pub type Constructor = fn(&OpContext) -> OpResult<Box<dyn Operator>>;
 
-/// Operators of the default ONNX domain.
-const ONNX_OPS: &[(&str, Constructor)] = &[
+/// The operator tables of the default ONNX domain: this file's core list plus one table per
+/// operator family module (`pub const OPS` in that module), so families register independently.
+const ONNX_FAMILIES: &[&[(&str, Constructor)]] = &[CORE_OPS];
+
+/// The first operators: arithmetic, activations, CNN and transformer building blocks.
+const CORE_OPS: &[(&str, Constructor)] = &[
     ("Add", |c| Binary::build(BinaryOp::Add, c)),
     ("Sub", |c| Binary::build(BinaryOp::Sub, c)),
     ("Mul", |c| Binary::build(BinaryOp::Mul, c)),
@@ -87,8 +92,9 @@ fn constructor(domain: &str, op_type: &str) -> Option<Constructor> {
     if !is_default_domain(domain) {
         return None;
     }
-    ONNX_OPS
+    ONNX_FAMILIES
         .iter()
+        .flat_map(|family| family.iter())
         .find(|(name, _)| *name == op_type)
         .map(|(_, c)| *c)
 }
@@ -110,5 +116,40 @@ pub fn build_operator(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
 
 /// The op types of the default domain that strata implements.
 pub fn supported_ops() -> impl Iterator<Item = &'static str> {
-    ONNX_OPS.iter().map(|(name, _)| *name)
+    ONNX_FAMILIES
+        .iter()
+        .flat_map(|family| family.iter())
+        .map(|(name, _)| *name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_op_type_is_registered_once() {
+        let mut names: Vec<&str> = supported_ops().collect();
+        let total = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), total, "an op type appears in two tables");
+        assert!(is_supported("", "Conv") && is_supported("ai.onnx", "Conv"));
+        assert!(!is_supported("com.microsoft", "Conv"));
+    }
+
+    #[test]
+    fn unknown_ops_name_domain_and_opset() {
+        let attrs = Attributes::new("Nope");
+        let err = build_operator(&OpContext {
+            op_type: "Nope",
+            domain: "",
+            opset: 13,
+            attrs: &attrs,
+        })
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("Nope") && err.to_string().contains("13"),
+            "{err}"
+        );
+    }
 }
