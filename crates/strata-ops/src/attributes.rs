@@ -46,7 +46,10 @@ pub struct Attributes {
 
 impl Attributes {
     pub fn new(op: &str) -> Self {
-        Attributes { op: op.to_string(), entries: Vec::new() }
+        Attributes {
+            op: op.to_string(),
+            entries: Vec::new(),
+        }
     }
 
     pub fn with(mut self, name: &str, value: Attr) -> Self {
@@ -144,7 +147,15 @@ impl Attributes {
         self.ints(name)?
             .map(|v| {
                 v.iter()
-                    .map(|&x| usize::try_from(x).map_err(|_| OpError::attribute(&self.op, name, format!("negative value {x} in {v:?}"))))
+                    .map(|&x| {
+                        usize::try_from(x).map_err(|_| {
+                            OpError::attribute(
+                                &self.op,
+                                name,
+                                format!("negative value {x} in {v:?}"),
+                            )
+                        })
+                    })
                     .collect()
             })
             .transpose()

@@ -7,10 +7,18 @@ pub type OpResult<T> = std::result::Result<T, OpError>;
 #[derive(Debug, thiserror::Error)]
 pub enum OpError {
     #[error("{op}: attribute `{attr}`: {message}")]
-    Attribute { op: String, attr: String, message: String },
+    Attribute {
+        op: String,
+        attr: String,
+        message: String,
+    },
 
     #[error("{op}: expected {expected} inputs, got {actual}")]
-    InputCount { op: String, expected: String, actual: usize },
+    InputCount {
+        op: String,
+        expected: String,
+        actual: usize,
+    },
 
     #[error("{op}: input {index} is required but missing")]
     MissingInput { op: String, index: usize },
@@ -19,16 +27,29 @@ pub enum OpError {
     Shape { op: String, message: String },
 
     #[error("{op}: no kernel for dtype {dtype} on {device}")]
-    NoKernel { op: String, dtype: DType, device: Device },
+    NoKernel {
+        op: String,
+        dtype: DType,
+        device: Device,
+    },
 
     #[error("{op}: input {index} has dtype {actual}, expected {expected}")]
-    DType { op: String, index: usize, expected: String, actual: DType },
+    DType {
+        op: String,
+        index: usize,
+        expected: String,
+        actual: DType,
+    },
 
     #[error("{op}: {message}")]
     Kernel { op: String, message: String },
 
     #[error("operator {op_type} (domain {domain:?}, opset {opset}) is not supported")]
-    Unsupported { op_type: String, domain: String, opset: i64 },
+    Unsupported {
+        op_type: String,
+        domain: String,
+        opset: i64,
+    },
 
     #[error(transparent)]
     Compute(#[from] crate::kernels::KernelError),
@@ -39,14 +60,24 @@ pub enum OpError {
 
 impl OpError {
     pub fn shape(op: &str, message: impl Into<String>) -> Self {
-        OpError::Shape { op: op.to_string(), message: message.into() }
+        OpError::Shape {
+            op: op.to_string(),
+            message: message.into(),
+        }
     }
 
     pub fn attribute(op: &str, attr: &str, message: impl Into<String>) -> Self {
-        OpError::Attribute { op: op.to_string(), attr: attr.to_string(), message: message.into() }
+        OpError::Attribute {
+            op: op.to_string(),
+            attr: attr.to_string(),
+            message: message.into(),
+        }
     }
 
     pub fn kernel(op: &str, message: impl Into<String>) -> Self {
-        OpError::Kernel { op: op.to_string(), message: message.into() }
+        OpError::Kernel {
+            op: op.to_string(),
+            message: message.into(),
+        }
     }
 }

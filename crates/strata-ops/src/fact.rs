@@ -60,7 +60,12 @@ pub struct Fact {
 
 impl Fact {
     pub fn new(dtype: DType, dims: Vec<Dim>) -> Self {
-        Fact { dtype, dims, value: None, defined: true }
+        Fact {
+            dtype,
+            dims,
+            value: None,
+            defined: true,
+        }
     }
 
     /// A fact with fully known dims.
@@ -77,7 +82,12 @@ impl Fact {
 
     /// Stands for an omitted optional input.
     pub fn absent() -> Self {
-        Fact { dtype: DType::F32, dims: Vec::new(), value: None, defined: false }
+        Fact {
+            dtype: DType::F32,
+            dims: Vec::new(),
+            value: None,
+            defined: false,
+        }
     }
 
     pub fn is_defined(&self) -> bool {
@@ -95,7 +105,8 @@ impl Fact {
 
     /// The dims, or an error naming the op when some are not known.
     pub fn concrete_or_err(&self, op: &str) -> OpResult<Vec<usize>> {
-        self.concrete().ok_or_else(|| OpError::shape(op, format!("needs known dims, got {:?}", self.dims)))
+        self.concrete()
+            .ok_or_else(|| OpError::shape(op, format!("needs known dims, got {:?}", self.dims)))
     }
 
     /// Known element count.
@@ -122,22 +133,32 @@ pub fn int_values(op: &str, tensor: &Tensor) -> OpResult<Vec<i64>> {
     match tensor.dtype() {
         DType::I64 => Ok(tensor.to_vec::<i64>()?),
         DType::I32 => Ok(tensor.to_vec::<i32>()?.into_iter().map(i64::from).collect()),
-        other => Err(OpError::shape(op, format!("expected an int64 or int32 tensor, got {other}"))),
+        other => Err(OpError::shape(
+            op,
+            format!("expected an int64 or int32 tensor, got {other}"),
+        )),
     }
 }
 
 /// Numpy-style broadcasting of two symbolic shapes.
 pub fn broadcast_dims(op: &str, a: &[Dim], b: &[Dim]) -> OpResult<Vec<Dim>> {
     let rank = a.len().max(b.len());
-    let at = |s: &[Dim], i: usize| if i + s.len() >= rank { s[i + s.len() - rank].clone() } else { Dim::Known(1) };
+    let at = |s: &[Dim], i: usize| {
+        if i + s.len() >= rank {
+            s[i + s.len() - rank].clone()
+        } else {
+            Dim::Known(1)
+        }
+    };
     (0..rank)
         .map(|i| match (at(a, i), at(b, i)) {
             (x, y) if x == y && x != Dim::Unknown => Ok(x),
             (Dim::Known(1), y) => Ok(y),
             (x, Dim::Known(1)) => Ok(x),
-            (Dim::Known(x), Dim::Known(y)) => {
-                Err(OpError::shape(op, format!("cannot broadcast {a:?} with {b:?}: {x} vs {y} at axis {i}")))
-            }
+            (Dim::Known(x), Dim::Known(y)) => Err(OpError::shape(
+                op,
+                format!("cannot broadcast {a:?} with {b:?}: {x} vs {y} at axis {i}"),
+            )),
             (Dim::Known(x), _) | (_, Dim::Known(x)) => Ok(Dim::Known(x)),
             _ => Ok(Dim::Unknown),
         })
@@ -147,13 +168,22 @@ pub fn broadcast_dims(op: &str, a: &[Dim], b: &[Dim]) -> OpResult<Vec<Dim>> {
 /// Numpy-style broadcasting of concrete shapes.
 pub fn broadcast_shapes(op: &str, a: &[usize], b: &[usize]) -> OpResult<Vec<usize>> {
     let rank = a.len().max(b.len());
-    let at = |s: &[usize], i: usize| if i + s.len() >= rank { s[i + s.len() - rank] } else { 1 };
+    let at = |s: &[usize], i: usize| {
+        if i + s.len() >= rank {
+            s[i + s.len() - rank]
+        } else {
+            1
+        }
+    };
     (0..rank)
         .map(|i| match (at(a, i), at(b, i)) {
             (x, y) if x == y => Ok(x),
             (1, y) => Ok(y),
             (x, 1) => Ok(x),
-            (x, y) => Err(OpError::shape(op, format!("cannot broadcast {a:?} with {b:?}: {x} vs {y} at axis {i}"))),
+            (x, y) => Err(OpError::shape(
+                op,
+                format!("cannot broadcast {a:?} with {b:?}: {x} vs {y} at axis {i}"),
+            )),
         })
         .collect()
 }
@@ -165,11 +195,24 @@ mod tests {
     #[test]
     fn symbolic_broadcast() {
         let n = Dim::Sym("N".into());
-        let out = broadcast_dims("Add", &[n.clone(), Dim::Known(3)], &[Dim::Known(1), Dim::Known(3)]).unwrap();
+        let out = broadcast_dims(
+            "Add",
+            &[n.clone(), Dim::Known(3)],
+            &[Dim::Known(1), Dim::Known(3)],
+        )
+        .unwrap();
         assert_eq!(out, vec![n.clone(), Dim::Known(3)]);
-        let out = broadcast_dims("Add", &[Dim::Known(3)], &[n.clone(), Dim::Known(2), Dim::Known(1)]).unwrap();
+        let out = broadcast_dims(
+            "Add",
+            &[Dim::Known(3)],
+            &[n.clone(), Dim::Known(2), Dim::Known(1)],
+        )
+        .unwrap();
         assert_eq!(out, vec![n, Dim::Known(2), Dim::Known(3)]);
         assert!(broadcast_dims("Add", &[Dim::Known(2)], &[Dim::Known(3)]).is_err());
-        assert_eq!(broadcast_shapes("Add", &[4, 1, 3], &[5, 1]).unwrap(), vec![4, 5, 3]);
+        assert_eq!(
+            broadcast_shapes("Add", &[4, 1, 3], &[5, 1]).unwrap(),
+            vec![4, 5, 3]
+        );
     }
 }

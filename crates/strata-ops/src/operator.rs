@@ -19,7 +19,12 @@ pub trait Operator: Send + Sync + fmt::Debug {
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>>;
 
     /// Picks the kernel for these input facts on `device`. Called once at plan time.
-    fn kernel(&self, inputs: &[&Fact], outputs: &[&Fact], device: Device) -> OpResult<Box<dyn Kernel>>;
+    fn kernel(
+        &self,
+        inputs: &[&Fact],
+        outputs: &[&Fact],
+        device: Device,
+    ) -> OpResult<Box<dyn Kernel>>;
 
     /// Scratch bytes the kernel needs for these (concrete) facts; planned as a short-lived
     /// arena entry.

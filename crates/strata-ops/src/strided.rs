@@ -23,7 +23,11 @@ pub fn for_each_broadcast(a: &Layout, b: &Layout, mut f: impl FnMut(usize, usize
     let mut index = [0usize; 16];
     let deep = rank > index.len();
     let mut heap_index = if deep { vec![0usize; rank] } else { Vec::new() };
-    let index: &mut [usize] = if deep { &mut heap_index } else { &mut index[..rank] };
+    let index: &mut [usize] = if deep {
+        &mut heap_index
+    } else {
+        &mut index[..rank]
+    };
     let (mut pa, mut pb) = (a.offset() as isize, b.offset() as isize);
     let mut out = 0usize;
     loop {
@@ -56,10 +60,20 @@ pub fn for_each_broadcast(a: &Layout, b: &Layout, mut f: impl FnMut(usize, usize
 /// `out[i] = f(a[i'], b[i''])` with numpy broadcasting; `la`/`lb` are expanded to `out`'s dims
 /// and `out` is contiguous.
 #[inline]
-pub fn binary_map<A: Copy, B: Copy, O>(a: &[A], la: &Layout, b: &[B], lb: &Layout, out: &mut [O], f: impl Fn(A, B) -> O) {
+pub fn binary_map<A: Copy, B: Copy, O>(
+    a: &[A],
+    la: &Layout,
+    b: &[B],
+    lb: &Layout,
+    out: &mut [O],
+    f: impl Fn(A, B) -> O,
+) {
     let n = out.len();
     if la.is_contiguous() && lb.is_contiguous() {
-        let (a, b) = (&a[la.offset()..la.offset() + n], &b[lb.offset()..lb.offset() + n]);
+        let (a, b) = (
+            &a[la.offset()..la.offset() + n],
+            &b[lb.offset()..lb.offset() + n],
+        );
         for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
             *o = f(x, y);
         }

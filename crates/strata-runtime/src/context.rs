@@ -79,10 +79,14 @@ impl ExecutionContext {
     }
 
     fn input_index(&self, name: &str) -> Result<usize> {
-        self.plan.inputs().iter().position(|i| i.name == name).ok_or_else(|| RuntimeError::UnknownInput {
-            name: name.to_string(),
-            available: self.plan.inputs().iter().map(|i| i.name.clone()).collect(),
-        })
+        self.plan
+            .inputs()
+            .iter()
+            .position(|i| i.name == name)
+            .ok_or_else(|| RuntimeError::UnknownInput {
+                name: name.to_string(),
+                available: self.plan.inputs().iter().map(|i| i.name.clone()).collect(),
+            })
     }
 
     /// Sets an input by name; its contents are read at the next `execute`.
@@ -93,27 +97,59 @@ impl ExecutionContext {
 
     /// Sets an input by position; its contents are read at the next `execute`.
     pub fn set_input_at(&mut self, index: usize, tensor: &Tensor) -> Result<()> {
-        let info = self.plan.inputs().get(index).ok_or(RuntimeError::InputIndex { index, count: self.plan.inputs().len() })?;
+        let info = self
+            .plan
+            .inputs()
+            .get(index)
+            .ok_or(RuntimeError::InputIndex {
+                index,
+                count: self.plan.inputs().len(),
+            })?;
         let name = &info.name;
         if !tensor.is_defined() {
             return Err(RuntimeError::InputNotSet { name: name.clone() });
         }
         if tensor.dtype() != info.dtype {
-            return Err(RuntimeError::InputDType { name: name.clone(), expected: info.dtype, actual: tensor.dtype() });
+            return Err(RuntimeError::InputDType {
+                name: name.clone(),
+                expected: info.dtype,
+                actual: tensor.dtype(),
+            });
         }
         if tensor.rank() != info.dims.len() {
-            return Err(RuntimeError::InputRank { name: name.clone(), expected: info.dims.len(), actual: tensor.rank(), dims: tensor.dims().to_vec() });
+            return Err(RuntimeError::InputRank {
+                name: name.clone(),
+                expected: info.dims.len(),
+                actual: tensor.rank(),
+                dims: tensor.dims().to_vec(),
+            });
         }
-        let profile = self.plan.config().profile.as_ref().and_then(|p| p.range(name));
+        let profile = self
+            .plan
+            .config()
+            .profile
+            .as_ref()
+            .and_then(|p| p.range(name));
         for (axis, (&actual, declared)) in tensor.dims().iter().zip(&info.dims).enumerate() {
             if let Dim::Known(expected) = declared {
                 if actual != *expected {
-                    return Err(RuntimeError::InputDim { name: name.clone(), axis, expected: expected.to_string(), actual });
+                    return Err(RuntimeError::InputDim {
+                        name: name.clone(),
+                        axis,
+                        expected: expected.to_string(),
+                        actual,
+                    });
                 }
             }
             if let Some(range) = profile {
                 if !(range.min[axis] <= actual && actual <= range.max[axis]) {
-                    return Err(RuntimeError::OutsideProfile { name: name.clone(), axis, actual, min: range.min[axis], max: range.max[axis] });
+                    return Err(RuntimeError::OutsideProfile {
+                        name: name.clone(),
+                        axis,
+                        actual,
+                        min: range.min[axis],
+                        max: range.max[axis],
+                    });
                 }
             }
         }
@@ -125,7 +161,9 @@ impl ExecutionContext {
     pub fn execute(&mut self) -> Result<()> {
         for (i, info) in self.plan.inputs().iter().enumerate() {
             if self.pending[i].is_none() && !self.input_set[i] {
-                return Err(RuntimeError::InputNotSet { name: info.name.clone() });
+                return Err(RuntimeError::InputNotSet {
+                    name: info.name.clone(),
+                });
             }
         }
         if self.needs_respecialization() {
@@ -138,7 +176,10 @@ impl ExecutionContext {
                 self.input_set[i] = true;
             }
         }
-        let planned = self.planned.clone().ok_or_else(|| RuntimeError::Graph("no memory plan".into()))?;
+        let planned = self
+            .planned
+            .clone()
+            .ok_or_else(|| RuntimeError::Graph("no memory plan".into()))?;
         let plan = self.plan.clone();
         for i in 0..plan.graph().nodes.len() {
             if planned.spec.skip[i] {
@@ -163,9 +204,16 @@ impl ExecutionContext {
 
     fn run_static(&self, plan: &InferencePlan, planned: &Planned, i: usize) -> Result<()> {
         let node = &plan.graph().nodes[i];
-        let kernel = plan.kernel(i).ok_or_else(|| RuntimeError::Graph(format!("node {:?} has no kernel", node.name)))?;
-        let inputs: SmallVec<[&Tensor; 16]> = node.inputs.iter().map(|v| v.map_or(&*UNDEFINED, |id| &self.values[id.0])).collect();
-        let outputs: SmallVec<[&Tensor; 4]> = node.outputs.iter().map(|id| &self.values[id.0]).collect();
+        let kernel = plan
+            .kernel(i)
+            .ok_or_else(|| RuntimeError::Graph(format!("node {:?} has no kernel", node.name)))?;
+        let inputs: SmallVec<[&Tensor; 16]> = node
+            .inputs
+            .iter()
+            .map(|v| v.map_or(&*UNDEFINED, |id| &self.values[id.0]))
+            .collect();
+        let outputs: SmallVec<[&Tensor; 4]> =
+            node.outputs.iter().map(|id| &self.values[id.0]).collect();
         let scratch = &self.scratch[i];
         let io = KernelIo {
             inputs: &inputs,
@@ -186,23 +234,44 @@ impl ExecutionContext {
     fn run_dynamic(&mut self, i: usize) -> Result<()> {
         let plan = self.plan.clone();
         let node = &plan.graph().nodes[i];
-        let inputs: Vec<&Tensor> = node.inputs.iter().map(|v| v.map_or(&*UNDEFINED, |id| &self.values[id.0])).collect();
+        let inputs: Vec<&Tensor> = node
+            .inputs
+            .iter()
+            .map(|v| v.map_or(&*UNDEFINED, |id| &self.values[id.0]))
+            .collect();
         let wrap = |source| RuntimeError::Node {
             node: node.name.clone(),
             op: node.op.op_type().to_string(),
             input_shapes: inputs.iter().map(|t| t.dims().to_vec()).collect(),
             source,
         };
-        let facts: Vec<Fact> = inputs.iter().map(|t| if t.is_defined() { Fact::constant((*t).clone()) } else { Fact::absent() }).collect();
+        let facts: Vec<Fact> = inputs
+            .iter()
+            .map(|t| {
+                if t.is_defined() {
+                    Fact::constant((*t).clone())
+                } else {
+                    Fact::absent()
+                }
+            })
+            .collect();
         let fact_refs: Vec<&Fact> = facts.iter().collect();
         let out_facts = node.op.infer(&fact_refs).map_err(wrap)?;
         let mut outputs = Vec::with_capacity(node.outputs.len());
         for fact in out_facts.iter().take(node.outputs.len()) {
             match (&fact.value, fact.concrete()) {
                 (Some(v), _) => outputs.push(v.clone()),
-                (None, Some(dims)) => outputs.push(Tensor::empty(&dims, fact.dtype, plan.config().device, MemoryKind::Workspace)?),
+                (None, Some(dims)) => outputs.push(Tensor::empty(
+                    &dims,
+                    fact.dtype,
+                    plan.config().device,
+                    MemoryKind::Workspace,
+                )?),
                 (None, None) => {
-                    return Err(wrap(strata_ops::OpError::shape(node.op.op_type(), format!("output dims {:?} unknown at run time", fact.dims))));
+                    return Err(wrap(strata_ops::OpError::shape(
+                        node.op.op_type(),
+                        format!("output dims {:?} unknown at run time", fact.dims),
+                    )));
                 }
             }
         }
@@ -210,13 +279,26 @@ impl ExecutionContext {
             let out_refs: Vec<&Fact> = out_facts.iter().collect();
             let scratch_bytes = node.op.scratch_bytes(&fact_refs, &out_refs).map_err(wrap)?;
             let scratch = if scratch_bytes > 0 {
-                Some(Tensor::empty(&[scratch_bytes], DType::U8, plan.config().device, MemoryKind::Workspace)?)
+                Some(Tensor::empty(
+                    &[scratch_bytes],
+                    DType::U8,
+                    plan.config().device,
+                    MemoryKind::Workspace,
+                )?)
             } else {
                 None
             };
-            let kernel = plan.kernel(i).ok_or_else(|| RuntimeError::Graph(format!("node {:?} has no kernel", node.name)))?;
+            let kernel = plan.kernel(i).ok_or_else(|| {
+                RuntimeError::Graph(format!("node {:?} has no kernel", node.name))
+            })?;
             let output_refs: Vec<&Tensor> = outputs.iter().collect();
-            let io = KernelIo { inputs: &inputs, outputs: &output_refs, scratch: scratch.as_ref(), in_place: None, threads: plan.config().threads };
+            let io = KernelIo {
+                inputs: &inputs,
+                outputs: &output_refs,
+                scratch: scratch.as_ref(),
+                in_place: None,
+                threads: plan.config().threads,
+            };
             kernel.run(&io).map_err(wrap)?;
         }
         for (&id, tensor) in node.outputs.iter().zip(outputs) {
@@ -227,10 +309,21 @@ impl ExecutionContext {
 
     /// True when the pending inputs' dims differ from the current specialization's.
     fn needs_respecialization(&self) -> bool {
-        let Some(planned) = &self.planned else { return true };
-        self.pending.iter().zip(&planned.spec.input_dims).any(|(pending, current)| {
-            pending.as_ref().is_some_and(|t| t.rank() != current.len() || t.dims().iter().zip(current).any(|(&d, c)| c.known() != Some(d)))
-        })
+        let Some(planned) = &self.planned else {
+            return true;
+        };
+        self.pending
+            .iter()
+            .zip(&planned.spec.input_dims)
+            .any(|(pending, current)| {
+                pending.as_ref().is_some_and(|t| {
+                    t.rank() != current.len()
+                        || t.dims()
+                            .iter()
+                            .zip(current)
+                            .any(|(&d, c)| c.known() != Some(d))
+                })
+            })
     }
 
     /// Re-infers shapes for new input dims; reuses the arena when every value still fits its
@@ -240,14 +333,24 @@ impl ExecutionContext {
         let dims: Vec<Vec<Dim>> = (0..plan.inputs().len())
             .map(|i| match &self.pending[i] {
                 Some(t) => t.dims().iter().map(|&d| Dim::Known(d)).collect(),
-                None => self.values[plan.inputs()[i].value.0].dims().iter().map(|&d| Dim::Known(d)).collect(),
+                None => self.values[plan.inputs()[i].value.0]
+                    .dims()
+                    .iter()
+                    .map(|&d| Dim::Known(d))
+                    .collect(),
             })
             .collect();
         let spec = specialize(plan.graph(), &dims, plan.config().threads)?;
         self.stats.respecializations += 1;
-        let reuse = self.planned.as_ref().filter(|current| fits(&current.memory, &spec, plan.graph()));
+        let reuse = self
+            .planned
+            .as_ref()
+            .filter(|current| fits(&current.memory, &spec, plan.graph()));
         let planned = match reuse {
-            Some(current) => Arc::new(Planned { spec, memory: current.memory.clone() }),
+            Some(current) => Arc::new(Planned {
+                spec,
+                memory: current.memory.clone(),
+            }),
             None => {
                 let memory = plan_memory(plan.graph(), &spec, plan.config().alignment)?;
                 if self.planned.is_some() {
@@ -267,19 +370,41 @@ impl ExecutionContext {
         let kept_inputs: Vec<(usize, Tensor)> = if fresh {
             Vec::new()
         } else {
-            plan.inputs().iter().enumerate().filter(|(i, _)| self.input_set[*i] && self.pending[*i].is_none()).map(|(i, info)| (i, self.values[info.value.0].clone())).collect()
+            plan.inputs()
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| self.input_set[*i] && self.pending[*i].is_none())
+                .map(|(i, info)| (i, self.values[info.value.0].clone()))
+                .collect()
         };
         let needed = planned.memory.arena_bytes;
         if self.arena.as_ref().is_none_or(|a| a.len() < needed) {
             // Drop views of the old arena first so its memory can be recycled.
-            self.values.iter_mut().for_each(|v| *v = Tensor::undefined());
-            self.scratch.iter_mut().for_each(|v| *v = Tensor::undefined());
-            let block = AllocatorRegistry::global().allocate(plan.config().device, MemoryKind::Workspace, needed, plan.config().alignment)?;
-            Tensor::from_storage(Storage::new(block.clone()), strata_core::Layout::contiguous(strata_core::Shape::new(&[needed])?, 0), DType::U8)?.fill_zero()?;
+            self.values
+                .iter_mut()
+                .for_each(|v| *v = Tensor::undefined());
+            self.scratch
+                .iter_mut()
+                .for_each(|v| *v = Tensor::undefined());
+            let block = AllocatorRegistry::global().allocate(
+                plan.config().device,
+                MemoryKind::Workspace,
+                needed,
+                plan.config().alignment,
+            )?;
+            Tensor::from_storage(
+                Storage::new(block.clone()),
+                strata_core::Layout::contiguous(strata_core::Shape::new(&[needed])?, 0),
+                DType::U8,
+            )?
+            .fill_zero()?;
             self.arena = Some(block);
             self.stats.arena_bytes = needed;
         }
-        let arena = self.arena.clone().ok_or_else(|| RuntimeError::Graph("no arena".into()))?;
+        let arena = self
+            .arena
+            .clone()
+            .ok_or_else(|| RuntimeError::Graph("no arena".into()))?;
         for (id, value) in graph.values.iter().enumerate() {
             let fact = &planned.spec.facts[id];
             self.values[id] = if let ValueSource::Initializer(t) = &value.source {
@@ -291,7 +416,9 @@ impl ExecutionContext {
                 // runs nodes one at a time in plan order, so two overlapping aliases are never
                 // borrowed at once; arena views never leave the context (outputs are handed out
                 // as borrowed `OutputView`s).
-                let storage = unsafe { alias_region(&arena, slot.offset, slot.bytes, MemoryKind::Workspace)? };
+                let storage = unsafe {
+                    alias_region(&arena, slot.offset, slot.bytes, MemoryKind::Workspace)?
+                };
                 Tensor::bind(&storage, 0, &dims, fact.dtype)?
             } else {
                 Tensor::undefined()
@@ -301,7 +428,9 @@ impl ExecutionContext {
             self.scratch[i] = match slot {
                 Some(slot) => {
                     // SAFETY: as above: scratch slots are planned entries living only while their node runs.
-                    let storage = unsafe { alias_region(&arena, slot.offset, slot.bytes, MemoryKind::Workspace)? };
+                    let storage = unsafe {
+                        alias_region(&arena, slot.offset, slot.bytes, MemoryKind::Workspace)?
+                    };
                     Tensor::bind(&storage, 0, &[slot.bytes], DType::U8)?
                 }
                 None => Tensor::undefined(),
@@ -316,25 +445,44 @@ impl ExecutionContext {
 
     /// An output by name, borrowed from this context until the next run.
     pub fn output(&self, name: &str) -> Result<OutputView<'_>> {
-        let index = self.plan.outputs().iter().position(|o| o.name == name).ok_or_else(|| RuntimeError::UnknownOutput {
-            name: name.to_string(),
-            available: self.plan.outputs().iter().map(|o| o.name.clone()).collect(),
-        })?;
+        let index = self
+            .plan
+            .outputs()
+            .iter()
+            .position(|o| o.name == name)
+            .ok_or_else(|| RuntimeError::UnknownOutput {
+                name: name.to_string(),
+                available: self.plan.outputs().iter().map(|o| o.name.clone()).collect(),
+            })?;
         self.output_at(index)
     }
 
     /// An output by position, borrowed from this context until the next run.
     pub fn output_at(&self, index: usize) -> Result<OutputView<'_>> {
-        let info = self.plan.outputs().get(index).ok_or(RuntimeError::OutputIndex { index, count: self.plan.outputs().len() })?;
+        let info = self
+            .plan
+            .outputs()
+            .get(index)
+            .ok_or(RuntimeError::OutputIndex {
+                index,
+                count: self.plan.outputs().len(),
+            })?;
         if self.stats.runs == 0 {
-            return Err(RuntimeError::Graph("no output before the first execute".into()));
+            return Err(RuntimeError::Graph(
+                "no output before the first execute".into(),
+            ));
         }
-        Ok(OutputView { name: &info.name, tensor: &self.values[info.value.0] })
+        Ok(OutputView {
+            name: &info.name,
+            tensor: &self.values[info.value.0],
+        })
     }
 
     /// Every output, in order.
     pub fn outputs(&self) -> Result<Vec<OutputView<'_>>> {
-        (0..self.plan.outputs().len()).map(|i| self.output_at(i)).collect()
+        (0..self.plan.outputs().len())
+            .map(|i| self.output_at(i))
+            .collect()
     }
 
     /// Per-node time accumulated over all runs (empty unless profiling is on).
@@ -344,7 +492,11 @@ impl ExecutionContext {
             .nodes
             .iter()
             .zip(&self.timings)
-            .map(|(node, &time)| NodeTiming { node: &node.name, op: node.op.op_type(), time })
+            .map(|(node, &time)| NodeTiming {
+                node: &node.name,
+                op: node.op.op_type(),
+                time,
+            })
             .collect()
     }
 
@@ -358,24 +510,38 @@ impl ExecutionContext {
 fn fits(memory: &crate::MemoryPlan, spec: &crate::Specialization, graph: &crate::Graph) -> bool {
     graph.values.iter().enumerate().all(|(id, value)| {
         let fact = &spec.facts[id];
-        if matches!(value.source, ValueSource::Initializer(_) | ValueSource::Removed) || fact.value.is_some() {
+        if matches!(
+            value.source,
+            ValueSource::Initializer(_) | ValueSource::Removed
+        ) || fact.value.is_some()
+        {
             return true;
         }
         match (fact.concrete(), memory.values[id]) {
-            (Some(dims), Some(slot)) => strata_core::Shape::new(&dims).and_then(|s| s.size_in_bytes(fact.dtype)).is_ok_and(|b| b <= slot.bytes),
+            (Some(dims), Some(slot)) => strata_core::Shape::new(&dims)
+                .and_then(|s| s.size_in_bytes(fact.dtype))
+                .is_ok_and(|b| b <= slot.bytes),
             (None, None) => true,
             _ => false,
         }
     }) && graph.nodes.iter().enumerate().all(|(i, node)| {
-            let inputs: Vec<&Fact> = node.inputs.iter().map(|v| v.map_or(&*ABSENT, |id| &spec.facts[id.0])).collect();
-            let outputs: Vec<&Fact> = node.outputs.iter().map(|id| &spec.facts[id.0]).collect();
-            let need = if spec.skip[i] || spec.dynamic[i] { Ok(0) } else { node.op.scratch_bytes(&inputs, &outputs) };
-            match (need, memory.scratch[i]) {
-                (Ok(0), _) => true,
-                (Ok(n), Some(slot)) => n <= slot.bytes,
-                _ => false,
-            }
-        })
+        let inputs: Vec<&Fact> = node
+            .inputs
+            .iter()
+            .map(|v| v.map_or(&*ABSENT, |id| &spec.facts[id.0]))
+            .collect();
+        let outputs: Vec<&Fact> = node.outputs.iter().map(|id| &spec.facts[id.0]).collect();
+        let need = if spec.skip[i] || spec.dynamic[i] {
+            Ok(0)
+        } else {
+            node.op.scratch_bytes(&inputs, &outputs)
+        };
+        match (need, memory.scratch[i]) {
+            (Ok(0), _) => true,
+            (Ok(n), Some(slot)) => n <= slot.bytes,
+            _ => false,
+        }
+    })
 }
 
 static ABSENT: std::sync::LazyLock<Fact> = std::sync::LazyLock::new(Fact::absent);
@@ -419,7 +585,12 @@ impl<'a> OutputView<'a> {
 
     /// A copy in fresh host memory, independent of the context.
     pub fn to_tensor(&self) -> Result<Tensor> {
-        let out = Tensor::empty(self.tensor.dims(), self.tensor.dtype(), strata_core::Device::Cpu, MemoryKind::Default)?;
+        let out = Tensor::empty(
+            self.tensor.dims(),
+            self.tensor.dtype(),
+            strata_core::Device::Cpu,
+            MemoryKind::Default,
+        )?;
         out.copy_from(self.tensor)?;
         Ok(out)
     }

@@ -24,10 +24,16 @@ pub enum RuntimeError {
     UnknownValue { name: String },
 
     #[error("no input named {name:?}; the model's inputs are {available:?}")]
-    UnknownInput { name: String, available: Vec<String> },
+    UnknownInput {
+        name: String,
+        available: Vec<String>,
+    },
 
     #[error("no output named {name:?}; the model's outputs are {available:?}")]
-    UnknownOutput { name: String, available: Vec<String> },
+    UnknownOutput {
+        name: String,
+        available: Vec<String>,
+    },
 
     #[error("input index {index} out of range: the model has {count} inputs")]
     InputIndex { index: usize, count: usize },
@@ -36,16 +42,36 @@ pub enum RuntimeError {
     OutputIndex { index: usize, count: usize },
 
     #[error("input {name:?}: dtype {actual}, expected {expected}")]
-    InputDType { name: String, expected: DType, actual: DType },
+    InputDType {
+        name: String,
+        expected: DType,
+        actual: DType,
+    },
 
     #[error("input {name:?}: rank {actual} ({dims:?}), expected rank {expected}")]
-    InputRank { name: String, expected: usize, actual: usize, dims: Vec<usize> },
+    InputRank {
+        name: String,
+        expected: usize,
+        actual: usize,
+        dims: Vec<usize>,
+    },
 
     #[error("input {name:?}: dim {axis} is {actual}, expected {expected}")]
-    InputDim { name: String, axis: usize, expected: String, actual: usize },
+    InputDim {
+        name: String,
+        axis: usize,
+        expected: String,
+        actual: usize,
+    },
 
     #[error("input {name:?}: dim {axis} is {actual}, outside the profile range {min}..={max}")]
-    OutsideProfile { name: String, axis: usize, actual: usize, min: usize, max: usize },
+    OutsideProfile {
+        name: String,
+        axis: usize,
+        actual: usize,
+        min: usize,
+        max: usize,
+    },
 
     #[error("input {name:?} was never set")]
     InputNotSet { name: String },
@@ -53,8 +79,14 @@ pub enum RuntimeError {
     #[error("profile: {0}")]
     Profile(String),
 
-    #[error("memory plan: value {value:?} needs {needed} bytes but its planned slot has {planned}")]
-    PlanMismatch { value: String, needed: usize, planned: usize },
+    #[error(
+        "memory plan: value {value:?} needs {needed} bytes but its planned slot has {planned}"
+    )]
+    PlanMismatch {
+        value: String,
+        needed: usize,
+        planned: usize,
+    },
 
     #[error("unsupported operators: {}", .0.join("; "))]
     Unsupported(Vec<String>),

@@ -65,10 +65,16 @@ impl Graph {
 
     fn add_value(&mut self, name: &str, fact: Fact, source: ValueSource) -> Result<ValueId> {
         if !name.is_empty() && self.by_name.contains_key(name) {
-            return Err(RuntimeError::Graph(format!("value {name:?} is defined twice")));
+            return Err(RuntimeError::Graph(format!(
+                "value {name:?} is defined twice"
+            )));
         }
         let id = ValueId(self.values.len());
-        self.values.push(Value { name: name.to_string(), fact, source });
+        self.values.push(Value {
+            name: name.to_string(),
+            fact,
+            source,
+        });
         if !name.is_empty() {
             self.by_name.insert(name.to_string(), id);
         }
@@ -76,7 +82,12 @@ impl Graph {
     }
 
     /// Declares a graph input; dims may be symbolic.
-    pub fn add_input(&mut self, name: &str, dtype: strata_core::DType, dims: Vec<Dim>) -> Result<ValueId> {
+    pub fn add_input(
+        &mut self,
+        name: &str,
+        dtype: strata_core::DType,
+        dims: Vec<Dim>,
+    ) -> Result<ValueId> {
         let id = self.add_value(name, Fact::new(dtype, dims), ValueSource::Input)?;
         self.inputs.push(id);
         Ok(id)
@@ -84,26 +95,52 @@ impl Graph {
 
     /// Adds a constant (weight).
     pub fn add_initializer(&mut self, name: &str, tensor: Tensor) -> Result<ValueId> {
-        self.add_value(name, Fact::constant(tensor.clone()), ValueSource::Initializer(tensor))
+        self.add_value(
+            name,
+            Fact::constant(tensor.clone()),
+            ValueSource::Initializer(tensor),
+        )
     }
 
     /// Adds a node reading `inputs` and defining new values named `outputs` (an empty name makes
     /// an anonymous, unused output).
-    pub fn add_node(&mut self, name: &str, op: Arc<dyn Operator>, inputs: &[Option<ValueId>], outputs: &[&str]) -> Result<Vec<ValueId>> {
+    pub fn add_node(
+        &mut self,
+        name: &str,
+        op: Arc<dyn Operator>,
+        inputs: &[Option<ValueId>],
+        outputs: &[&str],
+    ) -> Result<Vec<ValueId>> {
         let node = NodeId(self.nodes.len());
         for input in inputs.iter().flatten() {
             if input.0 >= self.values.len() {
-                return Err(RuntimeError::Graph(format!("node {name:?} reads undefined value #{}", input.0)));
+                return Err(RuntimeError::Graph(format!(
+                    "node {name:?} reads undefined value #{}",
+                    input.0
+                )));
             }
         }
         let mut ids = Vec::with_capacity(outputs.len());
         for (i, out) in outputs.iter().enumerate() {
             let unnamed = format!("{name}:{i}");
-            let value_name = if out.is_empty() { unnamed.as_str() } else { out };
+            let value_name = if out.is_empty() {
+                unnamed.as_str()
+            } else {
+                out
+            };
             ids.push(self.add_value(value_name, Fact::absent(), ValueSource::Node(node, i))?);
         }
-        let name = if name.is_empty() { format!("{}_{}", op.op_type(), node.0) } else { name.to_string() };
-        self.nodes.push(Node { name, op, inputs: inputs.to_vec(), outputs: ids.clone() });
+        let name = if name.is_empty() {
+            format!("{}_{}", op.op_type(), node.0)
+        } else {
+            name.to_string()
+        };
+        self.nodes.push(Node {
+            name,
+            op,
+            inputs: inputs.to_vec(),
+            outputs: ids.clone(),
+        });
         Ok(ids)
     }
 
@@ -121,7 +158,10 @@ impl Graph {
 
     /// Value ids of the inputs that are not initializers (old IR versions list weights as inputs).
     pub fn runtime_inputs(&self) -> impl Iterator<Item = ValueId> + '_ {
-        self.inputs.iter().copied().filter(|&id| matches!(self.values[id.0].source, ValueSource::Input))
+        self.inputs
+            .iter()
+            .copied()
+            .filter(|&id| matches!(self.values[id.0].source, ValueSource::Input))
     }
 
     /// Puts nodes in topological order (stable for already-ordered graphs) and checks that every
@@ -135,7 +175,10 @@ impl Graph {
                 match &self.values[input.0].source {
                     ValueSource::Node(producer, _) => {
                         if producer.0 == i {
-                            return Err(RuntimeError::Graph(format!("node {:?} reads its own output", node.name)));
+                            return Err(RuntimeError::Graph(format!(
+                                "node {:?} reads its own output",
+                                node.name
+                            )));
                         }
                         indegree[i] += 1;
                         consumers[producer.0].push(i);
@@ -151,8 +194,10 @@ impl Graph {
             }
         }
         // Kahn's algorithm with a min-heap keeps the original order where possible.
-        let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<usize>> =
-            (0..n).filter(|&i| indegree[i] == 0).map(std::cmp::Reverse).collect();
+        let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<usize>> = (0..n)
+            .filter(|&i| indegree[i] == 0)
+            .map(std::cmp::Reverse)
+            .collect();
         let mut order = Vec::with_capacity(n);
         while let Some(std::cmp::Reverse(i)) = ready.pop() {
             order.push(i);
@@ -164,13 +209,22 @@ impl Graph {
             }
         }
         if order.len() != n {
-            let stuck: Vec<&str> = (0..n).filter(|&i| indegree[i] > 0).map(|i| self.nodes[i].name.as_str()).take(5).collect();
-            return Err(RuntimeError::Graph(format!("the graph has a cycle through nodes {stuck:?}")));
+            let stuck: Vec<&str> = (0..n)
+                .filter(|&i| indegree[i] > 0)
+                .map(|i| self.nodes[i].name.as_str())
+                .take(5)
+                .collect();
+            return Err(RuntimeError::Graph(format!(
+                "the graph has a cycle through nodes {stuck:?}"
+            )));
         }
         self.reorder(&order);
         for &out in &self.outputs {
             if out.0 >= self.values.len() {
-                return Err(RuntimeError::Graph(format!("graph output #{} is undefined", out.0)));
+                return Err(RuntimeError::Graph(format!(
+                    "graph output #{} is undefined",
+                    out.0
+                )));
             }
         }
         Ok(())
@@ -178,7 +232,10 @@ impl Graph {
 
     /// Keeps only the nodes listed (in that order) and renumbers them.
     pub(crate) fn reorder(&mut self, order: &[usize]) {
-        let mut old: Vec<Option<Node>> = std::mem::take(&mut self.nodes).into_iter().map(Some).collect();
+        let mut old: Vec<Option<Node>> = std::mem::take(&mut self.nodes)
+            .into_iter()
+            .map(Some)
+            .collect();
         for (new_index, &old_index) in order.iter().enumerate() {
             if let Some(node) = old[old_index].take() {
                 for (i, out) in node.outputs.iter().enumerate() {

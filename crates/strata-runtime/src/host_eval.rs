@@ -9,15 +9,29 @@ use crate::{Result, RuntimeError};
 
 /// Runs `op` on `inputs` (undefined tensors for omitted optional inputs); outputs are fresh
 /// tensors of `kind`.
-pub fn eval_on_host(node: &str, op: &dyn Operator, inputs: &[&Tensor], kind: MemoryKind, threads: usize) -> Result<Vec<Tensor>> {
+pub fn eval_on_host(
+    node: &str,
+    op: &dyn Operator,
+    inputs: &[&Tensor],
+    kind: MemoryKind,
+    threads: usize,
+) -> Result<Vec<Tensor>> {
     let wrap = |source: OpError| RuntimeError::Node {
         node: node.to_string(),
         op: op.op_type().to_string(),
         input_shapes: inputs.iter().map(|t| t.dims().to_vec()).collect(),
         source,
     };
-    let facts: Vec<Fact> =
-        inputs.iter().map(|t| if t.is_defined() { Fact::constant((*t).clone()) } else { Fact::absent() }).collect();
+    let facts: Vec<Fact> = inputs
+        .iter()
+        .map(|t| {
+            if t.is_defined() {
+                Fact::constant((*t).clone())
+            } else {
+                Fact::absent()
+            }
+        })
+        .collect();
     let fact_refs: Vec<&Fact> = facts.iter().collect();
     let out_facts = op.infer(&fact_refs).map_err(wrap)?;
     // Ops that compute their value during inference (Shape, Constant, Reshape of a constant)
@@ -27,15 +41,37 @@ pub fn eval_on_host(node: &str, op: &dyn Operator, inputs: &[&Tensor], kind: Mem
     }
     let mut outputs = Vec::with_capacity(out_facts.len());
     for f in &out_facts {
-        let dims = f.concrete().ok_or_else(|| wrap(OpError::shape(op.op_type(), format!("output dims {:?} are not known", f.dims))))?;
+        let dims = f.concrete().ok_or_else(|| {
+            wrap(OpError::shape(
+                op.op_type(),
+                format!("output dims {:?} are not known", f.dims),
+            ))
+        })?;
         outputs.push(Tensor::empty(&dims, f.dtype, Device::Cpu, kind)?);
     }
     let out_refs: Vec<&Fact> = out_facts.iter().collect();
-    let kernel = op.kernel(&fact_refs, &out_refs, Device::Cpu).map_err(wrap)?;
+    let kernel = op
+        .kernel(&fact_refs, &out_refs, Device::Cpu)
+        .map_err(wrap)?;
     let scratch_bytes = op.scratch_bytes(&fact_refs, &out_refs).map_err(wrap)?;
-    let scratch = if scratch_bytes > 0 { Some(Tensor::empty(&[scratch_bytes], DType::U8, Device::Cpu, MemoryKind::Workspace)?) } else { None };
+    let scratch = if scratch_bytes > 0 {
+        Some(Tensor::empty(
+            &[scratch_bytes],
+            DType::U8,
+            Device::Cpu,
+            MemoryKind::Workspace,
+        )?)
+    } else {
+        None
+    };
     let output_refs: Vec<&Tensor> = outputs.iter().collect();
-    let io = KernelIo { inputs, outputs: &output_refs, scratch: scratch.as_ref(), in_place: None, threads };
+    let io = KernelIo {
+        inputs,
+        outputs: &output_refs,
+        scratch: scratch.as_ref(),
+        in_place: None,
+        threads,
+    };
     kernel.run(&io).map_err(wrap)?;
     Ok(outputs)
 }

@@ -12,7 +12,9 @@ use crate::graph::ValueSource;
 use crate::optimize::{optimize, OptimizeReport};
 use crate::planner::plan_memory;
 use crate::specialize::specialize;
-use crate::{ExecutionContext, Graph, MemoryPlan, PlanConfig, Result, RuntimeError, Specialization, ValueId};
+use crate::{
+    ExecutionContext, Graph, MemoryPlan, PlanConfig, Result, RuntimeError, Specialization, ValueId,
+};
 
 /// A runtime input or output as the caller sees it.
 #[derive(Debug, Clone)]
@@ -51,13 +53,22 @@ impl InferencePlan {
         if graph.outputs.is_empty() {
             return Err(RuntimeError::Graph("the graph has no outputs".into()));
         }
-        let report = if config.optimize { optimize(&mut graph, config.threads)? } else { OptimizeReport::default() };
+        let report = if config.optimize {
+            optimize(&mut graph, config.threads)?
+        } else {
+            OptimizeReport::default()
+        };
 
         let inputs: Vec<IoInfo> = graph
             .runtime_inputs()
             .map(|id| {
                 let v = graph.value(id);
-                IoInfo { name: v.name.clone(), value: id, dtype: v.fact.dtype, dims: v.fact.dims.clone() }
+                IoInfo {
+                    name: v.name.clone(),
+                    value: id,
+                    dtype: v.fact.dtype,
+                    dims: v.fact.dims.clone(),
+                }
             })
             .collect();
         check_profile(&config, &inputs)?;
@@ -87,10 +98,23 @@ impl InferencePlan {
             .map(|&id| {
                 let v = graph.value(id);
                 let f = &facts_spec.facts[id.0];
-                IoInfo { name: v.name.clone(), value: id, dtype: f.dtype, dims: f.dims.clone() }
+                IoInfo {
+                    name: v.name.clone(),
+                    value: id,
+                    dtype: f.dtype,
+                    dims: f.dims.clone(),
+                }
             })
             .collect();
-        Ok(Arc::new(InferencePlan { graph, config, kernels, inputs, outputs, base, report }))
+        Ok(Arc::new(InferencePlan {
+            graph,
+            config,
+            kernels,
+            inputs,
+            outputs,
+            base,
+            report,
+        }))
     }
 
     /// A new execution context; allocates its arena now when the memory plan is known.
@@ -153,18 +177,29 @@ impl InferencePlan {
 }
 
 fn check_profile(config: &PlanConfig, inputs: &[IoInfo]) -> Result<()> {
-    let Some(profile) = &config.profile else { return Ok(()) };
+    let Some(profile) = &config.profile else {
+        return Ok(());
+    };
     for (name, range) in profile.inputs() {
         let input = inputs.iter().find(|i| i.name == name).ok_or_else(|| {
-            RuntimeError::Profile(format!("input {name:?} is not a model input ({:?})", inputs.iter().map(|i| &i.name).collect::<Vec<_>>()))
+            RuntimeError::Profile(format!(
+                "input {name:?} is not a model input ({:?})",
+                inputs.iter().map(|i| &i.name).collect::<Vec<_>>()
+            ))
         })?;
         if range.max.len() != input.dims.len() {
-            return Err(RuntimeError::Profile(format!("input {name:?} has rank {} but the profile gives {}", input.dims.len(), range.max.len())));
+            return Err(RuntimeError::Profile(format!(
+                "input {name:?} has rank {} but the profile gives {}",
+                input.dims.len(),
+                range.max.len()
+            )));
         }
         for (axis, dim) in input.dims.iter().enumerate() {
             if let Dim::Known(d) = dim {
                 if !(range.min[axis] <= *d && *d <= range.max[axis]) {
-                    return Err(RuntimeError::Profile(format!("input {name:?} dim {axis} is fixed at {d}, outside the profile range")));
+                    return Err(RuntimeError::Profile(format!(
+                        "input {name:?} dim {axis} is fixed at {d}, outside the profile range"
+                    )));
                 }
             }
         }
@@ -186,7 +221,11 @@ fn base_dims(config: &PlanConfig, inputs: &[IoInfo]) -> Option<Vec<Vec<Dim>>> {
         .collect()
 }
 
-fn select_kernels(graph: &Graph, spec: &Specialization, config: &PlanConfig) -> Result<Vec<Option<Box<dyn Kernel>>>> {
+fn select_kernels(
+    graph: &Graph,
+    spec: &Specialization,
+    config: &PlanConfig,
+) -> Result<Vec<Option<Box<dyn Kernel>>>> {
     let absent = Fact::absent();
     graph
         .nodes
@@ -196,14 +235,21 @@ fn select_kernels(graph: &Graph, spec: &Specialization, config: &PlanConfig) -> 
             if spec.skip[i] {
                 return Ok(None);
             }
-            let inputs: Vec<&Fact> = node.inputs.iter().map(|v| v.map_or(&absent, |id| &spec.facts[id.0])).collect();
+            let inputs: Vec<&Fact> = node
+                .inputs
+                .iter()
+                .map(|v| v.map_or(&absent, |id| &spec.facts[id.0]))
+                .collect();
             let outputs: Vec<&Fact> = node.outputs.iter().map(|id| &spec.facts[id.0]).collect();
-            node.op.kernel(&inputs, &outputs, config.device).map(Some).map_err(|source| RuntimeError::Node {
-                node: node.name.clone(),
-                op: node.op.op_type().to_string(),
-                input_shapes: inputs.iter().filter_map(|f| f.concrete()).collect(),
-                source,
-            })
+            node.op
+                .kernel(&inputs, &outputs, config.device)
+                .map(Some)
+                .map_err(|source| RuntimeError::Node {
+                    node: node.name.clone(),
+                    op: node.op.op_type().to_string(),
+                    input_shapes: inputs.iter().filter_map(|f| f.concrete()).collect(),
+                    source,
+                })
         })
         .collect()
 }

@@ -80,7 +80,10 @@ pub fn plan_memory(graph: &Graph, spec: &Specialization, alignment: usize) -> Re
     let size_of = |value: usize| -> Result<Option<usize>> {
         let fact = &spec.facts[value];
         match fact.concrete() {
-            Some(dims) => Ok(Some(align_up(strata_core::Shape::new(&dims)?.size_in_bytes(fact.dtype)?, alignment)?)),
+            Some(dims) => Ok(Some(align_up(
+                strata_core::Shape::new(&dims)?.size_in_bytes(fact.dtype)?,
+                alignment,
+            )?)),
             None => Ok(None),
         }
     };
@@ -89,7 +92,11 @@ pub fn plan_memory(graph: &Graph, spec: &Specialization, alignment: usize) -> Re
         no_reuse += bytes;
         entry_of[id.0] = Some(entries.len());
         // Inputs stay intact for the whole run, so a run can be repeated without re-setting them.
-        entries.push(Entry { bytes, first: 0, last: end });
+        entries.push(Entry {
+            bytes,
+            first: 0,
+            last: end,
+        });
     }
     let mut in_place = vec![None; n_nodes];
     let mut scratch_entry: Vec<Option<usize>> = vec![None; n_nodes];
@@ -98,8 +105,13 @@ pub fn plan_memory(graph: &Graph, spec: &Specialization, alignment: usize) -> Re
         if spec.skip[i] {
             continue;
         }
-        let input_facts: Vec<&strata_ops::Fact> = node.inputs.iter().map(|v| v.map_or(&*ABSENT, |id| &spec.facts[id.0])).collect();
-        let output_facts: Vec<&strata_ops::Fact> = node.outputs.iter().map(|id| &spec.facts[id.0]).collect();
+        let input_facts: Vec<&strata_ops::Fact> = node
+            .inputs
+            .iter()
+            .map(|v| v.map_or(&*ABSENT, |id| &spec.facts[id.0]))
+            .collect();
+        let output_facts: Vec<&strata_ops::Fact> =
+            node.outputs.iter().map(|id| &spec.facts[id.0]).collect();
         if spec.dynamic[i] {
             for &out in &node.outputs {
                 let last = last_use(out.0, i);
@@ -118,10 +130,20 @@ pub fn plan_memory(graph: &Graph, spec: &Specialization, alignment: usize) -> Re
                 if let Some(input_index) = node.op.in_place_input() {
                     if let Some(Some(victim)) = node.inputs.get(input_index) {
                         let victim_entry = entry_of[victim.0];
-                        let reused_once = node.inputs.iter().flatten().filter(|v| *v == victim).count() == 1;
-                        let dies_here = !is_output[victim.0] && consumers[victim.0].last() == Some(&crate::graph::NodeId(i));
-                        let is_node_output = matches!(graph.values[victim.0].source, ValueSource::Node(..));
-                        if let (Some(e), true, true, true) = (victim_entry, reused_once, dies_here, is_node_output) {
+                        let reused_once = node
+                            .inputs
+                            .iter()
+                            .flatten()
+                            .filter(|v| *v == victim)
+                            .count()
+                            == 1;
+                        let dies_here = !is_output[victim.0]
+                            && consumers[victim.0].last() == Some(&crate::graph::NodeId(i));
+                        let is_node_output =
+                            matches!(graph.values[victim.0].source, ValueSource::Node(..));
+                        if let (Some(e), true, true, true) =
+                            (victim_entry, reused_once, dies_here, is_node_output)
+                        {
                             if entries[e].bytes == bytes {
                                 entries[e].last = last.max(entries[e].last);
                                 entry_of[out.0] = Some(e);
@@ -133,22 +155,46 @@ pub fn plan_memory(graph: &Graph, spec: &Specialization, alignment: usize) -> Re
                 }
             }
             entry_of[out.0] = Some(entries.len());
-            entries.push(Entry { bytes, first: i, last });
+            entries.push(Entry {
+                bytes,
+                first: i,
+                last,
+            });
         }
         let scratch = node.op.scratch_bytes(&input_facts, &output_facts)?;
         if scratch > 0 {
             let bytes = align_up(scratch, alignment)?;
             no_reuse += bytes;
             scratch_entry[i] = Some(entries.len());
-            entries.push(Entry { bytes, first: i, last: i });
+            entries.push(Entry {
+                bytes,
+                first: i,
+                last: i,
+            });
         }
     }
 
     let offsets = assign_offsets(&entries);
-    let arena_bytes = entries.iter().zip(&offsets).map(|(e, &o)| o + e.bytes).max().unwrap_or(0);
-    let lower_bound_bytes =
-        (0..=end).map(|t| entries.iter().filter(|e| e.first <= t && t <= e.last).map(|e| e.bytes).sum::<usize>()).max().unwrap_or(0);
-    let slot = |e: usize| Slot { offset: offsets[e], bytes: entries[e].bytes };
+    let arena_bytes = entries
+        .iter()
+        .zip(&offsets)
+        .map(|(e, &o)| o + e.bytes)
+        .max()
+        .unwrap_or(0);
+    let lower_bound_bytes = (0..=end)
+        .map(|t| {
+            entries
+                .iter()
+                .filter(|e| e.first <= t && t <= e.last)
+                .map(|e| e.bytes)
+                .sum::<usize>()
+        })
+        .max()
+        .unwrap_or(0);
+    let slot = |e: usize| Slot {
+        offset: offsets[e],
+        bytes: entries[e].bytes,
+    };
     Ok(MemoryPlan {
         values: entry_of.iter().map(|e| e.map(slot)).collect(),
         scratch: scratch_entry.iter().map(|e| e.map(slot)).collect(),
@@ -161,13 +207,19 @@ pub fn plan_memory(graph: &Graph, spec: &Specialization, alignment: usize) -> Re
     })
 }
 
-static ABSENT: std::sync::LazyLock<strata_ops::Fact> = std::sync::LazyLock::new(strata_ops::Fact::absent);
+static ABSENT: std::sync::LazyLock<strata_ops::Fact> =
+    std::sync::LazyLock::new(strata_ops::Fact::absent);
 
 /// Greedy by size: place the largest entries first, each in the smallest gap between entries
 /// already placed that overlap it in time, or after them all.
 fn assign_offsets(entries: &[Entry]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..entries.len()).collect();
-    order.sort_by(|&a, &b| entries[b].bytes.cmp(&entries[a].bytes).then(entries[a].first.cmp(&entries[b].first)));
+    order.sort_by(|&a, &b| {
+        entries[b]
+            .bytes
+            .cmp(&entries[a].bytes)
+            .then(entries[a].first.cmp(&entries[b].first))
+    });
     let mut offsets = vec![0usize; entries.len()];
     let mut placed: Vec<usize> = Vec::with_capacity(entries.len());
     for &e in &order {
@@ -212,7 +264,10 @@ mod tests {
             for (j, b) in entries.iter().enumerate().skip(i + 1) {
                 let time = a.first <= b.last && b.first <= a.last;
                 let space = offsets[i] < offsets[j] + b.bytes && offsets[j] < offsets[i] + a.bytes;
-                assert!(!(time && space && a.bytes > 0 && b.bytes > 0), "entries {i} and {j} collide");
+                assert!(
+                    !(time && space && a.bytes > 0 && b.bytes > 0),
+                    "entries {i} and {j} collide"
+                );
             }
         }
     }
@@ -220,10 +275,20 @@ mod tests {
     #[test]
     fn chain_reuses_memory() {
         // a -> b -> c -> d: only two neighbours are alive at once.
-        let entries = vec![entry(100, 0, 1), entry(100, 1, 2), entry(100, 2, 3), entry(100, 3, 4)];
+        let entries = vec![
+            entry(100, 0, 1),
+            entry(100, 1, 2),
+            entry(100, 2, 3),
+            entry(100, 3, 4),
+        ];
         let offsets = assign_offsets(&entries);
         assert_valid(&entries, &offsets);
-        let arena = entries.iter().zip(&offsets).map(|(e, o)| o + e.bytes).max().unwrap();
+        let arena = entries
+            .iter()
+            .zip(&offsets)
+            .map(|(e, o)| o + e.bytes)
+            .max()
+            .unwrap();
         assert_eq!(arena, 200);
     }
 
@@ -241,13 +306,31 @@ mod tests {
             let entries: Vec<Entry> = (0..n)
                 .map(|_| {
                     let first = (next() % 20) as usize;
-                    entry(((next() % 8 + 1) * 256) as usize, first, first + (next() % 6) as usize)
+                    entry(
+                        ((next() % 8 + 1) * 256) as usize,
+                        first,
+                        first + (next() % 6) as usize,
+                    )
                 })
                 .collect();
             let offsets = assign_offsets(&entries);
             assert_valid(&entries, &offsets);
-            let arena = entries.iter().zip(&offsets).map(|(e, o)| o + e.bytes).max().unwrap();
-            let lower = (0..30).map(|t| entries.iter().filter(|e| e.first <= t && t <= e.last).map(|e| e.bytes).sum::<usize>()).max().unwrap();
+            let arena = entries
+                .iter()
+                .zip(&offsets)
+                .map(|(e, o)| o + e.bytes)
+                .max()
+                .unwrap();
+            let lower = (0..30)
+                .map(|t| {
+                    entries
+                        .iter()
+                        .filter(|e| e.first <= t && t <= e.last)
+                        .map(|e| e.bytes)
+                        .sum::<usize>()
+                })
+                .max()
+                .unwrap();
             let total: usize = entries.iter().map(|e| e.bytes).sum();
             assert!(lower <= arena && arena <= total);
         }

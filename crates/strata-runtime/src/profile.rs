@@ -25,9 +25,20 @@ impl OptimizationProfile {
     }
 
     /// Sets the range of `input`; checked to be `min <= opt <= max` per dim.
-    pub fn with_input(mut self, input: &str, min: &[usize], opt: &[usize], max: &[usize]) -> Result<Self> {
+    pub fn with_input(
+        mut self,
+        input: &str,
+        min: &[usize],
+        opt: &[usize],
+        max: &[usize],
+    ) -> Result<Self> {
         if min.len() != opt.len() || opt.len() != max.len() {
-            return Err(RuntimeError::Profile(format!("input {input:?}: min/opt/max have ranks {}/{}/{}", min.len(), opt.len(), max.len())));
+            return Err(RuntimeError::Profile(format!(
+                "input {input:?}: min/opt/max have ranks {}/{}/{}",
+                min.len(),
+                opt.len(),
+                max.len()
+            )));
         }
         for axis in 0..min.len() {
             if !(min[axis] <= opt[axis] && opt[axis] <= max[axis]) {
@@ -37,7 +48,14 @@ impl OptimizationProfile {
                 )));
             }
         }
-        self.inputs.insert(input.to_string(), InputRange { min: min.to_vec(), opt: opt.to_vec(), max: max.to_vec() });
+        self.inputs.insert(
+            input.to_string(),
+            InputRange {
+                min: min.to_vec(),
+                opt: opt.to_vec(),
+                max: max.to_vec(),
+            },
+        );
         Ok(self)
     }
 

@@ -26,7 +26,9 @@ pub struct Specialization {
 impl Specialization {
     /// True when every runtime input dim is known.
     pub fn is_concrete(&self) -> bool {
-        self.input_dims.iter().all(|d| d.iter().all(|d| d.known().is_some()))
+        self.input_dims
+            .iter()
+            .all(|d| d.iter().all(|d| d.known().is_some()))
     }
 
     /// The concrete dims of a value, if static.
@@ -37,7 +39,11 @@ impl Specialization {
 
 /// Specializes `graph` for `input_dims` (one entry per runtime input; symbolic dims allowed, in
 /// which case dependent values stay symbolic).
-pub fn specialize(graph: &Graph, input_dims: &[Vec<Dim>], threads: usize) -> Result<Specialization> {
+pub fn specialize(
+    graph: &Graph,
+    input_dims: &[Vec<Dim>],
+    threads: usize,
+) -> Result<Specialization> {
     let mut facts: Vec<Fact> = graph.values.iter().map(|v| v.fact.clone()).collect();
     for (id, dims) in graph.runtime_inputs().zip(input_dims) {
         let declared = &graph.values[id.0].fact;
@@ -52,7 +58,11 @@ pub fn specialize(graph: &Graph, input_dims: &[Vec<Dim>], threads: usize) -> Res
     let mut dynamic = vec![false; graph.nodes.len()];
     let absent = Fact::absent();
     for (i, node) in graph.nodes.iter().enumerate() {
-        let inputs: Vec<&Fact> = node.inputs.iter().map(|input| input.map_or(&absent, |id| &facts[id.0])).collect();
+        let inputs: Vec<&Fact> = node
+            .inputs
+            .iter()
+            .map(|input| input.map_or(&absent, |id| &facts[id.0]))
+            .collect();
         let wrap = |source| RuntimeError::Node {
             node: node.name.clone(),
             op: node.op.op_type().to_string(),
@@ -63,21 +73,43 @@ pub fn specialize(graph: &Graph, input_dims: &[Vec<Dim>], threads: usize) -> Res
         if outputs.len() < node.outputs.len() {
             return Err(wrap(strata_ops::OpError::shape(
                 node.op.op_type(),
-                format!("produces {} outputs but the node names {}", outputs.len(), node.outputs.len()),
+                format!(
+                    "produces {} outputs but the node names {}",
+                    outputs.len(),
+                    node.outputs.len()
+                ),
             )));
         }
         let all_inputs_known = inputs.iter().all(|f| !f.is_defined() || f.value.is_some());
         if outputs.iter().any(|f| f.value.is_none()) && all_inputs_known && !inputs.is_empty() {
-            let tensors: Vec<Tensor> = inputs.iter().map(|f| f.value.clone().unwrap_or_else(Tensor::undefined)).collect();
+            let tensors: Vec<Tensor> = inputs
+                .iter()
+                .map(|f| f.value.clone().unwrap_or_else(Tensor::undefined))
+                .collect();
             let refs: Vec<&Tensor> = tensors.iter().collect();
-            let values = eval_on_host(&node.name, node.op.as_ref(), &refs, MemoryKind::Persistent, threads)?;
+            let values = eval_on_host(
+                &node.name,
+                node.op.as_ref(),
+                &refs,
+                MemoryKind::Persistent,
+                threads,
+            )?;
             outputs = values.into_iter().map(Fact::constant).collect();
         }
-        skip[i] = node.outputs.iter().zip(&outputs).all(|(_, f)| f.value.is_some());
+        skip[i] = node
+            .outputs
+            .iter()
+            .zip(&outputs)
+            .all(|(_, f)| f.value.is_some());
         dynamic[i] = !skip[i] && outputs.iter().any(|f| f.concrete().is_none());
         for (&out, fact) in node.outputs.iter().zip(outputs) {
             facts[out.0] = fact;
         }
     }
-    Ok(Specialization { facts, skip, dynamic, input_dims: input_dims.to_vec() })
+    Ok(Specialization {
+        facts,
+        skip,
+        dynamic,
+        input_dims: input_dims.to_vec(),
+    })
 }

@@ -7,14 +7,28 @@ use strata_core::{DType, Tensor};
 use strata_ops::{build_operator, Attr, Attributes, Dim, OpContext};
 use strata_runtime::{Graph, ValueId};
 
-pub fn op(graph: &mut Graph, op_type: &str, inputs: &[ValueId], outputs: &[&str], attrs: &[(&str, Attr)]) -> Vec<ValueId> {
+pub fn op(
+    graph: &mut Graph,
+    op_type: &str,
+    inputs: &[ValueId],
+    outputs: &[&str],
+    attrs: &[(&str, Attr)],
+) -> Vec<ValueId> {
     let mut a = Attributes::new(op_type);
     for (k, v) in attrs {
         a.insert(k, v.clone());
     }
-    let operator = build_operator(&OpContext { op_type, domain: "", opset: 17, attrs: &a }).unwrap();
+    let operator = build_operator(&OpContext {
+        op_type,
+        domain: "",
+        opset: 17,
+        attrs: &a,
+    })
+    .unwrap();
     let ins: Vec<Option<ValueId>> = inputs.iter().map(|&v| Some(v)).collect();
-    graph.add_node("", Arc::from(operator), &ins, outputs).unwrap()
+    graph
+        .add_node("", Arc::from(operator), &ins, outputs)
+        .unwrap()
 }
 
 pub fn input(graph: &mut Graph, name: &str, dims: &[Dim]) -> ValueId {
@@ -31,7 +45,10 @@ pub fn tensor(data: &[f32], dims: &[usize]) -> Tensor {
 
 /// A deterministic pseudo-random sequence in [-1, 1).
 pub fn noise(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407) | 1;
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407)
+        | 1;
     (0..n)
         .map(|_| {
             s ^= s << 13;

@@ -8,7 +8,9 @@ use strata_runtime::{Graph, InferencePlan, OptimizationProfile, PlanConfig, Runt
 fn small_graph(dims: Vec<Dim>) -> Graph {
     let mut g = Graph::new();
     let x = input(&mut g, "x", &dims);
-    let b = g.add_initializer("b", tensor(&[0.5, -1.0, 2.0], &[3])).unwrap();
+    let b = g
+        .add_initializer("b", tensor(&[0.5, -1.0, 2.0], &[3]))
+        .unwrap();
     let two = g.add_initializer("two", tensor(&[2.0], &[])).unwrap();
     let s = op(&mut g, "Add", &[x, b], &["s"], &[])[0];
     let r = op(&mut g, "Relu", &[s], &["r"], &[])[0];
@@ -22,7 +24,11 @@ fn reference(x: &[f32]) -> Vec<f32> {
     let b = [0.5, -1.0, 2.0];
     x.chunks(3)
         .flat_map(|row| {
-            let m: Vec<f32> = row.iter().zip(b).map(|(v, b)| (v + b).max(0.0) * 2.0).collect();
+            let m: Vec<f32> = row
+                .iter()
+                .zip(b)
+                .map(|(v, b)| (v + b).max(0.0) * 2.0)
+                .collect();
             let max = m.iter().cloned().fold(f32::MIN, f32::max);
             let e: Vec<f32> = m.iter().map(|v| (v - max).exp()).collect();
             let sum: f32 = e.iter().sum();
@@ -40,44 +46,84 @@ fn assert_close(a: &[f32], b: &[f32]) {
 
 #[test]
 fn static_graph_runs_and_plans_in_place() {
-    let plan = InferencePlan::build(small_graph(fixed(&[4, 3])), PlanConfig::default().with_threads(1)).unwrap();
+    let plan = InferencePlan::build(
+        small_graph(fixed(&[4, 3])),
+        PlanConfig::default().with_threads(1),
+    )
+    .unwrap();
     let memory = plan.memory_plan().unwrap();
-    assert!(memory.in_place.iter().any(Option::is_some), "Relu/Mul/Softmax should run in place");
+    assert!(
+        memory.in_place.iter().any(Option::is_some),
+        "Relu/Mul/Softmax should run in place"
+    );
     assert!(memory.arena_bytes <= memory.no_reuse_bytes);
     assert!(memory.lower_bound_bytes <= memory.arena_bytes);
     let mut ctx = plan.create_context().unwrap();
     let x = noise(12, 1);
     ctx.set_input("x", &tensor(&x, &[4, 3])).unwrap();
     ctx.execute().unwrap();
-    assert_close(&ctx.output("y").unwrap().to_vec::<f32>().unwrap(), &reference(&x));
+    assert_close(
+        &ctx.output("y").unwrap().to_vec::<f32>().unwrap(),
+        &reference(&x),
+    );
     // A second run with other data gives the new answer (inputs and in-place buffers reset).
     let x2 = noise(12, 2);
     ctx.set_input_at(0, &tensor(&x2, &[4, 3])).unwrap();
     ctx.execute().unwrap();
-    assert_close(&ctx.output_at(0).unwrap().to_vec::<f32>().unwrap(), &reference(&x2));
+    assert_close(
+        &ctx.output_at(0).unwrap().to_vec::<f32>().unwrap(),
+        &reference(&x2),
+    );
     // Running again without setting the input reuses it unchanged.
     ctx.execute().unwrap();
-    assert_close(&ctx.output_at(0).unwrap().to_vec::<f32>().unwrap(), &reference(&x2));
+    assert_close(
+        &ctx.output_at(0).unwrap().to_vec::<f32>().unwrap(),
+        &reference(&x2),
+    );
 }
 
 #[test]
 fn bad_inputs_are_typed_errors() {
     let plan = InferencePlan::build(small_graph(fixed(&[4, 3])), PlanConfig::default()).unwrap();
     let mut ctx = plan.create_context().unwrap();
-    assert!(matches!(ctx.execute(), Err(RuntimeError::InputNotSet { .. })));
-    assert!(matches!(ctx.set_input("nope", &tensor(&[0.0; 12], &[4, 3])), Err(RuntimeError::UnknownInput { .. })));
-    assert!(matches!(ctx.set_input("x", &tensor(&[0.0; 12], &[12])), Err(RuntimeError::InputRank { .. })));
-    assert!(matches!(ctx.set_input("x", &tensor(&[0.0; 6], &[2, 3])), Err(RuntimeError::InputDim { axis: 0, .. })));
+    assert!(matches!(
+        ctx.execute(),
+        Err(RuntimeError::InputNotSet { .. })
+    ));
+    assert!(matches!(
+        ctx.set_input("nope", &tensor(&[0.0; 12], &[4, 3])),
+        Err(RuntimeError::UnknownInput { .. })
+    ));
+    assert!(matches!(
+        ctx.set_input("x", &tensor(&[0.0; 12], &[12])),
+        Err(RuntimeError::InputRank { .. })
+    ));
+    assert!(matches!(
+        ctx.set_input("x", &tensor(&[0.0; 6], &[2, 3])),
+        Err(RuntimeError::InputDim { axis: 0, .. })
+    ));
     let ints = strata_core::Tensor::from_slice(&[0i64; 12], &[4, 3]).unwrap();
-    assert!(matches!(ctx.set_input("x", &ints), Err(RuntimeError::InputDType { .. })));
-    assert!(matches!(ctx.set_input_at(3, &ints), Err(RuntimeError::InputIndex { .. })));
+    assert!(matches!(
+        ctx.set_input("x", &ints),
+        Err(RuntimeError::InputDType { .. })
+    ));
+    assert!(matches!(
+        ctx.set_input_at(3, &ints),
+        Err(RuntimeError::InputIndex { .. })
+    ));
     assert!(ctx.output("y").is_err());
 }
 
 #[test]
 fn profile_sizes_for_max_and_updates_metadata_only() {
-    let profile = OptimizationProfile::new().with_input("x", &[1, 3], &[4, 3], &[8, 3]).unwrap();
-    let plan = InferencePlan::build(small_graph(vec![Dim::Sym("N".into()), Dim::Known(3)]), PlanConfig::default().with_profile(profile)).unwrap();
+    let profile = OptimizationProfile::new()
+        .with_input("x", &[1, 3], &[4, 3], &[8, 3])
+        .unwrap();
+    let plan = InferencePlan::build(
+        small_graph(vec![Dim::Sym("N".into()), Dim::Known(3)]),
+        PlanConfig::default().with_profile(profile),
+    )
+    .unwrap();
     let arena = plan.memory_plan().unwrap().arena_bytes;
     let mut ctx = plan.create_context().unwrap();
     for n in [8, 1, 5, 8, 2] {
@@ -91,31 +137,52 @@ fn profile_sizes_for_max_and_updates_metadata_only() {
     assert_eq!(ctx.stats().replans, 0);
     assert_eq!(ctx.stats().arena_bytes, arena);
     match ctx.set_input("x", &tensor(&[0.0; 27], &[9, 3])) {
-        Err(RuntimeError::OutsideProfile { axis: 0, actual: 9, min: 1, max: 8, .. }) => {}
+        Err(RuntimeError::OutsideProfile {
+            axis: 0,
+            actual: 9,
+            min: 1,
+            max: 8,
+            ..
+        }) => {}
         other => panic!("expected an out-of-profile error, got {other:?}"),
     }
 }
 
 #[test]
 fn without_profile_larger_shapes_replan() {
-    let plan = InferencePlan::build(small_graph(vec![Dim::Sym("N".into()), Dim::Known(3)]), PlanConfig::default()).unwrap();
+    let plan = InferencePlan::build(
+        small_graph(vec![Dim::Sym("N".into()), Dim::Known(3)]),
+        PlanConfig::default(),
+    )
+    .unwrap();
     assert!(plan.memory_plan().is_none());
     let mut ctx = plan.create_context().unwrap();
     for n in [2, 1, 100, 3] {
         let x = noise(n * 3, 7 + n as u64);
         ctx.set_input("x", &tensor(&x, &[n, 3])).unwrap();
         ctx.execute().unwrap();
-        assert_close(&ctx.output("y").unwrap().to_vec::<f32>().unwrap(), &reference(&x));
+        assert_close(
+            &ctx.output("y").unwrap().to_vec::<f32>().unwrap(),
+            &reference(&x),
+        );
     }
-    assert_eq!(ctx.stats().replans, 1, "only growing from 2 to 100 rows (past the 256-byte slot rounding) needs a new plan");
+    assert_eq!(
+        ctx.stats().replans,
+        1,
+        "only growing from 2 to 100 rows (past the 256-byte slot rounding) needs a new plan"
+    );
 }
 
 #[test]
 fn constant_subgraphs_fold() {
     let mut g = Graph::new();
     let x = input(&mut g, "x", &fixed(&[2, 3]));
-    let a = g.add_initializer("a", tensor(&[1.0, 2.0, 3.0], &[3])).unwrap();
-    let b = g.add_initializer("b", tensor(&[1.0, 1.0, 1.0], &[3])).unwrap();
+    let a = g
+        .add_initializer("a", tensor(&[1.0, 2.0, 3.0], &[3]))
+        .unwrap();
+    let b = g
+        .add_initializer("b", tensor(&[1.0, 1.0, 1.0], &[3]))
+        .unwrap();
     let ab = op(&mut g, "Add", &[a, b], &["ab"], &[])[0];
     let shape = op(&mut g, "Shape", &[x], &["shape"], &[])[0];
     let flat = op(&mut g, "Reshape", &[x, shape], &["same"], &[])[0];
@@ -124,7 +191,11 @@ fn constant_subgraphs_fold() {
     let plan = InferencePlan::build(g, PlanConfig::default()).unwrap();
     assert_eq!(plan.optimize_report().folded, 1);
     let mut ctx = plan.create_context().unwrap();
-    ctx.set_input("x", &tensor(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])).unwrap();
+    ctx.set_input("x", &tensor(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]))
+        .unwrap();
     ctx.execute().unwrap();
-    assert_eq!(ctx.output("y").unwrap().to_vec::<f32>().unwrap(), vec![2.0, 6.0, 12.0, 8.0, 15.0, 24.0]);
+    assert_eq!(
+        ctx.output("y").unwrap().to_vec::<f32>().unwrap(),
+        vec![2.0, 6.0, 12.0, 8.0, 15.0, 24.0]
+    );
 }

@@ -22,10 +22,21 @@ impl Constant {
             Tensor::scalar(v)?
         } else if let Some(v) = a.ints("value_ints")? {
             Tensor::from_slice(&v, &[v.len()])?
-        } else if a.contains("sparse_value") || a.contains("value_string") || a.contains("value_strings") {
-            return Err(OpError::attribute("Constant", "value", "sparse and string constants are not supported"));
+        } else if a.contains("sparse_value")
+            || a.contains("value_string")
+            || a.contains("value_strings")
+        {
+            return Err(OpError::attribute(
+                "Constant",
+                "value",
+                "sparse and string constants are not supported",
+            ));
         } else {
-            return Err(OpError::attribute("Constant", "value", "no value attribute"));
+            return Err(OpError::attribute(
+                "Constant",
+                "value",
+                "no value attribute",
+            ));
         };
         Ok(Box::new(Constant { value }))
     }
@@ -40,8 +51,15 @@ impl Operator for Constant {
         Ok(vec![Fact::constant(self.value.clone())])
     }
 
-    fn kernel(&self, _inputs: &[&Fact], _outputs: &[&Fact], _device: Device) -> OpResult<Box<dyn Kernel>> {
-        Ok(Box::new(ConstantKernel { value: self.value.clone() }))
+    fn kernel(
+        &self,
+        _inputs: &[&Fact],
+        _outputs: &[&Fact],
+        _device: Device,
+    ) -> OpResult<Box<dyn Kernel>> {
+        Ok(Box::new(ConstantKernel {
+            value: self.value.clone(),
+        }))
     }
 }
 

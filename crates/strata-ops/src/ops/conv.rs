@@ -5,7 +5,9 @@ use std::marker::PhantomData;
 
 use strata_core::{DType, Device, Element};
 
-use crate::kernels::{conv, conv_output_dims, conv_scratch_len, resolve_auto_pad, Activation, ConvParams, GemmFloat};
+use crate::kernels::{
+    conv, conv_output_dims, conv_scratch_len, resolve_auto_pad, Activation, ConvParams, GemmFloat,
+};
 use crate::ops::identity::first_input;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -26,7 +28,11 @@ impl Conv {
         let a = ctx.attrs;
         let groups = a.int_or("group", 1)?;
         if groups < 1 {
-            return Err(OpError::attribute("Conv", "group", format!("must be >= 1, got {groups}")));
+            return Err(OpError::attribute(
+                "Conv",
+                "group",
+                format!("must be >= 1, got {groups}"),
+            ));
         }
         Ok(Box::new(Conv {
             auto_pad: a.string_or("auto_pad", "NOTSET")?,
@@ -42,12 +48,19 @@ impl Conv {
     /// Concrete kernel parameters for input dims `x` and weight dims `w`.
     pub fn params(&self, x: &[usize], w: &[usize]) -> OpResult<ConvParams> {
         if x.len() < 3 || w.len() != x.len() {
-            return Err(OpError::shape("Conv", format!("input {x:?} and weight {w:?} must have the same rank >= 3")));
+            return Err(OpError::shape(
+                "Conv",
+                format!("input {x:?} and weight {w:?} must have the same rank >= 3"),
+            ));
         }
         let spatial = x.len() - 2;
         let kernel = self.kernel_shape.clone().unwrap_or_else(|| w[2..].to_vec());
         if kernel.len() != spatial || kernel.as_slice() != &w[2..] {
-            return Err(OpError::attribute("Conv", "kernel_shape", format!("{kernel:?} does not match weight dims {w:?}")));
+            return Err(OpError::attribute(
+                "Conv",
+                "kernel_shape",
+                format!("{kernel:?} does not match weight dims {w:?}"),
+            ));
         }
         let ones = vec![1; spatial];
         let strides = self.strides.clone().unwrap_or_else(|| ones.clone());
@@ -55,12 +68,26 @@ impl Conv {
         let (pads_begin, pads_end) = match self.auto_pad.as_str() {
             "" | "NOTSET" => match &self.pads {
                 Some(p) if p.len() == 2 * spatial => (p[..spatial].to_vec(), p[spatial..].to_vec()),
-                Some(p) => return Err(OpError::attribute("Conv", "pads", format!("{p:?} needs {} entries", 2 * spatial))),
+                Some(p) => {
+                    return Err(OpError::attribute(
+                        "Conv",
+                        "pads",
+                        format!("{p:?} needs {} entries", 2 * spatial),
+                    ))
+                }
                 None => (vec![0; spatial], vec![0; spatial]),
             },
             mode => resolve_auto_pad(mode, &x[2..], &kernel, &strides, &dilations)?,
         };
-        Ok(ConvParams { kernel, strides, pads_begin, pads_end, dilations, groups: self.groups, post: self.post })
+        Ok(ConvParams {
+            kernel,
+            strides,
+            pads_begin,
+            pads_end,
+            dilations,
+            groups: self.groups,
+            post: self.post,
+        })
     }
 }
 
@@ -71,9 +98,20 @@ impl Operator for Conv {
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
         let x = first_input("Conv", inputs)?;
-        let w = inputs.get(1).filter(|f| f.is_defined()).ok_or_else(|| OpError::MissingInput { op: "Conv".into(), index: 1 })?;
+        let w = inputs
+            .get(1)
+            .filter(|f| f.is_defined())
+            .ok_or_else(|| OpError::MissingInput {
+                op: "Conv".into(),
+                index: 1,
+            })?;
         if x.dtype != w.dtype {
-            return Err(OpError::DType { op: "Conv".into(), index: 1, expected: x.dtype.to_string(), actual: w.dtype });
+            return Err(OpError::DType {
+                op: "Conv".into(),
+                index: 1,
+                expected: x.dtype.to_string(),
+                actual: w.dtype,
+            });
         }
         let w_dims = w.concrete_or_err("Conv")?;
         // The batch dim may be symbolic: compute with 1 and put it back.
@@ -84,29 +122,45 @@ impl Operator for Conv {
                 None if i == 0 => x_dims.push(1),
                 None => {
                     let mut dims = vec![x.dims[0].clone(), Dim::Known(w_dims[0])];
-                    dims.extend(std::iter::repeat_n(Dim::Unknown, x.rank().saturating_sub(2)));
+                    dims.extend(std::iter::repeat_n(
+                        Dim::Unknown,
+                        x.rank().saturating_sub(2),
+                    ));
                     return Ok(vec![Fact::new(x.dtype, dims)]);
                 }
             }
         }
         let p = self.params(&x_dims, &w_dims)?;
-        let mut out: Vec<Dim> = conv_output_dims(&x_dims, &w_dims, &p)?.into_iter().map(Dim::Known).collect();
+        let mut out: Vec<Dim> = conv_output_dims(&x_dims, &w_dims, &p)?
+            .into_iter()
+            .map(Dim::Known)
+            .collect();
         out[0] = x.dims[0].clone();
         if let Some(b) = inputs.get(2).filter(|f| f.is_defined()) {
             if b.dims != [Dim::Known(w_dims[0])] {
-                return Err(OpError::shape("Conv", format!("bias has dims {:?}, expected [{}]", b.dims, w_dims[0])));
+                return Err(OpError::shape(
+                    "Conv",
+                    format!("bias has dims {:?}, expected [{}]", b.dims, w_dims[0]),
+                ));
             }
         }
         Ok(vec![Fact::new(x.dtype, out)])
     }
 
     fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
-        let (Some(x), Some(w)) = (inputs[0].concrete(), inputs[1].concrete()) else { return Ok(0) };
+        let (Some(x), Some(w)) = (inputs[0].concrete(), inputs[1].concrete()) else {
+            return Ok(0);
+        };
         let p = self.params(&x, &w)?;
         Ok(conv_scratch_len(&x, &w, &p) * inputs[0].dtype.size_in_bytes())
     }
 
-    fn kernel(&self, inputs: &[&Fact], _outputs: &[&Fact], device: Device) -> OpResult<Box<dyn Kernel>> {
+    fn kernel(
+        &self,
+        inputs: &[&Fact],
+        _outputs: &[&Fact],
+        device: Device,
+    ) -> OpResult<Box<dyn Kernel>> {
         // Parameters resolved now for the planned dims; recomputed at run time only if the
         // spatial dims change under SAME_* padding.
         let planned = match (inputs[0].concrete(), inputs[1].concrete()) {
@@ -114,9 +168,21 @@ impl Operator for Conv {
             _ => None,
         };
         match (inputs[0].dtype, device) {
-            (DType::F32, Device::Cpu) => Ok(Box::new(ConvKernel::<f32> { op: self.clone(), planned, _t: PhantomData })),
-            (DType::F64, Device::Cpu) => Ok(Box::new(ConvKernel::<f64> { op: self.clone(), planned, _t: PhantomData })),
-            (dtype, device) => Err(OpError::NoKernel { op: "Conv".into(), dtype, device }),
+            (DType::F32, Device::Cpu) => Ok(Box::new(ConvKernel::<f32> {
+                op: self.clone(),
+                planned,
+                _t: PhantomData,
+            })),
+            (DType::F64, Device::Cpu) => Ok(Box::new(ConvKernel::<f64> {
+                op: self.clone(),
+                planned,
+                _t: PhantomData,
+            })),
+            (dtype, device) => Err(OpError::NoKernel {
+                op: "Conv".into(),
+                dtype,
+                device,
+            }),
         }
     }
 }
@@ -133,7 +199,12 @@ impl<T: Element + GemmFloat> Kernel for ConvKernel<T> {
         let (x, w, b, out) = (io.input(0), io.input(1), io.input(2), io.output(0));
         let fresh;
         let params = match &self.planned {
-            Some((dims, p)) if dims.as_slice() == x.dims() || matches!(self.op.auto_pad.as_str(), "" | "NOTSET" | "VALID") => p,
+            Some((dims, p))
+                if dims.as_slice() == x.dims()
+                    || matches!(self.op.auto_pad.as_str(), "" | "NOTSET" | "VALID") =>
+            {
+                p
+            }
             _ => {
                 fresh = self.op.params(x.dims(), w.dims())?;
                 &fresh
@@ -141,7 +212,11 @@ impl<T: Element + GemmFloat> Kernel for ConvKernel<T> {
         };
         let not_contiguous = || OpError::kernel("Conv", "operands must be contiguous");
         let (rx, rw) = (x.read::<T>()?, w.read::<T>()?);
-        let rb = if b.is_defined() { Some(b.read::<T>()?) } else { None };
+        let rb = if b.is_defined() {
+            Some(b.read::<T>()?)
+        } else {
+            None
+        };
         let bias = match &rb {
             Some(r) => Some(r.as_slice().ok_or_else(not_contiguous)?),
             None => None,
@@ -155,7 +230,8 @@ impl<T: Element + GemmFloat> Kernel for ConvKernel<T> {
             Some(g) => {
                 let bytes = g.bytes();
                 let whole = bytes.len() / std::mem::size_of::<T>() * std::mem::size_of::<T>();
-                bytemuck::try_cast_slice_mut(&mut bytes[..whole]).map_err(|e| OpError::kernel("Conv", format!("scratch: {e}")))?
+                bytemuck::try_cast_slice_mut(&mut bytes[..whole])
+                    .map_err(|e| OpError::kernel("Conv", format!("scratch: {e}")))?
             }
             None => &mut [],
         };

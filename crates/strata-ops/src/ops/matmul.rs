@@ -22,12 +22,23 @@ pub fn matmul_dims(a: &[Dim], b: &[Dim]) -> OpResult<Vec<Dim>> {
     if a.is_empty() || b.is_empty() {
         return Err(OpError::shape("MatMul", "operands must have rank >= 1"));
     }
-    let a2: Vec<Dim> = if a.len() == 1 { vec![Dim::Known(1), a[0].clone()] } else { a.to_vec() };
-    let b2: Vec<Dim> = if b.len() == 1 { vec![b[0].clone(), Dim::Known(1)] } else { b.to_vec() };
+    let a2: Vec<Dim> = if a.len() == 1 {
+        vec![Dim::Known(1), a[0].clone()]
+    } else {
+        a.to_vec()
+    };
+    let b2: Vec<Dim> = if b.len() == 1 {
+        vec![b[0].clone(), Dim::Known(1)]
+    } else {
+        b.to_vec()
+    };
     let (ka, kb) = (&a2[a2.len() - 1], &b2[b2.len() - 2]);
     if let (Dim::Known(x), Dim::Known(y)) = (ka, kb) {
         if x != y {
-            return Err(OpError::shape("MatMul", format!("inner dims differ: {a:?} @ {b:?} ({x} vs {y})")));
+            return Err(OpError::shape(
+                "MatMul",
+                format!("inner dims differ: {a:?} @ {b:?} ({x} vs {y})"),
+            ));
         }
     }
     let mut out = broadcast_dims("MatMul", &a2[..a2.len() - 2], &b2[..b2.len() - 2])?;
@@ -48,16 +59,30 @@ impl Operator for MatMul {
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
         let [a, b] = two_inputs("MatMul", inputs)?;
         if a.dtype != b.dtype {
-            return Err(OpError::DType { op: "MatMul".into(), index: 1, expected: a.dtype.to_string(), actual: b.dtype });
+            return Err(OpError::DType {
+                op: "MatMul".into(),
+                index: 1,
+                expected: a.dtype.to_string(),
+                actual: b.dtype,
+            });
         }
         Ok(vec![Fact::new(a.dtype, matmul_dims(&a.dims, &b.dims)?)])
     }
 
-    fn kernel(&self, inputs: &[&Fact], _outputs: &[&Fact], device: Device) -> OpResult<Box<dyn Kernel>> {
+    fn kernel(
+        &self,
+        inputs: &[&Fact],
+        _outputs: &[&Fact],
+        device: Device,
+    ) -> OpResult<Box<dyn Kernel>> {
         match (inputs[0].dtype, device) {
             (DType::F32, Device::Cpu) => Ok(Box::new(MatMulKernel::<f32>(PhantomData))),
             (DType::F64, Device::Cpu) => Ok(Box::new(MatMulKernel::<f64>(PhantomData))),
-            (dtype, device) => Err(OpError::NoKernel { op: "MatMul".into(), dtype, device }),
+            (dtype, device) => Err(OpError::NoKernel {
+                op: "MatMul".into(),
+                dtype,
+                device,
+            }),
         }
     }
 }
@@ -71,7 +96,10 @@ impl<T: Element + GemmFloat> Kernel for MatMulKernel<T> {
         let (ra, rb) = (a.read::<T>()?, b.read::<T>()?);
         let mut w = out.write::<T>()?;
         let not_contiguous = || OpError::kernel("MatMul", "operands must be contiguous");
-        let (sa, sb) = (ra.as_slice().ok_or_else(not_contiguous)?, rb.as_slice().ok_or_else(not_contiguous)?);
+        let (sa, sb) = (
+            ra.as_slice().ok_or_else(not_contiguous)?,
+            rb.as_slice().ok_or_else(not_contiguous)?,
+        );
         let so = w.as_mut_slice().ok_or_else(not_contiguous)?;
         batched_matmul(sa, a.dims(), sb, b.dims(), so, io.threads)?;
         Ok(())

@@ -4,8 +4,8 @@
 use strata_core::{DType, Device};
 
 use crate::kernels::{
-    average_pool, global_average_pool, global_lp_pool, global_max_pool, lp_pool, max_pool, pool_output_dims,
-    resolve_auto_pad, PoolParams, StorageOrder,
+    average_pool, global_average_pool, global_lp_pool, global_max_pool, lp_pool, max_pool,
+    pool_output_dims, resolve_auto_pad, PoolParams, StorageOrder,
 };
 use crate::ops::identity::first_input;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
@@ -35,10 +35,16 @@ impl Pool {
     pub fn build(kind: PoolKind, ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
         let a = ctx.attrs;
         let name = pool_name(kind);
-        let kernel_shape = a.usizes("kernel_shape")?.ok_or_else(|| OpError::attribute(name, "kernel_shape", "is required"))?;
+        let kernel_shape = a
+            .usizes("kernel_shape")?
+            .ok_or_else(|| OpError::attribute(name, "kernel_shape", "is required"))?;
         let p = a.int_or("p", 2)?;
         if kind == PoolKind::Lp && !(1..=64).contains(&p) {
-            return Err(OpError::attribute(name, "p", format!("must be in 1..=64, got {p}")));
+            return Err(OpError::attribute(
+                name,
+                "p",
+                format!("must be in 1..=64, got {p}"),
+            ));
         }
         Ok(Box::new(Pool {
             kind,
@@ -58,19 +64,38 @@ impl Pool {
         let name = pool_name(self.kind);
         let spatial = x.len().saturating_sub(2);
         if x.len() < 3 || self.kernel_shape.len() != spatial {
-            return Err(OpError::shape(name, format!("kernel_shape {:?} does not fit input {x:?}", self.kernel_shape)));
+            return Err(OpError::shape(
+                name,
+                format!(
+                    "kernel_shape {:?} does not fit input {x:?}",
+                    self.kernel_shape
+                ),
+            ));
         }
         let strides = self.strides.clone().unwrap_or_else(|| vec![1; spatial]);
         let dilations = self.dilations.clone().unwrap_or_else(|| vec![1; spatial]);
         let (pads_begin, pads_end) = match self.auto_pad.as_str() {
             "" | "NOTSET" => match &self.pads {
                 Some(p) if p.len() == 2 * spatial => (p[..spatial].to_vec(), p[spatial..].to_vec()),
-                Some(p) => return Err(OpError::attribute(name, "pads", format!("{p:?} needs {} entries", 2 * spatial))),
+                Some(p) => {
+                    return Err(OpError::attribute(
+                        name,
+                        "pads",
+                        format!("{p:?} needs {} entries", 2 * spatial),
+                    ))
+                }
                 None => (vec![0; spatial], vec![0; spatial]),
             },
             mode => resolve_auto_pad(mode, &x[2..], &self.kernel_shape, &strides, &dilations)?,
         };
-        Ok(PoolParams { kernel: self.kernel_shape.clone(), strides, pads_begin, pads_end, dilations, ceil_mode: self.ceil_mode })
+        Ok(PoolParams {
+            kernel: self.kernel_shape.clone(),
+            strides,
+            pads_begin,
+            pads_end,
+            dilations,
+            ceil_mode: self.ceil_mode,
+        })
     }
 }
 
@@ -89,14 +114,31 @@ impl Operator for Pool {
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
         let x = first_input(pool_name(self.kind), inputs)?;
-        let dims: Vec<Dim> = match x.dims.iter().skip(2).map(Dim::known).collect::<Option<Vec<usize>>>() {
+        let dims: Vec<Dim> = match x
+            .dims
+            .iter()
+            .skip(2)
+            .map(Dim::known)
+            .collect::<Option<Vec<usize>>>()
+        {
             Some(spatial) => {
                 let mut concrete = vec![1, x.dims.get(1).and_then(Dim::known).unwrap_or(1)];
                 concrete.extend(spatial);
                 let out = pool_output_dims(&concrete, &self.params(&concrete)?)?;
-                x.dims[..2].iter().cloned().chain(out[2..].iter().map(|&d| Dim::Known(d))).collect()
+                x.dims[..2]
+                    .iter()
+                    .cloned()
+                    .chain(out[2..].iter().map(|&d| Dim::Known(d)))
+                    .collect()
             }
-            None => x.dims[..2.min(x.rank())].iter().cloned().chain(std::iter::repeat_n(Dim::Unknown, x.rank().saturating_sub(2))).collect(),
+            None => x.dims[..2.min(x.rank())]
+                .iter()
+                .cloned()
+                .chain(std::iter::repeat_n(
+                    Dim::Unknown,
+                    x.rank().saturating_sub(2),
+                ))
+                .collect(),
         };
         let mut outs = vec![Fact::new(x.dtype, dims.clone())];
         if self.kind == PoolKind::Max {
@@ -105,14 +147,26 @@ impl Operator for Pool {
         Ok(outs)
     }
 
-    fn kernel(&self, inputs: &[&Fact], _outputs: &[&Fact], device: Device) -> OpResult<Box<dyn Kernel>> {
+    fn kernel(
+        &self,
+        inputs: &[&Fact],
+        _outputs: &[&Fact],
+        device: Device,
+    ) -> OpResult<Box<dyn Kernel>> {
         let planned = match inputs[0].concrete() {
             Some(x) => Some((x.clone(), self.params(&x)?)),
             None => None,
         };
         match (inputs[0].dtype, device) {
-            (DType::F32, Device::Cpu) => Ok(Box::new(PoolKernel { op: self.clone(), planned })),
-            (dtype, device) => Err(OpError::NoKernel { op: pool_name(self.kind).into(), dtype, device }),
+            (DType::F32, Device::Cpu) => Ok(Box::new(PoolKernel {
+                op: self.clone(),
+                planned,
+            })),
+            (dtype, device) => Err(OpError::NoKernel {
+                op: pool_name(self.kind).into(),
+                dtype,
+                device,
+            }),
         }
     }
 }
@@ -143,15 +197,28 @@ impl Kernel for PoolKernel {
         match self.op.kind {
             PoolKind::Max => {
                 let indices_tensor = io.output(1);
-                let order = if self.op.column_major_indices { StorageOrder::ColumnMajor } else { StorageOrder::RowMajor };
+                let order = if self.op.column_major_indices {
+                    StorageOrder::ColumnMajor
+                } else {
+                    StorageOrder::RowMajor
+                };
                 if indices_tensor.is_defined() {
                     let mut wi = indices_tensor.write::<i64>()?;
-                    max_pool(input, x.dims(), params, output, Some(wi.as_mut_slice().ok_or_else(not_contiguous)?), order)?;
+                    max_pool(
+                        input,
+                        x.dims(),
+                        params,
+                        output,
+                        Some(wi.as_mut_slice().ok_or_else(not_contiguous)?),
+                        order,
+                    )?;
                 } else {
                     max_pool(input, x.dims(), params, output, None, order)?;
                 }
             }
-            PoolKind::Average => average_pool(input, x.dims(), params, self.op.count_include_pad, output)?,
+            PoolKind::Average => {
+                average_pool(input, x.dims(), params, self.op.count_include_pad, output)?
+            }
             PoolKind::Lp => lp_pool(input, x.dims(), params, self.op.p, output)?,
         }
         Ok(())
@@ -169,7 +236,11 @@ impl GlobalPool {
     pub fn build(kind: PoolKind, ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
         let p = ctx.attrs.int_or("p", 2)?;
         if !(1..=64).contains(&p) {
-            return Err(OpError::attribute("GlobalLpPool", "p", format!("must be in 1..=64, got {p}")));
+            return Err(OpError::attribute(
+                "GlobalLpPool",
+                "p",
+                format!("must be in 1..=64, got {p}"),
+            ));
         }
         Ok(Box::new(GlobalPool { kind, p: p as u32 }))
     }
@@ -191,16 +262,32 @@ impl Operator for GlobalPool {
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
         let x = first_input(self.name(), inputs)?;
         if x.rank() < 2 {
-            return Err(OpError::shape(self.name(), format!("input must have rank >= 2, got {:?}", x.dims)));
+            return Err(OpError::shape(
+                self.name(),
+                format!("input must have rank >= 2, got {:?}", x.dims),
+            ));
         }
-        let dims = x.dims[..2].iter().cloned().chain(std::iter::repeat_n(Dim::Known(1), x.rank() - 2)).collect();
+        let dims = x.dims[..2]
+            .iter()
+            .cloned()
+            .chain(std::iter::repeat_n(Dim::Known(1), x.rank() - 2))
+            .collect();
         Ok(vec![Fact::new(x.dtype, dims)])
     }
 
-    fn kernel(&self, inputs: &[&Fact], _outputs: &[&Fact], device: Device) -> OpResult<Box<dyn Kernel>> {
+    fn kernel(
+        &self,
+        inputs: &[&Fact],
+        _outputs: &[&Fact],
+        device: Device,
+    ) -> OpResult<Box<dyn Kernel>> {
         match (inputs[0].dtype, device) {
             (DType::F32, Device::Cpu) => Ok(Box::new(GlobalPoolKernel { op: *self })),
-            (dtype, device) => Err(OpError::NoKernel { op: self.name().into(), dtype, device }),
+            (dtype, device) => Err(OpError::NoKernel {
+                op: self.name().into(),
+                dtype,
+                device,
+            }),
         }
     }
 }

@@ -32,20 +32,45 @@ impl Operator for Softmax {
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
         let x = first_input("Softmax", inputs)?;
         let r = x.rank() as i64;
-        let axis = if self.axis < 0 { self.axis + r } else { self.axis };
+        let axis = if self.axis < 0 {
+            self.axis + r
+        } else {
+            self.axis
+        };
         if !(0..r.max(1)).contains(&axis) {
-            return Err(OpError::attribute("Softmax", "axis", format!("{} out of range for rank {r}", self.axis)));
+            return Err(OpError::attribute(
+                "Softmax",
+                "axis",
+                format!("{} out of range for rank {r}", self.axis),
+            ));
         }
         Ok(vec![Fact::new(x.dtype, x.dims.clone())])
     }
 
-    fn kernel(&self, inputs: &[&Fact], _outputs: &[&Fact], device: Device) -> OpResult<Box<dyn Kernel>> {
+    fn kernel(
+        &self,
+        inputs: &[&Fact],
+        _outputs: &[&Fact],
+        device: Device,
+    ) -> OpResult<Box<dyn Kernel>> {
         let dtype = inputs[0].dtype;
         let (axis, coerce_2d) = (self.axis, self.coerce_2d);
         match (dtype, device) {
-            (DType::F32, Device::Cpu) => Ok(Box::new(SoftmaxKernel::<f32> { axis, coerce_2d, _t: PhantomData })),
-            (DType::F64, Device::Cpu) => Ok(Box::new(SoftmaxKernel::<f64> { axis, coerce_2d, _t: PhantomData })),
-            _ => Err(OpError::NoKernel { op: "Softmax".into(), dtype, device }),
+            (DType::F32, Device::Cpu) => Ok(Box::new(SoftmaxKernel::<f32> {
+                axis,
+                coerce_2d,
+                _t: PhantomData,
+            })),
+            (DType::F64, Device::Cpu) => Ok(Box::new(SoftmaxKernel::<f64> {
+                axis,
+                coerce_2d,
+                _t: PhantomData,
+            })),
+            _ => Err(OpError::NoKernel {
+                op: "Softmax".into(),
+                dtype,
+                device,
+            }),
         }
     }
 
@@ -86,19 +111,37 @@ impl<T: Element + Float> Kernel for SoftmaxKernel<T> {
         let out = io.output(0);
         let dims = out.dims();
         let r = dims.len() as i64;
-        let axis = (if self.axis < 0 { self.axis + r } else { self.axis }).clamp(0, r.max(1) - 1) as usize;
+        let axis = (if self.axis < 0 {
+            self.axis + r
+        } else {
+            self.axis
+        })
+        .clamp(0, r.max(1) - 1) as usize;
         let (outer, len, inner) = if dims.is_empty() {
             (1, 1, 1)
         } else if self.coerce_2d {
-            (dims[..axis].iter().product(), dims[axis..].iter().product(), 1)
+            (
+                dims[..axis].iter().product(),
+                dims[axis..].iter().product(),
+                1,
+            )
         } else {
-            (dims[..axis].iter().product(), dims[axis], dims[axis + 1..].iter().product())
+            (
+                dims[..axis].iter().product(),
+                dims[axis],
+                dims[axis + 1..].iter().product(),
+            )
         };
         let mut w = out.write::<T>()?;
-        let data = w.as_mut_slice().ok_or_else(|| OpError::kernel("Softmax", "output is not contiguous"))?;
+        let data = w
+            .as_mut_slice()
+            .ok_or_else(|| OpError::kernel("Softmax", "output is not contiguous"))?;
         if io.in_place != Some(0) {
             let r = io.input(0).read::<T>()?;
-            data.copy_from_slice(r.as_slice().ok_or_else(|| OpError::kernel("Softmax", "input is not contiguous"))?);
+            data.copy_from_slice(
+                r.as_slice()
+                    .ok_or_else(|| OpError::kernel("Softmax", "input is not contiguous"))?,
+            );
         }
         softmax_lanes(data, outer, len, inner);
         Ok(())

@@ -32,7 +32,13 @@ pub fn fold_constants(graph: &mut Graph, threads: usize) -> Result<usize> {
             continue;
         }
         let refs: Vec<&Tensor> = inputs.iter().collect();
-        let outputs = eval_on_host(&node.name, node.op.as_ref(), &refs, MemoryKind::Persistent, threads)?;
+        let outputs = eval_on_host(
+            &node.name,
+            node.op.as_ref(),
+            &refs,
+            MemoryKind::Persistent,
+            threads,
+        )?;
         for (&out, tensor) in node.outputs.iter().zip(outputs) {
             let value = &mut graph.values[out.0];
             value.fact = strata_ops::Fact::constant(tensor.clone());
