@@ -1,14 +1,17 @@
 //! The allocator registry (M8): (device, memory kind) → allocator, with per-kind accounting.
 //!
 //! Lookups are on the path of every tensor creation, so they take no lock: registrations are
-//! edited under a mutex and published as an immutable [`RouteTable`] that readers reach through
-//! one atomic pointer. A published table is kept until the registry drops (registration is
-//! rare, so the tables are few), which is what makes the lock-free read sound. A consequence:
-//! an allocator replaced by a later registration stays alive (and keeps what it caches) until
-//! the registry drops; in the global registry, for the whole process.
+//! edited under a mutex, and the resolved [`Route`] of every (device, kind) is published in a
+//! fixed table of atomic pointers that readers load directly. A route is never freed while the
+//! registry lives, which is what makes the lock-free read sound; routes are deduplicated by
+//! (device, kind, allocator), so re-registering the same allocators never grows the registry.
+//! A consequence: an allocator replaced by a later registration stays alive (and keeps what it
+//! caches) until the registry drops; in the global registry, for the whole process. Call its
+//! `release_cached` when replacing it if that matters.
 
 use std::fmt;
 use std::ops::Deref;
+use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -22,11 +25,16 @@ use crate::{
 
 const KINDS: usize = MemoryKind::ALL.len();
 
+/// CUDA ordinals below this are looked up without a lock; higher ones take the registry mutex.
+const LOCK_FREE_CUDA_DEVICES: usize = 16;
+
 /// Where an allocation for one (device, kind) goes: the allocator that serves it and the ledger
 /// that accounts it. Every block allocated through the registry holds its route, so it is
 /// returned to the right allocator and un-accounted from the right ledger, even after the
 /// registration changed.
 pub(crate) struct Route {
+    device: Device,
+    kind: MemoryKind,
     pub(crate) allocator: Arc<dyn Allocator>,
     pub(crate) ledger: Arc<KindLedger>,
 }
@@ -34,8 +42,8 @@ pub(crate) struct Route {
 /// A handle on a [`Route`].
 #[derive(Clone)]
 pub(crate) enum RouteRef {
-    /// A route of the global registry, which is never dropped: its routes are leaked on
-    /// purpose, so blocks can refer to them without touching a reference count.
+    /// A route of the global registry, which is never dropped, so neither are its routes:
+    /// blocks refer to them without touching a reference count.
     Static(&'static Route),
     /// A route of any other registry, shared by reference count.
     Shared(Arc<Route>),
@@ -53,43 +61,22 @@ impl Deref for RouteRef {
     }
 }
 
-impl RouteRef {
-    fn same_allocator(&self, allocator: &Arc<dyn Allocator>) -> bool {
-        Arc::ptr_eq(&self.allocator, allocator)
-    }
-}
-
-/// The resolved routes of every (device, kind), fallback to `Default` applied. Immutable once
-/// published.
-#[derive(Default)]
-struct RouteTable {
-    cpu: [Option<RouteRef>; KINDS],
-    cuda: Vec<[Option<RouteRef>; KINDS]>,
-}
-
-impl RouteTable {
-    #[inline]
-    fn device(&self, device: Device) -> Option<&[Option<RouteRef>; KINDS]> {
-        match device {
-            Device::Cpu => Some(&self.cpu),
-            Device::Cuda(i) => self.cuda.get(i as usize),
-        }
-    }
-}
-
 /// The registrations and ledgers of one device.
 #[derive(Default)]
 struct DeviceEntry {
     allocators: [Option<Arc<dyn Allocator>>; KINDS],
     ledgers: [Arc<KindLedger>; KINDS],
+    /// The current route of each kind (fallback to `Default` applied).
+    routes: [Option<Arc<Route>>; KINDS],
 }
 
 #[derive(Default)]
 struct Registrations {
     cpu: DeviceEntry,
     cuda: Vec<DeviceEntry>,
-    /// Every table ever published, the current one last. Only grows; dropped with the registry.
-    published: Vec<Box<RouteTable>>,
+    /// Every route ever published. Only grows (by distinct (device, kind, allocator)), and is
+    /// dropped with the registry: lock-free readers may hold a `&Route` at any time.
+    routes: Vec<Arc<Route>>,
 }
 
 impl Registrations {
@@ -121,6 +108,52 @@ impl Registrations {
                 .map(|(i, d)| (Device::Cuda(i as u32), d)),
         )
     }
+
+    /// The route for (device, kind, allocator): an existing one, or a new one kept for good.
+    fn route_for(
+        &mut self,
+        device: Device,
+        kind: MemoryKind,
+        allocator: &Arc<dyn Allocator>,
+        ledger: &Arc<KindLedger>,
+    ) -> Arc<Route> {
+        if let Some(route) = self.routes.iter().find(|r| {
+            r.device == device && r.kind == kind && Arc::ptr_eq(&r.allocator, allocator)
+        }) {
+            return route.clone();
+        }
+        let route = Arc::new(Route {
+            device,
+            kind,
+            allocator: allocator.clone(),
+            ledger: ledger.clone(),
+        });
+        self.routes.push(route.clone());
+        route
+    }
+}
+
+/// The lock-free lookup table: one pointer per (device, kind), null when nothing serves it.
+/// Every non-null pointer comes from `Arc::as_ptr` of a route in `Registrations::routes`.
+struct RouteSlots {
+    devices: [[AtomicPtr<Route>; KINDS]; 1 + LOCK_FREE_CUDA_DEVICES],
+}
+
+impl RouteSlots {
+    fn new() -> Self {
+        RouteSlots {
+            devices: std::array::from_fn(|_| std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut()))),
+        }
+    }
+
+    #[inline]
+    fn slot(&self, device: Device, kind: MemoryKind) -> Option<&AtomicPtr<Route>> {
+        let index = match device {
+            Device::Cpu => 0,
+            Device::Cuda(i) => (i as usize).checked_add(1)?,
+        };
+        Some(&self.devices.get(index)?[kind.index()])
+    }
 }
 
 /// Maps (device, kind) to an allocator. Registering for a device alone sets its `Default`; a kind
@@ -128,10 +161,9 @@ impl Registrations {
 /// accelerator are an error. Usage is accounted per (device, kind) whichever allocator served it.
 pub struct AllocatorRegistry {
     registrations: Mutex<Registrations>,
-    /// The current table: always one of `registrations.published`.
-    current: AtomicPtr<RouteTable>,
-    /// Set only for the global registry (a static): its routes are leaked, see [`RouteRef`].
-    leak_routes: bool,
+    slots: RouteSlots,
+    /// Set only for the global registry (a static, never dropped), see [`RouteRef::Static`].
+    is_static: bool,
 }
 
 impl Default for AllocatorRegistry {
@@ -151,48 +183,44 @@ impl fmt::Debug for AllocatorRegistry {
 impl AllocatorRegistry {
     /// An empty registry: every lookup fails until something is registered.
     pub fn new() -> Self {
-        AllocatorRegistry::build(false)
-    }
-
-    fn build(leak_routes: bool) -> Self {
-        let mut table = Box::<RouteTable>::default();
-        let current = AtomicPtr::new(&mut *table as *mut RouteTable);
-        let registrations = Registrations {
-            published: vec![table],
-            ..Registrations::default()
-        };
         AllocatorRegistry {
-            registrations: Mutex::new(registrations),
-            current,
-            leak_routes,
+            registrations: Mutex::new(Registrations::default()),
+            slots: RouteSlots::new(),
+            is_static: false,
         }
     }
 
     /// A registry with the standard CPU setup: a caching allocator as the CPU's `Default` and a
     /// pinned allocator for `HostPinned`.
     pub fn with_cpu_defaults() -> Self {
-        AllocatorRegistry::with_cpu_defaults_in(AllocatorRegistry::new())
+        AllocatorRegistry::new().with_cpu_defaults_registered()
     }
 
-    fn with_cpu_defaults_in(registry: AllocatorRegistry) -> Self {
-        let pinned = CachingAllocator::new(PinnedAllocator::new()).with_kind(MemoryKind::HostPinned);
+    fn with_cpu_defaults_registered(self) -> Self {
+        let pinned =
+            CachingAllocator::new(PinnedAllocator::new()).with_kind(MemoryKind::HostPinned);
         let defaults: [(MemoryKind, Arc<dyn Allocator>); 2] = [
             (MemoryKind::Default, Arc::new(CachingAllocator::cpu())),
             (MemoryKind::HostPinned, Arc::new(pinned)),
         ];
         for (kind, allocator) in defaults {
-            registry
-                .register(Device::Cpu, kind, allocator)
+            self.register(Device::Cpu, kind, allocator)
                 .expect("CPU allocators are valid for every CPU kind");
         }
-        registry
+        self
     }
 
     /// The process-wide registry used by [`crate::Tensor::empty`].
     #[inline]
     pub fn global() -> &'static AllocatorRegistry {
         static GLOBAL: OnceLock<AllocatorRegistry> = OnceLock::new();
-        GLOBAL.get_or_init(|| AllocatorRegistry::with_cpu_defaults_in(AllocatorRegistry::build(true)))
+        GLOBAL.get_or_init(|| {
+            let registry = AllocatorRegistry {
+                is_static: true,
+                ..AllocatorRegistry::new()
+            };
+            registry.with_cpu_defaults_registered()
+        })
     }
 
     /// Registers `allocator` as its device's `Default`.
@@ -222,78 +250,67 @@ impl AllocatorRegistry {
         }
         let mut registrations = self.registrations.lock();
         registrations.get_or_insert(device).allocators[kind.index()] = Some(allocator);
-        self.publish(&mut registrations);
+        // Re-resolve every kind of this device (a new Default changes the fallbacks).
+        for k in MemoryKind::ALL {
+            if k.is_host_only() && !device.is_cpu() {
+                continue;
+            }
+            let entry = registrations.get_or_insert(device);
+            let Some(allocator) = entry.allocators[k.index()]
+                .as_ref()
+                .or(entry.allocators[MemoryKind::Default.index()].as_ref())
+                .cloned()
+            else {
+                continue;
+            };
+            let ledger = entry.ledgers[k.index()].clone();
+            let route = registrations.route_for(device, k, &allocator, &ledger);
+            if let Some(slot) = self.slots.slot(device, k) {
+                // Release pairs with the Acquire load in `route`: a reader that sees the
+                // pointer sees the route's contents.
+                slot.store(Arc::as_ptr(&route).cast_mut(), Ordering::Release);
+            }
+            registrations.get_or_insert(device).routes[k.index()] = Some(route);
+        }
         Ok(())
     }
 
-    /// Builds the route table for the current registrations and makes it the one readers see.
-    /// Routes whose allocator did not change are reused.
-    fn publish(&self, registrations: &mut Registrations) {
-        let old = self.table();
-        let mut table = RouteTable::default();
-        for (device, entry) in registrations.devices() {
-            let old_routes = old.device(device);
-            let mut routes: [Option<RouteRef>; KINDS] = Default::default();
-            for kind in MemoryKind::ALL {
-                if kind.is_host_only() && !device.is_cpu() {
-                    continue;
-                }
-                let Some(allocator) = entry.allocators[kind.index()]
-                    .as_ref()
-                    .or(entry.allocators[MemoryKind::Default.index()].as_ref())
-                else {
-                    continue;
-                };
-                let reusable = old_routes
-                    .and_then(|r| r[kind.index()].as_ref())
-                    .filter(|r| r.same_allocator(allocator));
-                routes[kind.index()] = Some(match reusable {
-                    Some(route) => route.clone(),
-                    None => {
-                        let route = Route {
-                            allocator: allocator.clone(),
-                            ledger: entry.ledgers[kind.index()].clone(),
-                        };
-                        if self.leak_routes {
-                            RouteRef::Static(Box::leak(Box::new(route)))
-                        } else {
-                            RouteRef::Shared(Arc::new(route))
-                        }
-                    }
-                });
-            }
-            match device {
-                Device::Cpu => table.cpu = routes,
-                Device::Cuda(_) => table.cuda.push(routes),
-            }
+    /// The route for (device, kind).
+    #[inline]
+    fn route(&self, device: Device, kind: MemoryKind) -> Result<RouteRef> {
+        let Some(slot) = self.slots.slot(device, kind) else {
+            return self.route_locked(device, kind);
+        };
+        let route = slot.load(Ordering::Acquire);
+        if route.is_null() {
+            return Err(no_route(device, kind));
         }
-        let mut table = Box::new(table);
-        self.current
-            .store(&mut *table as *mut RouteTable, Ordering::Release);
-        registrations.published.push(table);
+        if self.is_static {
+            // SAFETY: `route` came from `Arc::as_ptr` of a route that `registrations.routes`
+            // holds until the registry drops, and this is the global registry, a static that
+            // is never dropped: the route lives for the rest of the process.
+            Ok(RouteRef::Static(unsafe { &*route }))
+        } else {
+            // SAFETY: `route` came from `Arc::as_ptr` of an `Arc<Route>` that
+            // `registrations.routes` keeps alive until the registry drops, which cannot happen
+            // during this `&self` call; so the strong count is at least one and taking one
+            // more reference is sound.
+            Ok(RouteRef::Shared(unsafe {
+                Arc::increment_strong_count(route);
+                Arc::from_raw(route)
+            }))
+        }
     }
 
-    /// The current route table.
-    #[inline]
-    fn table(&self) -> &RouteTable {
-        // SAFETY: `current` always points into a `Box<RouteTable>` owned by
-        // `registrations.published`, which only ever grows and is dropped with `self`; a table
-        // is never mutated after it is published (the Release store above pairs with this
-        // Acquire load). So the table outlives the `&self` borrow this reference is tied to.
-        unsafe { &*self.current.load(Ordering::Acquire) }
-    }
-
-    /// The route for (device, kind), without locking.
-    #[inline]
-    fn route(&self, device: Device, kind: MemoryKind) -> Result<&RouteRef> {
-        match self
-            .table()
-            .device(device)
-            .and_then(|routes| routes[kind.index()].as_ref())
-        {
-            Some(route) => Ok(route),
-            None => Err(no_route(device, kind)),
-        }
+    /// The slow path for CUDA ordinals beyond the lock-free table.
+    #[cold]
+    fn route_locked(&self, device: Device, kind: MemoryKind) -> Result<RouteRef> {
+        let registrations = self.registrations.lock();
+        registrations
+            .get(device)
+            .and_then(|entry| entry.routes[kind.index()].clone())
+            .map(RouteRef::Shared)
+            .ok_or_else(|| no_route(device, kind))
     }
 
     /// The allocator serving (device, kind), falling back to the device's `Default`.
@@ -317,12 +334,7 @@ impl AllocatorRegistry {
             .map_err(|err| name_kind(err, kind))?;
         route.ledger.record(bytes);
         Ok(Arc::new(MemoryBlock::from_route(
-            ptr,
-            bytes,
-            align,
-            device,
-            kind,
-            route.clone(),
+            ptr, bytes, align, device, kind, route,
         )))
     }
 
