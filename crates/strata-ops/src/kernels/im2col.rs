@@ -5,9 +5,10 @@
 use std::ops::Range;
 
 use rayon::prelude::*;
+use smallvec::SmallVec;
 
 use super::float::Float;
-use super::spatial::{Dims, WindowGeometry};
+use super::spatial::{advance, Dims, WindowGeometry};
 
 /// Below this many elements the unfold runs on the calling thread: spawning costs more.
 const PARALLEL_MIN_ELEMENTS: usize = 1 << 16;
@@ -55,22 +56,21 @@ pub(crate) fn im2col<T: Float>(
 fn unfold_row<T: Float>(plane: &[T], g: &WindowGeometry, tap: usize, first: usize, dst: &mut [T]) {
     let rank = g.in_dims.len();
     let last = rank - 1;
-    // Input offset of this tap relative to each window start, per axis.
-    let mut shift: Dims = Dims::from_elem(0, rank);
+    // Input coordinate of this tap minus the window's output coordinate times stride, per axis.
+    let mut offset: SmallVec<[isize; 6]> = SmallVec::from_elem(0, rank);
     let mut rem = tap;
     for axis in (0..rank).rev() {
         let k = rem % g.kernel[axis];
         rem /= g.kernel[axis];
-        shift[axis] = k * g.dilations[axis];
+        offset[axis] = (k * g.dilations[axis]) as isize - g.pads_begin[axis] as isize;
     }
-    let offset = |axis: usize| shift[axis] as isize - g.pads_begin[axis] as isize;
 
     // Along the last axis, output x reads input x * s + off; valid x form one range [lo, hi).
     let (ow, iw, s, off) = (
         g.out_dims[last],
         g.in_dims[last] as isize,
         g.strides[last],
-        offset(last),
+        offset[last],
     );
     let lo = if off >= 0 {
         0
@@ -85,50 +85,62 @@ fn unfold_row<T: Float>(plane: &[T], g: &WindowGeometry, tap: usize, first: usiz
     }
     .clamp(lo, ow);
 
-    // Input row (offset / iw) read by the outer coordinates of run `run`, unless it lies in
-    // the padding.
-    let input_row = |mut run: usize| -> Option<usize> {
-        let (mut row, mut stride) = (0usize, 1usize);
-        for axis in (0..last).rev() {
-            let o = run % g.out_dims[axis];
-            run /= g.out_dims[axis];
-            let i = (o * g.strides[axis]) as isize + offset(axis);
-            if i < 0 || i >= g.in_dims[axis] as isize {
-                return None;
-            }
-            row += i as usize * stride;
-            stride *= g.in_dims[axis];
-        }
-        Some(row)
-    };
+    // Plain slices: indexing a SmallVec re-checks inline vs heap on every access.
+    let (in_dims, out_dims, strides) =
+        (&g.in_dims[..last], &g.out_dims[..last], &g.strides[..last]);
+    let offset = &offset[..last];
 
-    let mut pos = first;
+    // Walk runs with an odometer over the outer output axes: no division per run.
+    let mut x0 = first % ow;
+    let mut outer_dims: Dims = Dims::from_elem(0, last);
+    let outer = &mut outer_dims[..];
+    let mut run = first / ow;
+    for axis in (0..last).rev() {
+        outer[axis] = run % out_dims[axis];
+        run /= out_dims[axis];
+    }
+
     let mut done = 0;
     while done < dst.len() {
-        let (run, x0) = (pos / ow, pos % ow);
         let len = (ow - x0).min(dst.len() - done);
         let segment = &mut dst[done..done + len];
-        match input_row(run) {
-            None => segment.fill(T::ZERO),
-            Some(row) => {
-                // Valid x within this segment: [a, b).
-                let (a, b) = (lo.clamp(x0, x0 + len), hi.clamp(x0, x0 + len));
+        // Input row (plane offset / iw) under the outer coordinates, unless it is padding.
+        let (mut row, mut stride, mut inside) = (0usize, 1usize, true);
+        for axis in (0..last).rev() {
+            let i = (outer[axis] * strides[axis]) as isize + offset[axis];
+            if i < 0 || i >= in_dims[axis] as isize {
+                inside = false;
+                break;
+            }
+            row += i as usize * stride;
+            stride *= in_dims[axis];
+        }
+        if inside {
+            // Valid x within this segment: [a, b).
+            let (a, b) = (lo.clamp(x0, x0 + len), hi.clamp(x0, x0 + len));
+            // The pad parts are a few elements at most: skip the calls when empty.
+            if a > x0 {
                 segment[..a - x0].fill(T::ZERO);
+            }
+            if b < x0 + len {
                 segment[b - x0..].fill(T::ZERO);
-                // Input index of output x = a; non-negative because a >= lo.
-                let start = ((row * g.in_dims[last] + a * s) as isize + off) as usize;
-                let valid = &mut segment[a - x0..b - x0];
-                if s == 1 {
-                    valid.copy_from_slice(&plane[start..start + valid.len()]);
-                } else {
-                    for (j, v) in valid.iter_mut().enumerate() {
-                        *v = plane[start + j * s];
-                    }
+            }
+            // Input index of output x = a; non-negative because a >= lo.
+            let start = ((row * iw as usize + a * s) as isize + off) as usize;
+            let valid = &mut segment[a - x0..b - x0];
+            if s == 1 {
+                valid.copy_from_slice(&plane[start..start + valid.len()]);
+            } else {
+                for (j, v) in valid.iter_mut().enumerate() {
+                    *v = plane[start + j * s];
                 }
             }
+        } else {
+            segment.fill(T::ZERO);
         }
-        pos += len;
         done += len;
+        x0 = 0;
+        advance(outer, out_dims);
     }
 }
 
