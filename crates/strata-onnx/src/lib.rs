@@ -7,6 +7,7 @@
 //! - [`ModelBuilder`]: writing ONNX models from Rust (tests, built-in models, benchmarks).
 
 pub mod builder;
+pub mod conformance;
 pub mod data_type;
 pub mod decode;
 pub mod error;
