@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::fmt;
 use std::ptr::NonNull;
 
-use parking_lot::Mutex;
+use std::cell::UnsafeCell;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::align::{align_up, DEFAULT_ALIGNMENT};
 use crate::memory::allocator::dangling;
@@ -76,11 +78,99 @@ impl CacheState {
     }
 }
 
+/// The lock around the cache's state. Its critical sections are a few dozen instructions (a
+/// bucket push or pop and counter updates), on the path of every tensor creation and drop, so
+/// it is a spin lock: one atomic read-modify-write to take it and a plain release store to
+/// drop it, where a mutex pays a read-modify-write for both. Waiters spin briefly, then yield
+/// the CPU, so a holder that was preempted gets to run and release it.
+struct CacheLock<T> {
+    locked: AtomicBool,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: the value is only reached through a `CacheGuard`, and at most one guard exists at a
+// time (the `locked` flag is taken with Acquire and released with Release), so sharing the
+// lock between threads only ever moves `T` between them, one at a time.
+unsafe impl<T: Send> Sync for CacheLock<T> {}
+
+impl<T> CacheLock<T> {
+    fn new(value: T) -> Self {
+        CacheLock {
+            locked: AtomicBool::new(false),
+            value: UnsafeCell::new(value),
+        }
+    }
+
+    #[inline]
+    fn lock(&self) -> CacheGuard<'_, T> {
+        if self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            self.lock_contended();
+        }
+        CacheGuard { lock: self }
+    }
+
+    #[cold]
+    fn lock_contended(&self) {
+        let mut spins = 0u32;
+        loop {
+            while self.locked.load(Ordering::Relaxed) {
+                if spins < 16 {
+                    spins += 1;
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            if self
+                .locked
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+}
+
+/// Exclusive access to the cache state; releases the lock on drop.
+struct CacheGuard<'a, T> {
+    lock: &'a CacheLock<T>,
+}
+
+impl<T> Deref for CacheGuard<'_, T> {
+    type Target = T;
+
+    #[inline]
+    fn deref(&self) -> &T {
+        // SAFETY: this guard holds the lock, so no other reference to the value exists.
+        unsafe { &*self.lock.value.get() }
+    }
+}
+
+impl<T> DerefMut for CacheGuard<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in `deref`; `&mut self` makes this the only reference through the guard.
+        unsafe { &mut *self.lock.value.get() }
+    }
+}
+
+impl<T> Drop for CacheGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        self.lock.locked.store(false, Ordering::Release);
+    }
+}
+
 /// A caching allocator over any backing allocator (the CPU one by default, a device one later).
 pub struct CachingAllocator<A: Allocator = CpuAllocator> {
     backing: A,
     kind: MemoryKind,
-    state: Mutex<CacheState>,
+    state: CacheLock<CacheState>,
 }
 
 impl CachingAllocator<CpuAllocator> {
@@ -99,7 +189,7 @@ impl<A: Allocator> CachingAllocator<A> {
         CachingAllocator {
             backing,
             kind: MemoryKind::Default,
-            state: Mutex::new(state),
+            state: CacheLock::new(state),
         }
     }
 

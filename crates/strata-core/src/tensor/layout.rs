@@ -24,7 +24,7 @@ impl Clone for Layout {
     fn clone(&self) -> Self {
         Layout {
             shape: self.shape.clone(),
-            strides: Strides::from_slice(&self.strides),
+            strides: copy_strides(&self.strides),
             offset: self.offset,
             contiguous: self.contiguous,
         }
@@ -195,7 +195,7 @@ impl Layout {
         }
         let mut seen: SmallVec<[bool; 8]> = SmallVec::from_elem(false, rank);
         let mut dims: SmallVec<[usize; INLINE_DIMS]> = SmallVec::from_slice(self.dims());
-        let mut strides = Strides::from_slice(&self.strides);
+        let mut strides = copy_strides(&self.strides);
         for (i, &p) in perm.iter().enumerate() {
             if p >= rank || std::mem::replace(&mut seen[p], true) {
                 return Err(invalid(
@@ -214,7 +214,7 @@ impl Layout {
         let a = normalize_axis("transpose", a, self.rank())?;
         let b = normalize_axis("transpose", b, self.rank())?;
         let mut dims: SmallVec<[usize; INLINE_DIMS]> = SmallVec::from_slice(self.dims());
-        let mut strides = Strides::from_slice(&self.strides);
+        let mut strides = copy_strides(&self.strides);
         dims.swap(a, b);
         strides.swap(a, b);
         Layout::strided(Shape::new(&dims)?, strides, self.offset)
@@ -286,7 +286,7 @@ impl Layout {
         let mut dims: SmallVec<[usize; INLINE_DIMS]> = SmallVec::from_slice(self.dims());
         dims[axis] = len;
         let shape = Shape::new(&dims)?;
-        let mut strides = Strides::from_slice(&self.strides);
+        let mut strides = copy_strides(&self.strides);
         if len > 1 {
             // (len - 1) * step indices fit inside the axis, so this only fails for layouts whose
             // strides could never address real memory.
@@ -325,7 +325,7 @@ impl Layout {
             ));
         }
         let mut dims: SmallVec<[usize; INLINE_DIMS]> = SmallVec::from_slice(self.dims());
-        let mut strides = Strides::from_slice(&self.strides);
+        let mut strides = copy_strides(&self.strides);
         dims.remove(axis);
         strides.remove(axis);
         let shape = Shape::new(&dims)?;
@@ -392,7 +392,7 @@ impl Layout {
     pub fn unsqueeze(&self, axis: isize) -> Result<Layout> {
         let axis = normalize_axis("unsqueeze", axis, self.rank() + 1)?;
         let mut dims: SmallVec<[usize; INLINE_DIMS]> = SmallVec::from_slice(self.dims());
-        let mut strides = Strides::from_slice(&self.strides);
+        let mut strides = copy_strides(&self.strides);
         // The stride of a size-1 axis is irrelevant; pick the one that keeps contiguity.
         let stride = if axis < self.rank() {
             isize::try_from(self.shape[axis].max(1))
@@ -452,6 +452,19 @@ fn row_major_strides(dims: &[usize]) -> Strides {
         acc = acc.wrapping_mul(dim.max(1) as isize);
     }
     Strides::from_buf_and_len(buf, dims.len())
+}
+
+/// A copy of `strides`, through a fixed-size inline buffer when they fit (no `memcpy` call).
+#[inline]
+fn copy_strides(strides: &[isize]) -> Strides {
+    if strides.len() > INLINE_DIMS {
+        return Strides::from_slice(strides);
+    }
+    let mut buf = [0isize; INLINE_DIMS];
+    for (to, &from) in buf.iter_mut().zip(strides) {
+        *to = from;
+    }
+    Strides::from_buf_and_len(buf, strides.len())
 }
 
 /// A dim as `isize` for signed index arithmetic; dims beyond `isize::MAX` only exist in empty

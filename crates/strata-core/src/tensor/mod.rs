@@ -47,7 +47,6 @@ impl Tensor {
     }
 
     /// Like [`Tensor::empty`], from a given registry.
-    #[inline]
     pub fn empty_in(
         registry: &AllocatorRegistry,
         dims: &[usize],
