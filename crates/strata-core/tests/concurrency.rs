@@ -8,8 +8,8 @@ use std::sync::mpsc;
 use std::sync::Arc;
 
 use strata_core::{
-    Allocator, AllocatorRegistry, CachingAllocator, CpuAllocator, DType, Device, MemoryBlock, MemoryKind,
-    PinnedAllocator, Storage, Tensor,
+    Allocator, AllocatorRegistry, CachingAllocator, CpuAllocator, DType, Device, MemoryBlock,
+    MemoryKind, PinnedAllocator, Storage, Tensor,
 };
 
 const THREADS: usize = 8;
@@ -61,7 +61,11 @@ impl Tagged {
     fn verify(&self) {
         let guard = self.tensor.read::<u32>().unwrap();
         let data = guard.as_slice().unwrap();
-        assert!(data.iter().all(|&v| v == self.tag), "tensor {:#x} was overwritten", self.tag);
+        assert!(
+            data.iter().all(|&v| v == self.tag),
+            "tensor {:#x} was overwritten",
+            self.tag
+        );
     }
 }
 
@@ -75,9 +79,13 @@ struct Shared {
 
 fn allocate(shared: &Shared, source: Source, elems: usize) -> Tensor {
     match source {
-        Source::Kind(kind) => Tensor::empty_in(&shared.registry, &[elems], DType::U32, Device::Cpu, kind).unwrap(),
+        Source::Kind(kind) => {
+            Tensor::empty_in(&shared.registry, &[elems], DType::U32, Device::Cpu, kind).unwrap()
+        }
         Source::Direct => {
-            let block = MemoryBlock::allocate(&shared.direct, elems * 4, 256, MemoryKind::Workspace).unwrap();
+            let block =
+                MemoryBlock::allocate(&shared.direct, elems * 4, 256, MemoryKind::Workspace)
+                    .unwrap();
             Tensor::bind(&Storage::new(block), 0, &[elems], DType::U32).unwrap()
         }
     }
@@ -89,7 +97,7 @@ fn worker(
     senders: Vec<mpsc::Sender<Tagged>>,
     inbox: mpsc::Receiver<Tagged>,
 ) -> Counts {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (id as u64 + 1) * 0x1234_5678_9abc_def1);
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (id as u64 + 1).wrapping_mul(0x1234_5678_9abc_def1));
     let mut counts: Counts = Default::default();
     let mut live: Vec<Tagged> = Vec::new();
     let mut serial = 0u32;
@@ -123,7 +131,10 @@ fn worker(
                 let sent = if rng.below(2) == 0 {
                     live.swap_remove(i)
                 } else {
-                    Tagged { tensor: live[i].tensor.clone(), tag: live[i].tag }
+                    Tagged {
+                        tensor: live[i].tensor.clone(),
+                        tag: live[i].tag,
+                    }
                 };
                 senders[to].send(sent).unwrap();
             }
@@ -169,16 +180,27 @@ fn hammer_allocators_and_registry_from_many_threads() {
     let weights = Arc::new(CachingAllocator::cpu().with_kind(MemoryKind::Persistent));
     let scratch_a = Arc::new(CachingAllocator::cpu().with_kind(MemoryKind::Workspace));
     let scratch_b = Arc::new(CachingAllocator::cpu().with_kind(MemoryKind::Workspace));
-    let pinned = Arc::new(CachingAllocator::new(PinnedAllocator::new()).with_kind(MemoryKind::HostPinned));
+    let pinned =
+        Arc::new(CachingAllocator::new(PinnedAllocator::new()).with_kind(MemoryKind::HostPinned));
     let direct = Arc::new(CachingAllocator::cpu());
     let registry = AllocatorRegistry::new();
     registry.register_device(default.clone()).unwrap();
-    registry.register(Device::Cpu, MemoryKind::Persistent, weights.clone()).unwrap();
-    registry.register(Device::Cpu, MemoryKind::Workspace, scratch_a.clone()).unwrap();
-    registry.register(Device::Cpu, MemoryKind::HostPinned, pinned.clone()).unwrap();
-    let shared = Shared { registry, direct: direct.clone() };
+    registry
+        .register(Device::Cpu, MemoryKind::Persistent, weights.clone())
+        .unwrap();
+    registry
+        .register(Device::Cpu, MemoryKind::Workspace, scratch_a.clone())
+        .unwrap();
+    registry
+        .register(Device::Cpu, MemoryKind::HostPinned, pinned.clone())
+        .unwrap();
+    let shared = Shared {
+        registry,
+        direct: direct.clone(),
+    };
 
-    let (senders, inboxes): (Vec<_>, Vec<_>) = (0..THREADS).map(|_| mpsc::channel::<Tagged>()).unzip();
+    let (senders, inboxes): (Vec<_>, Vec<_>) =
+        (0..THREADS).map(|_| mpsc::channel::<Tagged>()).unzip();
     let done = AtomicBool::new(false);
     let swaps = AtomicU64::new(0);
     let counts: Vec<Counts> = std::thread::scope(|s| {
@@ -189,8 +211,15 @@ fn hammer_allocators_and_registry_from_many_threads() {
             // Bounded, so a failing worker cannot leave this loop spinning forever.
             while !done.load(Ordering::Acquire) && swaps.load(Ordering::Relaxed) < 100_000 {
                 use_b = !use_b;
-                let next: Arc<dyn Allocator> = if use_b { scratch_b.clone() } else { scratch_a.clone() };
-                shared.registry.register(Device::Cpu, MemoryKind::Workspace, next).unwrap();
+                let next: Arc<dyn Allocator> = if use_b {
+                    scratch_b.clone()
+                } else {
+                    scratch_a.clone()
+                };
+                shared
+                    .registry
+                    .register(Device::Cpu, MemoryKind::Workspace, next)
+                    .unwrap();
                 swaps.fetch_add(1, Ordering::Relaxed);
                 std::thread::yield_now();
             }
@@ -207,7 +236,10 @@ fn hammer_allocators_and_registry_from_many_threads() {
         drop(senders);
         let counts: Vec<_> = workers.into_iter().map(|w| w.join()).collect();
         done.store(true, Ordering::Release);
-        counts.into_iter().map(|c| c.expect("a worker panicked")).collect()
+        counts
+            .into_iter()
+            .map(|c| c.expect("a worker panicked"))
+            .collect()
     });
     assert!(swaps.load(Ordering::Relaxed) > 0);
 
@@ -220,7 +252,11 @@ fn hammer_allocators_and_registry_from_many_threads() {
     }
     let count = |source: Source| total[source_index(source)];
     for source in SOURCES {
-        assert!(count(source).1 > 100, "{source:?} was exercised: {:?}", count(source));
+        assert!(
+            count(source).1 > 100,
+            "{source:?} was exercised: {:?}",
+            count(source)
+        );
     }
 
     // Every allocator: nothing active, the books balance, the cache was used.
@@ -234,13 +270,26 @@ fn hammer_allocators_and_registry_from_many_threads() {
     ];
     for (name, cache) in caches {
         let s = cache.stats();
-        assert_eq!((s.active_bytes, s.active_allocations), (0, 0), "{name}: {s:?}");
-        assert_eq!(s.cached_bytes + s.active_bytes, s.reserved_bytes, "{name}: {s:?}");
+        assert_eq!(
+            (s.active_bytes, s.active_allocations),
+            (0, 0),
+            "{name}: {s:?}"
+        );
+        assert_eq!(
+            s.cached_bytes + s.active_bytes,
+            s.reserved_bytes,
+            "{name}: {s:?}"
+        );
         // Nothing released the caches yet, so everything ever active is still reserved.
         assert!(s.peak_active_bytes <= s.reserved_bytes, "{name}: {s:?}");
         assert!(s.cache_hits <= s.allocations, "{name}: {s:?}");
     }
-    let used: [(&str, &dyn Allocator); 4] = [("default", &*default), ("weights", &*weights), ("pinned", &*pinned), ("direct", &*direct)];
+    let used: [(&str, &dyn Allocator); 4] = [
+        ("default", &*default),
+        ("weights", &*weights),
+        ("pinned", &*pinned),
+        ("direct", &*direct),
+    ];
     for (name, cache) in used {
         let s = cache.stats();
         assert!(s.peak_active_bytes > 0 && s.cache_hits > 0, "{name}: {s:?}");
@@ -253,24 +302,46 @@ fn hammer_allocators_and_registry_from_many_threads() {
         default.stats().allocations,
         nonempty(Source::Kind(MemoryKind::Default)) + nonempty(Source::Kind(MemoryKind::KVCache))
     );
-    assert_eq!(weights.stats().allocations, nonempty(Source::Kind(MemoryKind::Persistent)));
+    assert_eq!(
+        weights.stats().allocations,
+        nonempty(Source::Kind(MemoryKind::Persistent))
+    );
     assert_eq!(
         scratch_a.stats().allocations + scratch_b.stats().allocations,
         nonempty(Source::Kind(MemoryKind::Workspace))
     );
-    assert_eq!(pinned.stats().allocations, nonempty(Source::Kind(MemoryKind::HostPinned)));
+    assert_eq!(
+        pinned.stats().allocations,
+        nonempty(Source::Kind(MemoryKind::HostPinned))
+    );
     assert_eq!(direct.stats().allocations, nonempty(Source::Direct));
     let s = default.stats();
-    assert!(s.cache_hits > s.allocations / 2, "steady state is served from the cache: {s:?}");
+    assert!(
+        s.cache_hits > s.allocations / 2,
+        "steady state is served from the cache: {s:?}"
+    );
 
     // The per-kind ledgers count every allocation (empty ones too) and are back to zero.
-    for kind in [MemoryKind::Default, MemoryKind::Persistent, MemoryKind::Workspace, MemoryKind::KVCache, MemoryKind::HostPinned] {
+    for kind in [
+        MemoryKind::Default,
+        MemoryKind::Persistent,
+        MemoryKind::Workspace,
+        MemoryKind::KVCache,
+        MemoryKind::HostPinned,
+    ] {
         let k = shared.registry.stats(Device::Cpu, kind);
-        assert_eq!((k.active_bytes, k.active_allocations), (0, 0), "{kind:?}: {k:?}");
+        assert_eq!(
+            (k.active_bytes, k.active_allocations),
+            (0, 0),
+            "{kind:?}: {k:?}"
+        );
         assert_eq!(k.allocations, count(Source::Kind(kind)).0, "{kind:?}");
         assert!(k.peak_bytes > 0, "{kind:?}");
     }
-    assert_eq!(shared.registry.stats(Device::Cpu, MemoryKind::HostPageable), Default::default());
+    assert_eq!(
+        shared.registry.stats(Device::Cpu, MemoryKind::HostPageable),
+        Default::default()
+    );
 
     // Releasing the caches gives every byte back to the backing allocators.
     assert!(default.stats().reserved_bytes > 0);
@@ -283,7 +354,13 @@ fn hammer_allocators_and_registry_from_many_threads() {
         let s = cache.stats();
         assert_eq!((s.reserved_bytes, s.cached_bytes), (0, 0), "{name}: {s:?}");
     }
-    for backing in [default.backing(), weights.backing(), scratch_a.backing(), scratch_b.backing(), direct.backing()] {
+    for backing in [
+        default.backing(),
+        weights.backing(),
+        scratch_a.backing(),
+        scratch_b.backing(),
+        direct.backing(),
+    ] {
         assert_eq!(backing.stats().active_bytes, 0);
     }
     assert_eq!(pinned.backing().stats().active_bytes, 0);
@@ -300,7 +377,13 @@ fn global_registry_under_contention() {
                 let mut rng = Rng(id as u64 * 7919 + 17);
                 let mut keep = Vec::new();
                 for i in 0..ITERATIONS {
-                    let t = Tensor::empty(&[1 + rng.below(300)], DType::F32, Device::Cpu, MemoryKind::Default).unwrap();
+                    let t = Tensor::empty(
+                        &[1 + rng.below(300)],
+                        DType::F32,
+                        Device::Cpu,
+                        MemoryKind::Default,
+                    )
+                    .unwrap();
                     t.fill(i as f32).unwrap();
                     if rng.below(4) == 0 {
                         keep.push((t, i as f32));
@@ -317,8 +400,13 @@ fn global_registry_under_contention() {
     let after = AllocatorRegistry::global().stats(Device::Cpu, MemoryKind::Default);
     assert_eq!(after.active_bytes, before.active_bytes);
     assert_eq!(after.active_allocations, before.active_allocations);
-    assert_eq!(after.allocations, before.allocations + (THREADS * ITERATIONS) as u64);
-    let s = AllocatorRegistry::global().allocator_stats(Device::Cpu, MemoryKind::Default).unwrap();
+    assert_eq!(
+        after.allocations,
+        before.allocations + (THREADS * ITERATIONS) as u64
+    );
+    let s = AllocatorRegistry::global()
+        .allocator_stats(Device::Cpu, MemoryKind::Default)
+        .unwrap();
     assert_eq!(s.cached_bytes + s.active_bytes, s.reserved_bytes);
     assert!(s.cache_hits > 0);
 }

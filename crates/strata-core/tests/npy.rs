@@ -56,7 +56,7 @@ fn value_uint(k: usize) -> u64 {
 }
 
 fn value_bool(k: usize) -> bool {
-    k % 3 == 0
+    k.is_multiple_of(3)
 }
 
 /// A tensor of `dtype` and `dims` holding the test values.

@@ -117,7 +117,7 @@ struct Rng(u64);
 
 impl Rng {
     fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x9e37_79b9_7f4a_7c15 | 1)
+        Rng((seed ^ 0x9e37_79b9_7f4a_7c15) | 1)
     }
     fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
@@ -143,7 +143,7 @@ fn random_dims_with_numel(numel: usize, rng: &mut Rng) -> Vec<usize> {
     let mut n = numel;
     let mut p = 2;
     while n > 1 {
-        while n % p == 0 {
+        while n.is_multiple_of(p) {
             primes.push(p);
             n /= p;
         }
@@ -177,7 +177,7 @@ fn random_permutation(rank: usize, rng: &mut Rng) -> Vec<usize> {
 /// An axis from a raw number: alternately a plain index and its negative form.
 fn pick_axis(raw: usize, rank: usize) -> (isize, usize) {
     let axis = (raw / 2) % rank;
-    if raw % 2 == 0 {
+    if raw.is_multiple_of(2) {
         (axis as isize, axis)
     } else {
         (axis as isize - rank as isize, axis)

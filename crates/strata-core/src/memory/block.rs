@@ -65,7 +65,15 @@ impl MemoryBlock {
         route: RouteRef,
     ) -> Self {
         debug_assert_eq!(route.allocator.device(), device);
-        MemoryBlock::with_owner(ptr, len, align, device, kind, false, BlockOwner::Routed(route))
+        MemoryBlock::with_owner(
+            ptr,
+            len,
+            align,
+            device,
+            kind,
+            false,
+            BlockOwner::Routed(route),
+        )
     }
 
     /// Allocates `len` bytes from `allocator` directly, outside any registry accounting.
@@ -122,16 +130,15 @@ impl MemoryBlock {
         len: usize,
         kind: MemoryKind,
     ) -> Result<Self> {
-        let end =
-            offset
-                .checked_add(len)
-                .filter(|&e| e <= parent.len)
-                .ok_or_else(|| CoreError::OutOfBounds {
-                    op: "MemoryBlock::child",
-                    offset,
-                    end: offset.saturating_add(len),
-                    len: parent.len,
-                })?;
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= parent.len)
+            .ok_or_else(|| CoreError::OutOfBounds {
+                op: "MemoryBlock::child",
+                offset,
+                end: offset.saturating_add(len),
+                len: parent.len,
+            })?;
         debug_assert!(end <= parent.len);
         // SAFETY: offset + len <= parent.len was checked above, so the result stays inside the
         // parent's allocation (or one past its end for an empty slice).

@@ -354,7 +354,10 @@ mod tests {
             .chain([1 << 20, (1 << 20) + 1, 1 << 40])
         {
             let c = SizeClass::of(bytes).unwrap();
-            assert!(c.bytes >= bytes && c.bytes % 256 == 0, "{bytes} -> {c:?}");
+            assert!(
+                c.bytes >= bytes && c.bytes.is_multiple_of(256),
+                "{bytes} -> {c:?}"
+            );
             assert!(c.bytes <= bytes + bytes / 4 + 256, "{bytes} -> {c:?}");
             assert!(c.index >= last.index && c.index < BUCKETS);
             assert_eq!(class_bytes_of_index(c.index), c.bytes, "{bytes}");

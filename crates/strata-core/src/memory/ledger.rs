@@ -69,10 +69,26 @@ mod tests {
         ledger.release(100);
         ledger.record(20);
         let s = ledger.stats();
-        assert_eq!((s.active_bytes, s.peak_bytes, s.active_allocations, s.allocations), (70, 150, 2, 3));
+        assert_eq!(
+            (
+                s.active_bytes,
+                s.peak_bytes,
+                s.active_allocations,
+                s.allocations
+            ),
+            (70, 150, 2, 3)
+        );
         ledger.release(50);
         ledger.release(20);
         let s = ledger.stats();
-        assert_eq!((s.active_bytes, s.peak_bytes, s.active_allocations, s.allocations), (0, 150, 0, 3));
+        assert_eq!(
+            (
+                s.active_bytes,
+                s.peak_bytes,
+                s.active_allocations,
+                s.allocations
+            ),
+            (0, 150, 0, 3)
+        );
     }
 }

@@ -117,9 +117,11 @@ impl Registrations {
         allocator: &Arc<dyn Allocator>,
         ledger: &Arc<KindLedger>,
     ) -> Arc<Route> {
-        if let Some(route) = self.routes.iter().find(|r| {
-            r.device == device && r.kind == kind && Arc::ptr_eq(&r.allocator, allocator)
-        }) {
+        if let Some(route) = self
+            .routes
+            .iter()
+            .find(|r| r.device == device && r.kind == kind && Arc::ptr_eq(&r.allocator, allocator))
+        {
             return route.clone();
         }
         let route = Arc::new(Route {
@@ -142,7 +144,9 @@ struct RouteSlots {
 impl RouteSlots {
     fn new() -> Self {
         RouteSlots {
-            devices: std::array::from_fn(|_| std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut()))),
+            devices: std::array::from_fn(|_| {
+                std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut()))
+            }),
         }
     }
 

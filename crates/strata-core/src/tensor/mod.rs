@@ -110,7 +110,7 @@ impl Tensor {
     pub fn from_storage(storage: Storage, layout: Layout, dtype: DType) -> Result<Tensor> {
         check_fits(&storage, &layout, dtype, "Tensor::from_storage")?;
         let align = element_align(dtype);
-        if (storage.as_ptr() as usize) % align != 0 {
+        if !(storage.as_ptr() as usize).is_multiple_of(align) {
             return Err(CoreError::InvalidView {
                 op: "Tensor::from_storage",
                 message: format!(
@@ -168,9 +168,10 @@ impl Tensor {
 
     /// The storage; an error for the undefined tensor.
     pub fn storage(&self) -> Result<&Storage> {
-        self.storage
-            .as_ref()
-            .ok_or_else(|| CoreError::Undefined { op: "storage" })
+        match &self.storage {
+            Some(storage) => Ok(storage),
+            None => Err(CoreError::Undefined { op: "storage" }),
+        }
     }
 
     pub fn device(&self) -> Device {
@@ -219,10 +220,7 @@ impl Tensor {
 
     /// Like [`Tensor::resize`], reallocating from `registry`.
     pub fn resize_in(&mut self, registry: &AllocatorRegistry, dims: &[usize]) -> Result<()> {
-        let storage = self
-            .storage
-            .as_ref()
-            .ok_or_else(|| CoreError::Undefined { op: "resize" })?;
+        let storage = self.defined_storage("resize")?;
         let shape = Shape::new(dims)?;
         let needed = shape.size_in_bytes(self.dtype)?;
         if self.layout.is_contiguous() && needed <= self.capacity_bytes() {
@@ -282,7 +280,10 @@ impl Tensor {
         if self.dtype.is_quantized() {
             check_quantized(&layout, self.dtype, op)?;
         }
-        debug_assert!(check_fits(storage, &layout, self.dtype, op).is_ok(), "{op} left the storage");
+        debug_assert!(
+            check_fits(storage, &layout, self.dtype, op).is_ok(),
+            "{op} left the storage"
+        );
         Ok(Tensor {
             storage: Some(storage.clone()),
             layout,
@@ -291,7 +292,10 @@ impl Tensor {
     }
 
     pub(crate) fn defined_storage(&self, op: &'static str) -> Result<&Storage> {
-        self.storage.as_ref().ok_or_else(|| CoreError::Undefined { op })
+        match &self.storage {
+            Some(storage) => Ok(storage),
+            None => Err(CoreError::Undefined { op }),
+        }
     }
 }
 
@@ -308,7 +312,9 @@ fn element_align(dtype: DType) -> usize {
 fn check_quantized(layout: &Layout, dtype: DType, op: &'static str) -> Result<()> {
     let block = dtype.block_size();
     if dtype.is_quantized()
-        && !(layout.is_contiguous() && layout.offset() % block == 0 && layout.numel() % block == 0)
+        && !(layout.is_contiguous()
+            && layout.offset().is_multiple_of(block)
+            && layout.numel().is_multiple_of(block))
     {
         return Err(CoreError::UnsupportedDType {
             op,

@@ -213,7 +213,7 @@ impl Tensor {
 
     /// The `.npy` encoding of this tensor.
     pub fn to_npy_bytes(&self) -> Result<Vec<u8>> {
-        let descr = descr(self.dtype).ok_or_else(|| CoreError::UnsupportedDType {
+        let descr = descr(self.dtype).ok_or(CoreError::UnsupportedDType {
             op: "write_npy",
             dtype: self.dtype,
             reason: "NumPy has no block-quantized types",
