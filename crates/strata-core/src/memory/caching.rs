@@ -285,30 +285,38 @@ impl<A: Allocator> Allocator for CachingAllocator<A> {
     }
 
     fn release_cached(&self) {
-        let mut state = self.state.lock();
-        let mut freed = Vec::new();
-        for (index, bucket) in state.buckets.iter_mut().enumerate() {
-            freed.extend(bucket.drain(..).map(|p| (p, index, BUCKET_ALIGN)));
-        }
-        let mut over = Vec::new();
-        for ((bytes, align), bucket) in state.over_aligned.drain() {
-            over.extend(bucket.into_iter().map(|p| (p, bytes, align)));
-        }
-        let mut released = 0;
-        for (CachedPtr(ptr), index, align) in freed {
-            let class_bytes = class_bytes_of_index(index);
+        // Take everything out under the lock and account for it there, then give the memory
+        // back with the lock released, so other threads are not held up by the frees.
+        let (freed, over) = {
+            let mut state = self.state.lock();
+            let mut freed = Vec::new();
+            for (index, bucket) in state.buckets.iter_mut().enumerate() {
+                if bucket.is_empty() {
+                    // (The largest classes' sizes do not even fit in usize.)
+                    continue;
+                }
+                let class_bytes = class_bytes_of_index(index);
+                freed.extend(bucket.drain(..).map(|p| (p, class_bytes, BUCKET_ALIGN)));
+            }
+            let mut over = Vec::new();
+            for ((bytes, align), bucket) in state.over_aligned.drain() {
+                over.extend(bucket.into_iter().map(|p| (p, bytes, align)));
+            }
+            let released: usize = freed.iter().chain(&over).map(|&(_, bytes, _)| bytes).sum();
+            state.stats.cached_bytes -= released;
+            state.stats.reserved_bytes -= released;
+            (freed, over)
+        };
+        for (CachedPtr(ptr), bytes, align) in freed {
             // SAFETY: every cached pointer came from `backing.allocate(class.bytes, align)` with
-            // the class of its bucket, and the cache held its only reference.
-            unsafe { self.backing.deallocate(ptr, class_bytes, align) };
-            released += class_bytes;
+            // the class of its bucket, and the cache held its only reference (now taken out of
+            // the cache, so no one else can hand it out).
+            unsafe { self.backing.deallocate(ptr, bytes, align) };
         }
         for (CachedPtr(ptr), bytes, align) in over {
             // SAFETY: as above; over-aligned buckets are keyed by the exact size and alignment.
             unsafe { self.backing.deallocate(ptr, bytes, align) };
-            released += bytes;
         }
-        state.stats.cached_bytes -= released;
-        state.stats.reserved_bytes -= released;
     }
 }
 
