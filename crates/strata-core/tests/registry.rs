@@ -416,3 +416,132 @@ fn blocks_outside_the_registry() {
     let zero = MemoryBlock::allocate(&cache, 0, 256, MemoryKind::Default).unwrap();
     assert!(zero.is_empty());
 }
+
+/// Host memory that claims to live on a CUDA device, to exercise device routing without a GPU.
+#[derive(Debug)]
+struct FakeDevice {
+    ordinal: u32,
+    host: CpuAllocator,
+}
+
+impl Allocator for FakeDevice {
+    fn allocate(&self, bytes: usize, align: usize) -> Result<std::ptr::NonNull<u8>, CoreError> {
+        self.host.allocate(bytes, align)
+    }
+
+    unsafe fn deallocate(&self, ptr: std::ptr::NonNull<u8>, bytes: usize, align: usize) {
+        // SAFETY: forwarded unchanged from our own `allocate`.
+        unsafe { self.host.deallocate(ptr, bytes, align) }
+    }
+
+    fn device(&self) -> Device {
+        Device::Cuda(self.ordinal)
+    }
+
+    fn stats(&self) -> strata_core::AllocatorStats {
+        self.host.stats()
+    }
+}
+
+#[test]
+fn devices_are_routed_separately_including_high_ordinals() {
+    let registry = AllocatorRegistry::with_cpu_defaults();
+    // Ordinal 3 is in the lock-free table, 40 beyond it (looked up under the lock).
+    for ordinal in [3u32, 40] {
+        let device = Device::Cuda(ordinal);
+        let fake = Arc::new(FakeDevice {
+            ordinal,
+            host: CpuAllocator::new(),
+        });
+        registry.register_device(fake.clone()).unwrap();
+        let t =
+            Tensor::empty_in(&registry, &[10], DType::F32, device, MemoryKind::Workspace).unwrap();
+        assert_eq!(
+            (t.device(), t.memory_kind()),
+            (device, MemoryKind::Workspace)
+        );
+        assert_eq!(fake.stats().active_bytes, 40);
+        assert_eq!(
+            registry.stats(device, MemoryKind::Workspace).active_bytes,
+            40
+        );
+        assert_eq!(
+            registry
+                .stats(Device::Cpu, MemoryKind::Workspace)
+                .active_bytes,
+            0
+        );
+        assert!(
+            matches!(t.to_vec::<f32>(), Err(CoreError::DeviceMismatch { .. })),
+            "host access is refused"
+        );
+        assert!(matches!(
+            Tensor::empty_in(&registry, &[1], DType::F32, device, MemoryKind::HostPinned),
+            Err(CoreError::HostKindOnDevice { .. })
+        ));
+        drop(t);
+        assert_eq!(fake.stats().active_bytes, 0);
+        assert_eq!(
+            registry.stats(device, MemoryKind::Workspace).active_bytes,
+            0
+        );
+        // The neighbouring ordinal has nothing registered.
+        assert!(matches!(
+            registry.resolve(Device::Cuda(ordinal + 1), MemoryKind::Default),
+            Err(CoreError::NoAllocator { .. })
+        ));
+    }
+    let listed: Vec<Device> = registry
+        .all_stats()
+        .into_iter()
+        .map(|(d, _, _)| d)
+        .collect();
+    assert_eq!(listed, vec![Device::Cuda(3), Device::Cuda(40)]);
+}
+
+#[test]
+fn re_registering_the_same_allocators_does_not_grow_the_registry() {
+    let registry = AllocatorRegistry::new();
+    let a: Arc<dyn Allocator> = Arc::new(CachingAllocator::cpu());
+    let b: Arc<dyn Allocator> = Arc::new(CachingAllocator::cpu());
+    registry.register_device(a.clone()).unwrap();
+    registry
+        .register(Device::Cpu, MemoryKind::Workspace, b.clone())
+        .unwrap();
+    let (count_a, count_b) = (Arc::strong_count(&a), Arc::strong_count(&b));
+    for i in 0..10_000 {
+        let (x, y) = if i % 2 == 0 { (&b, &a) } else { (&a, &b) };
+        registry.register_device(x.clone()).unwrap();
+        registry
+            .register(Device::Cpu, MemoryKind::Workspace, y.clone())
+            .unwrap();
+        drop(
+            Tensor::empty_in(
+                &registry,
+                &[4],
+                DType::F32,
+                Device::Cpu,
+                MemoryKind::KVCache,
+            )
+            .unwrap(),
+        );
+    }
+    // Routes are kept per distinct (device, kind, allocator), not per registration.
+    assert!(
+        Arc::strong_count(&a) <= count_a + 12,
+        "{} references to a",
+        Arc::strong_count(&a)
+    );
+    assert!(
+        Arc::strong_count(&b) <= count_b + 12,
+        "{} references to b",
+        Arc::strong_count(&b)
+    );
+    drop(registry);
+    assert_eq!(
+        (Arc::strong_count(&a), Arc::strong_count(&b)),
+        (1, 1),
+        "dropping the registry frees its routes"
+    );
+    assert_eq!(a.stats().active_bytes + b.stats().active_bytes, 0);
+}
