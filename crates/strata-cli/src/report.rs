@@ -114,3 +114,31 @@ pub fn memory_text(plan: Option<&MemoryPlan>) -> String {
         None => "memory plan: deferred until input dims are known (pass --shape)".into(),
     }
 }
+
+/// Bytes in use per (device, memory kind) right now, from the global allocator registry.
+pub fn memory_by_kind_json() -> Value {
+    let rows: Vec<Value> = strata_core::AllocatorRegistry::global()
+        .all_stats()
+        .into_iter()
+        .map(|(device, kind, s)| {
+            json!({ "device": device.to_string(), "kind": format!("{kind:?}"),
+                "active_bytes": s.active_bytes, "peak_bytes": s.peak_bytes })
+        })
+        .collect();
+    Value::Array(rows)
+}
+
+pub fn memory_by_kind_text() -> String {
+    let rows: Vec<String> = strata_core::AllocatorRegistry::global()
+        .all_stats()
+        .into_iter()
+        .map(|(device, kind, s)| {
+            format!(
+                "{kind:?}@{device} {} (peak {})",
+                bytes(s.active_bytes),
+                bytes(s.peak_bytes)
+            )
+        })
+        .collect();
+    format!("memory by kind: {}", rows.join(", "))
+}

@@ -7,7 +7,9 @@ use serde_json::json;
 
 use crate::inputs::{random_tensor, read_input, sanitize};
 use crate::model::{input_dims, load, parse_assignment, parse_shapes};
-use crate::report::{memory_json, memory_text, summarize};
+use crate::report::{
+    memory_by_kind_json, memory_by_kind_text, memory_json, memory_text, summarize,
+};
 use crate::RunArgs;
 
 pub fn run(args: &RunArgs) -> Result<(), String> {
@@ -70,6 +72,7 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
             "outputs": summaries.iter().map(|s| s.to_json()).collect::<Vec<_>>(),
             "latency_ms": { "load": load_ms, "first_run": first_ms, "steady_run": steady_ms },
             "memory_plan": memory_json(memory),
+            "memory_by_kind": memory_by_kind_json(),
             "notes": notes,
         });
         println!(
@@ -87,6 +90,7 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
         }
         println!("latency: load {load_ms:.2} ms, first run {first_ms:.3} ms, steady run {steady_ms:.3} ms ({} threads)", plan.config().threads);
         println!("{}", memory_text(memory));
+        println!("{}", memory_by_kind_text());
         if let Some(dir) = &args.output_dir {
             println!("outputs written to {}", dir.display());
         }

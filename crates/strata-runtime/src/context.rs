@@ -439,6 +439,7 @@ impl ExecutionContext {
         for (i, old) in kept_inputs {
             self.values[plan.inputs()[i].value.0].copy_from(&old)?;
         }
+        check_bindings(graph, &planned, &self.values)?;
         self.planned = Some(planned);
         Ok(())
     }
@@ -504,6 +505,29 @@ impl ExecutionContext {
     pub fn memory_plan(&self) -> Option<&crate::MemoryPlan> {
         self.planned.as_ref().map(|p| &p.memory)
     }
+}
+
+/// Strict mode: every value a static node reads or writes must be bound (a weight, a constant
+/// or a planned arena slot); values produced on the dynamic path are bound when they run.
+fn check_bindings(graph: &crate::Graph, planned: &Planned, values: &[Tensor]) -> Result<()> {
+    let dynamic_output = |id: usize| match graph.values[id].source {
+        ValueSource::Node(node, _) => planned.spec.dynamic[node.0],
+        _ => false,
+    };
+    for (i, node) in graph.nodes.iter().enumerate() {
+        if planned.spec.skip[i] || planned.spec.dynamic[i] {
+            continue;
+        }
+        for id in node.inputs.iter().flatten().chain(&node.outputs) {
+            if !values[id.0].is_defined() && !dynamic_output(id.0) {
+                return Err(RuntimeError::Graph(format!(
+                    "value {:?} (used by node {:?}) has no memory plan entry",
+                    graph.values[id.0].name, node.name
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// True when every static value of `spec` fits the slot `memory` gave it.
