@@ -95,8 +95,12 @@ impl DType {
     /// count that does not fill whole blocks is an error.
     pub fn bytes_for(self, numel: usize) -> Result<usize> {
         let block = self.block_size();
-        if numel % block != 0 {
-            return Err(CoreError::PartialBlock { dtype: self, numel, block });
+        if !numel.is_multiple_of(block) {
+            return Err(CoreError::PartialBlock {
+                dtype: self,
+                numel,
+                block,
+            });
         }
         (numel / block)
             .checked_mul(self.size_in_bytes())
@@ -154,7 +158,9 @@ impl FromStr for DType {
                 "uint64" => Some(DType::U64),
                 _ => None,
             })
-            .ok_or(CoreError::ParseDType { text: text.to_string() })
+            .ok_or(CoreError::ParseDType {
+                text: text.to_string(),
+            })
     }
 }
 
@@ -211,8 +217,14 @@ mod tests {
 
     #[test]
     fn byte_math_is_checked() {
-        assert!(matches!(DType::Q4_0.bytes_for(33), Err(CoreError::PartialBlock { .. })));
-        assert!(matches!(DType::F64.bytes_for(usize::MAX / 4), Err(CoreError::SizeOverflow { .. })));
+        assert!(matches!(
+            DType::Q4_0.bytes_for(33),
+            Err(CoreError::PartialBlock { .. })
+        ));
+        assert!(matches!(
+            DType::F64.bytes_for(usize::MAX / 4),
+            Err(CoreError::SizeOverflow { .. })
+        ));
     }
 
     #[test]

@@ -68,14 +68,17 @@ fn nonzero_mask(t: &Tensor) -> OpResult<Vec<bool>> {
 /// Writes the `[rank, count]` coordinates of the set entries of `mask` (row-major over `dims`).
 fn write_indices(mask: &[bool], dims: &[usize], out: &mut [i64]) {
     let count = mask.iter().filter(|&&m| m).count();
-    let mut column = 0;
-    for (flat, _) in mask.iter().enumerate().filter(|(_, &m)| m) {
+    let set = mask
+        .iter()
+        .enumerate()
+        .filter(|(_, &m)| m)
+        .map(|(flat, _)| flat);
+    for (column, flat) in set.enumerate() {
         let mut rest = flat;
         for axis in (0..dims.len()).rev() {
             out[axis * count + column] = (rest % dims[axis]) as i64;
             rest /= dims[axis];
         }
-        column += 1;
     }
 }
 
