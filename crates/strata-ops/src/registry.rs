@@ -39,7 +39,15 @@ pub type Constructor = fn(&OpContext) -> OpResult<Box<dyn Operator>>;
 
 /// The operator tables of the default ONNX domain: this file's core list plus one table per
 /// operator family module (`pub const OPS` in that module), so families register independently.
-const ONNX_FAMILIES: &[&[(&str, Constructor)]] = &[CORE_OPS];
+const ONNX_FAMILIES: &[&[(&str, Constructor)]] = &[
+    CORE_OPS,
+    crate::ops::reduce::OPS,
+    crate::ops::argminmax::OPS,
+    crate::ops::cumsum::OPS,
+    crate::ops::topk::OPS,
+    crate::ops::expand::OPS,
+    crate::ops::tile::OPS,
+];
 
 /// The first operators: arithmetic, activations, CNN and transformer building blocks.
 const CORE_OPS: &[(&str, Constructor)] = &[

@@ -18,3 +18,14 @@ pub mod softmax;
 pub mod squeeze;
 pub mod transpose;
 pub mod unary;
+
+// Reductions and shape manipulation.
+pub(crate) mod accumulate;
+pub(crate) mod axes;
+pub(crate) mod copy_runs;
+pub mod argminmax;
+pub mod cumsum;
+pub mod expand;
+pub mod reduce;
+pub mod tile;
+pub mod topk;

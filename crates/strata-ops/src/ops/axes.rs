@@ -1,0 +1,182 @@
+//! Helpers shared by the shape-manipulation and reduction ops: axis normalization, optional
+//! inputs, integer arguments that come from an attribute or an input (known at plan time when
+//! the input is a constant, read from the tensor at run time otherwise).
+
+use smallvec::SmallVec;
+use strata_core::{DType, Device, Tensor};
+
+use crate::{int_values, Fact, OpError, OpResult};
+
+/// Small integer lists (axes, starts, pads): inline up to 8, so kernels do not allocate.
+pub(crate) type Ints = SmallVec<[i64; 8]>;
+
+/// Normalized axes, inline up to 8.
+pub(crate) type Axes = SmallVec<[usize; 8]>;
+
+/// `axis` in `-rank..rank` as an index; the error names `what` (an attribute or input).
+pub(crate) fn normalize_axis(op: &str, what: &str, axis: i64, rank: usize) -> OpResult<usize> {
+    let r = rank as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    if (0..r).contains(&a) {
+        Ok(a as usize)
+    } else {
+        Err(OpError::attribute(
+            op,
+            what,
+            format!("axis {axis} out of range for rank {rank}"),
+        ))
+    }
+}
+
+/// Normalizes a list of axes, sorted; a repeated axis is an error.
+pub(crate) fn normalize_axes(op: &str, what: &str, axes: &[i64], rank: usize) -> OpResult<Axes> {
+    let mut out: Axes = axes
+        .iter()
+        .map(|&a| normalize_axis(op, what, a, rank))
+        .collect::<OpResult<_>>()?;
+    out.sort_unstable();
+    if out.windows(2).any(|w| w[0] == w[1]) {
+        return Err(OpError::attribute(
+            op,
+            what,
+            format!("repeated axis in {axes:?}"),
+        ));
+    }
+    Ok(out)
+}
+
+/// Input `index` when present.
+pub(crate) fn optional<'a>(inputs: &[&'a Fact], index: usize) -> Option<&'a Fact> {
+    inputs.get(index).copied().filter(|f| f.is_defined())
+}
+
+/// Input `index`, which must be present.
+pub(crate) fn required<'a>(op: &str, inputs: &[&'a Fact], index: usize) -> OpResult<&'a Fact> {
+    optional(inputs, index).ok_or_else(|| OpError::MissingInput {
+        op: op.into(),
+        index,
+    })
+}
+
+/// The integer value of optional input `index` when it is present and known at plan time.
+pub(crate) fn known_ints(op: &str, inputs: &[&Fact], index: usize) -> OpResult<Option<Vec<i64>>> {
+    match optional(inputs, index).and_then(|f| f.value.as_ref()) {
+        Some(v) => Ok(Some(int_values(op, v)?)),
+        None => Ok(None),
+    }
+}
+
+/// Checks that input `index` is int32 or int64 (when present).
+pub(crate) fn check_int_input(op: &str, inputs: &[&Fact], index: usize) -> OpResult<()> {
+    match optional(inputs, index) {
+        Some(f) if !matches!(f.dtype, DType::I64 | DType::I32) => Err(OpError::DType {
+            op: op.into(),
+            index,
+            expected: "int32 or int64".into(),
+            actual: f.dtype,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The length of a 1-D input, when known.
+pub(crate) fn input_len(inputs: &[&Fact], index: usize) -> Option<usize> {
+    optional(inputs, index).and_then(|f| match f.dims.as_slice() {
+        [d] => d.known(),
+        [] => Some(1),
+        _ => None,
+    })
+}
+
+/// Reads an int32/int64 tensor (any layout) at run time without allocating for up to 8 values.
+pub(crate) fn read_ints(op: &str, tensor: &Tensor) -> OpResult<Ints> {
+    let dtype_err = || {
+        OpError::kernel(
+            op,
+            format!("expected an int32 or int64 tensor, got {}", tensor.dtype()),
+        )
+    };
+    let mut out = Ints::new();
+    match tensor.dtype() {
+        DType::I64 => {
+            let r = tensor.read::<i64>()?;
+            match r.as_slice() {
+                Some(s) => out.extend_from_slice(s),
+                None => out.extend(r.to_vec()),
+            }
+        }
+        DType::I32 => {
+            let r = tensor.read::<i32>()?;
+            match r.as_slice() {
+                Some(s) => out.extend(s.iter().map(|&v| i64::from(v))),
+                None => out.extend(r.to_vec().into_iter().map(i64::from)),
+            }
+        }
+        _ => return Err(dtype_err()),
+    }
+    Ok(out)
+}
+
+/// Reads optional input `index` of a kernel as integers; `None` when absent.
+pub(crate) fn read_optional_ints(
+    op: &str,
+    inputs: &[&Tensor],
+    index: usize,
+) -> OpResult<Option<Ints>> {
+    match inputs.get(index) {
+        Some(t) if t.is_defined() => Ok(Some(read_ints(op, t)?)),
+        _ => Ok(None),
+    }
+}
+
+/// Rejects devices other than the CPU and block-quantized dtypes (no per-element addressing).
+pub(crate) fn cpu_plain(op: &str, dtype: DType, device: Device) -> OpResult<()> {
+    if device != Device::Cpu || dtype.is_quantized() {
+        return Err(OpError::NoKernel {
+            op: op.into(),
+            dtype,
+            device,
+        });
+    }
+    Ok(())
+}
+
+/// Row-major contiguous strides of `dims`, inline.
+pub(crate) fn contiguous_strides(dims: &[usize]) -> Axes {
+    let mut strides: Axes = SmallVec::from_elem(1, dims.len());
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * dims[i + 1];
+    }
+    strides
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn axes_normalize_sort_and_reject_repeats() {
+        assert_eq!(
+            normalize_axes("Op", "axes", &[-1, 0], 3)
+                .unwrap()
+                .as_slice(),
+            &[0, 2]
+        );
+        let err = normalize_axes("Op", "axes", &[1, -2], 3).unwrap_err();
+        assert!(err.to_string().contains("repeated"), "{err}");
+        let err = normalize_axis("Op", "axis", 3, 3).unwrap_err();
+        assert!(err.to_string().contains("axis"), "{err}");
+        assert_eq!(normalize_axis("Op", "axis", -3, 3).unwrap(), 0);
+    }
+
+    #[test]
+    fn ints_read_from_either_width() {
+        let t = Tensor::from_slice(&[3i32, -1], &[2]).unwrap();
+        assert_eq!(read_ints("Op", &t).unwrap().as_slice(), &[3, -1]);
+        let t = Tensor::from_slice(&[7i64], &[]).unwrap();
+        assert_eq!(read_ints("Op", &t).unwrap().as_slice(), &[7]);
+        let t = Tensor::from_slice(&[1.0f32], &[1]).unwrap();
+        assert!(read_ints("Op", &t).is_err());
+        assert_eq!(contiguous_strides(&[2, 3, 4]).as_slice(), &[12, 4, 1]);
+    }
+}
