@@ -43,6 +43,21 @@ pub trait Operator: Send + Sync + fmt::Debug {
     fn is_data_dependent(&self) -> bool {
         false
     }
+
+    /// This operator with `activation` applied to its output as it is written, if the kernel can
+    /// fuse it (the optimizer then drops the separate activation node).
+    fn with_activation(
+        &self,
+        _activation: crate::kernels::Activation,
+    ) -> Option<Box<dyn Operator>> {
+        None
+    }
+
+    /// For inference-mode BatchNormalization: its epsilon, so the optimizer can fold it into the
+    /// weights of a preceding convolution.
+    fn batch_norm_epsilon(&self) -> Option<f32> {
+        None
+    }
 }
 
 /// A compiled kernel: runs one node given bound tensors. Must not allocate on the heap in

@@ -144,7 +144,13 @@ pub fn plan_memory(graph: &Graph, spec: &Specialization, alignment: usize) -> Re
                         if let (Some(e), true, true, true) =
                             (victim_entry, reused_once, dies_here, is_node_output)
                         {
-                            if entries[e].bytes == bytes {
+                            // Same dims and element size, not merely the same aligned slot size:
+                            // a broadcast input is smaller than the output it would be overwritten by.
+                            let (v, o) = (&spec.facts[victim.0], &spec.facts[out.0]);
+                            let same_layout = v.concrete().is_some()
+                                && v.dims == o.dims
+                                && v.dtype.size_in_bytes() == o.dtype.size_in_bytes();
+                            if same_layout && entries[e].bytes == bytes {
                                 entries[e].last = last.max(entries[e].last);
                                 entry_of[out.0] = Some(e);
                                 in_place[i] = Some(input_index);

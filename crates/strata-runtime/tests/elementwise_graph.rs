@@ -199,3 +199,32 @@ fn constant_subgraphs_fold() {
         vec![2.0, 6.0, 12.0, 8.0, 15.0, 24.0]
     );
 }
+
+#[test]
+fn broadcast_inputs_are_never_overwritten_in_place() {
+    // s = relu(x)[scalar-shaped] * y[3,4]: the scalar dies at Mul, but its 4 bytes share a
+    // 256-byte slot size with the 48-byte output; it must not be reused in place.
+    let mut g = Graph::new();
+    let x = input(&mut g, "x", &fixed(&[]));
+    let y = input(&mut g, "y", &fixed(&[3, 4]));
+    let r = op(&mut g, "Relu", &[x], &["r"], &[])[0];
+    let m = op(&mut g, "Mul", &[r, y], &["m"], &[])[0];
+    g.set_outputs(&[m]);
+    let plan = InferencePlan::build(g, PlanConfig::default()).unwrap();
+    assert_eq!(
+        plan.memory_plan()
+            .unwrap()
+            .in_place
+            .iter()
+            .flatten()
+            .count(),
+        0
+    );
+    let mut ctx = plan.create_context().unwrap();
+    ctx.set_input("x", &tensor(&[2.0], &[])).unwrap();
+    let ys: Vec<f32> = (0..12).map(|v| v as f32).collect();
+    ctx.set_input("y", &tensor(&ys, &[3, 4])).unwrap();
+    ctx.execute().unwrap();
+    let expected: Vec<f32> = ys.iter().map(|v| v * 2.0).collect();
+    assert_eq!(ctx.output("m").unwrap().to_vec::<f32>().unwrap(), expected);
+}

@@ -94,6 +94,10 @@ impl Operator for BatchNorm {
     fn in_place_input(&self) -> Option<usize> {
         Some(0)
     }
+
+    fn batch_norm_epsilon(&self) -> Option<f32> {
+        Some(self.epsilon)
+    }
 }
 
 #[derive(Debug)]

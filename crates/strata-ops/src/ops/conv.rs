@@ -147,6 +147,15 @@ impl Operator for Conv {
         Ok(vec![Fact::new(x.dtype, out)])
     }
 
+    fn with_activation(&self, activation: Activation) -> Option<Box<dyn Operator>> {
+        (self.post == Activation::None).then(|| {
+            Box::new(Conv {
+                post: activation,
+                ..self.clone()
+            }) as Box<dyn Operator>
+        })
+    }
+
     fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
         let (Some(x), Some(w)) = (inputs[0].concrete(), inputs[1].concrete()) else {
             return Ok(0);

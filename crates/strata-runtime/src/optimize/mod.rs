@@ -2,22 +2,40 @@
 
 mod dce;
 mod fold;
+mod fuse;
 
 pub use dce::remove_dead_nodes;
 pub use fold::fold_constants;
+pub use fuse::{fold_batch_norms, fuse_activations};
 
 use crate::{Graph, Result};
 
-/// Runs every pass in order: constant folding, then dead-node removal.
+/// Runs every pass in order: constant folding, dead-node removal, BatchNorm folding, then
+/// activation fusion.
 pub fn optimize(graph: &mut Graph, threads: usize) -> Result<OptimizeReport> {
     let folded = fold_constants(graph, threads)?;
     let removed = remove_dead_nodes(graph);
-    Ok(OptimizeReport { folded, removed })
+    let batch_norms = fold_batch_norms(graph)?;
+    let activations = fuse_activations(graph);
+    // Folding left the original weights of folded convolutions unread.
+    remove_dead_nodes(graph);
+    Ok(OptimizeReport {
+        folded,
+        removed,
+        batch_norms,
+        activations,
+    })
 }
 
 /// What the passes changed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OptimizeReport {
+    /// Nodes evaluated at plan time.
     pub folded: usize,
+    /// Nodes that did not contribute to any output.
     pub removed: usize,
+    /// BatchNormalization nodes folded into convolutions.
+    pub batch_norms: usize,
+    /// Activations fused into their producer.
+    pub activations: usize,
 }
