@@ -26,13 +26,12 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
     for _ in 0..args.warmup {
         ctx.execute().map_err(|e| e.to_string())?;
     }
-    let mut times: Vec<f64> = (0..args.runs.max(1))
-        .map(|_| {
-            let start = Instant::now();
-            ctx.execute().map(|()| start.elapsed().as_secs_f64() * 1e3)
-        })
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
+    let mut times: Vec<f64> = Vec::with_capacity(args.runs.max(1));
+    for _ in 0..args.runs.max(1) {
+        let start = Instant::now();
+        ctx.execute().map_err(|e| e.to_string())?;
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+    }
     times.sort_by(f64::total_cmp);
     let pct = |p: f64| times[((times.len() - 1) as f64 * p).round() as usize];
     let mean = times.iter().sum::<f64>() / times.len() as f64;

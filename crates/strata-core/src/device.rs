@@ -33,12 +33,16 @@ impl FromStr for Device {
 
     /// Accepts `cpu`, `cuda` (ordinal 0) and `cuda:N`, case-insensitively.
     fn from_str(text: &str) -> Result<Self> {
-        let err = || CoreError::ParseDevice { text: text.to_string() };
+        let err = || CoreError::ParseDevice {
+            text: text.to_string(),
+        };
         let lower = text.trim().to_ascii_lowercase();
         match lower.split_once(':') {
             None if lower == "cpu" => Ok(Device::Cpu),
             None if lower == "cuda" => Ok(Device::Cuda(0)),
-            Some(("cuda", ordinal)) if !ordinal.is_empty() && ordinal.bytes().all(|b| b.is_ascii_digit()) => {
+            Some(("cuda", ordinal))
+                if !ordinal.is_empty() && ordinal.bytes().all(|b| b.is_ascii_digit()) =>
+            {
                 ordinal.parse().map(Device::Cuda).map_err(|_| err())
             }
             _ => Err(err()),
@@ -57,7 +61,15 @@ mod tests {
         assert_eq!("cuda".parse::<Device>().unwrap(), Device::Cuda(0));
         assert_eq!(Device::Cuda(1).to_string(), "cuda:1");
         assert_eq!(Device::Cpu.to_string(), "cpu");
-        for bad in ["gpu", "cuda:", "cuda:-1", "cuda:x", "cpu:0", "cuda:99999999999", ""] {
+        for bad in [
+            "gpu",
+            "cuda:",
+            "cuda:-1",
+            "cuda:x",
+            "cpu:0",
+            "cuda:99999999999",
+            "",
+        ] {
             assert!(bad.parse::<Device>().is_err(), "{bad} should not parse");
         }
     }

@@ -24,28 +24,60 @@ pub enum CoreError {
     ParseDType { text: String },
 
     #[error("dtype mismatch in {op}: expected {expected}, found {actual}")]
-    DTypeMismatch { op: &'static str, expected: DType, actual: DType },
+    DTypeMismatch {
+        op: &'static str,
+        expected: DType,
+        actual: DType,
+    },
 
     #[error("{op} is not supported for dtype {dtype}: {reason}")]
-    UnsupportedDType { op: &'static str, dtype: DType, reason: &'static str },
+    UnsupportedDType {
+        op: &'static str,
+        dtype: DType,
+        reason: &'static str,
+    },
 
     #[error("{op}: element count mismatch, {from:?} has {from_numel} elements but {to:?} needs {to_numel}")]
-    NumelMismatch { op: &'static str, from: Vec<usize>, from_numel: usize, to: Vec<usize>, to_numel: usize },
+    NumelMismatch {
+        op: &'static str,
+        from: Vec<usize>,
+        from_numel: usize,
+        to: Vec<usize>,
+        to_numel: usize,
+    },
 
     #[error("{op}: shape mismatch, expected {expected:?}, found {actual:?}")]
-    ShapeMismatch { op: &'static str, expected: Vec<usize>, actual: Vec<usize> },
+    ShapeMismatch {
+        op: &'static str,
+        expected: Vec<usize>,
+        actual: Vec<usize>,
+    },
 
     #[error("{op}: axis {axis} out of range for rank {rank}")]
-    AxisOutOfRange { op: &'static str, axis: isize, rank: usize },
+    AxisOutOfRange {
+        op: &'static str,
+        axis: isize,
+        rank: usize,
+    },
 
     #[error("{op}: {message}")]
     InvalidView { op: &'static str, message: String },
 
     #[error("{op}: byte range {offset}..{end} is out of bounds of a {len}-byte buffer")]
-    OutOfBounds { op: &'static str, offset: usize, end: usize, len: usize },
+    OutOfBounds {
+        op: &'static str,
+        offset: usize,
+        end: usize,
+        len: usize,
+    },
 
     #[error("out of memory: could not allocate {bytes} bytes ({kind:?}) on {device}: {reason}")]
-    OutOfMemory { bytes: usize, device: Device, kind: MemoryKind, reason: String },
+    OutOfMemory {
+        bytes: usize,
+        device: Device,
+        kind: MemoryKind,
+        reason: String,
+    },
 
     #[error("no allocator registered for {device} ({kind:?}), and none for its Default kind")]
     NoAllocator { device: Device, kind: MemoryKind },
@@ -54,13 +86,20 @@ pub enum CoreError {
     HostKindOnDevice { device: Device, kind: MemoryKind },
 
     #[error("{op}: tensor is on {actual}, expected {expected}")]
-    DeviceMismatch { op: &'static str, expected: Device, actual: Device },
+    DeviceMismatch {
+        op: &'static str,
+        expected: Device,
+        actual: Device,
+    },
 
     #[error("{op}: tensor is undefined")]
     Undefined { op: &'static str },
 
     #[error("{op}: memory is already borrowed {held}")]
-    BorrowConflict { op: &'static str, held: &'static str },
+    BorrowConflict {
+        op: &'static str,
+        held: &'static str,
+    },
 
     #[error("{op}: memory is read-only")]
     ReadOnly { op: &'static str },
@@ -69,10 +108,19 @@ pub enum CoreError {
     ArenaInUse { live: usize },
 
     #[error("arena exhausted: requested {requested} bytes (align {align}) with {used} of {capacity} bytes used")]
-    ArenaExhausted { requested: usize, align: usize, used: usize, capacity: usize },
+    ArenaExhausted {
+        requested: usize,
+        align: usize,
+        used: usize,
+        capacity: usize,
+    },
 
     #[error("{op}: capacity {capacity} bytes is less than the {needed} bytes needed")]
-    CapacityExceeded { op: &'static str, needed: usize, capacity: usize },
+    CapacityExceeded {
+        op: &'static str,
+        needed: usize,
+        capacity: usize,
+    },
 
     #[error("io error on {path}: {message}")]
     Io { path: String, message: String },
@@ -81,7 +129,11 @@ pub enum CoreError {
     Npy { path: String, message: String },
 
     #[error("{numel} elements of {dtype} do not fill whole blocks of {block} elements")]
-    PartialBlock { dtype: DType, numel: usize, block: usize },
+    PartialBlock {
+        dtype: DType,
+        numel: usize,
+        block: usize,
+    },
 
     #[error("invalid bool value {value} at element {index}: bool tensors hold only 0 or 1")]
     InvalidBool { index: usize, value: u8 },

@@ -27,7 +27,10 @@ impl Shape {
     /// A shape from unsigned dims; errors if the element count overflows.
     pub fn new(dims: &[usize]) -> Result<Self> {
         let numel = checked_numel(dims)?;
-        Ok(Shape { dims: SmallVec::from_slice(dims), numel })
+        Ok(Shape {
+            dims: SmallVec::from_slice(dims),
+            numel,
+        })
     }
 
     /// A shape from signed dims (as ONNX stores them); a negative dim is an error naming its axis.
@@ -43,7 +46,10 @@ impl Shape {
 
     /// The rank-0 shape of a scalar (one element).
     pub fn scalar() -> Self {
-        Shape { dims: SmallVec::new(), numel: 1 }
+        Shape {
+            dims: SmallVec::new(),
+            numel: 1,
+        }
     }
 
     pub fn dims(&self) -> &[usize] {
@@ -157,12 +163,27 @@ mod tests {
 
     #[test]
     fn checked_sizes() {
-        assert!(matches!(Shape::from_i64(&[2, -1]), Err(CoreError::NegativeDim { axis: 1, value: -1 })));
+        assert!(matches!(
+            Shape::from_i64(&[2, -1]),
+            Err(CoreError::NegativeDim { axis: 1, value: -1 })
+        ));
         assert_eq!(Shape::new(&[0, usize::MAX, 7]).unwrap().numel(), 0);
-        assert_eq!(Shape::new(&[0, 3]).unwrap().size_in_bytes(DType::F32).unwrap(), 0);
-        assert!(matches!(Shape::new(&[usize::MAX, 2]), Err(CoreError::SizeOverflow { .. })));
+        assert_eq!(
+            Shape::new(&[0, 3])
+                .unwrap()
+                .size_in_bytes(DType::F32)
+                .unwrap(),
+            0
+        );
+        assert!(matches!(
+            Shape::new(&[usize::MAX, 2]),
+            Err(CoreError::SizeOverflow { .. })
+        ));
         let s = Shape::new(&[usize::MAX / 2]).unwrap();
-        assert!(matches!(s.size_in_bytes(DType::F32), Err(CoreError::SizeOverflow { .. })));
+        assert!(matches!(
+            s.size_in_bytes(DType::F32),
+            Err(CoreError::SizeOverflow { .. })
+        ));
     }
 
     #[test]

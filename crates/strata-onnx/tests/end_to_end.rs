@@ -208,7 +208,7 @@ fn nonzero_takes_the_dynamic_path() {
             &["y"],
             Attrs::new().ints("perm", &[1, 0]),
         );
-    let plan = strata_onnx::load(&save(&builder, "nonzero"), PlanConfig::default()).unwrap();
+    let plan = strata_onnx::load(save(&builder, "nonzero"), PlanConfig::default()).unwrap();
     let mut ctx = plan.create_context().unwrap();
     let workspace = || {
         AllocatorRegistry::global()
