@@ -72,11 +72,7 @@ fn cumsum<T: Accumulate>(
     exclusive: bool,
     reverse: bool,
 ) {
-    let outer = if n * inner == 0 {
-        0
-    } else {
-        x.len() / (n * inner)
-    };
+    let outer = x.len().checked_div(n * inner).unwrap_or(0);
     for o in 0..outer {
         let base = o * n * inner;
         let mut c = 0;

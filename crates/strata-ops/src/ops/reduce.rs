@@ -626,7 +626,7 @@ mod tests {
         let x = Tensor::from_slice(&[-3i32, 4, -5, 6], &[2, 2]).unwrap();
         let op = build(ReduceOp::L1, 11, &[("axes", Attr::Ints(vec![0]))]);
         assert_eq!(
-            run(op.as_ref(), &[x.clone()])
+            run(op.as_ref(), std::slice::from_ref(&x))
                 .unwrap()
                 .to_vec::<i32>()
                 .unwrap(),

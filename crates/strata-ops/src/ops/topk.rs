@@ -165,11 +165,7 @@ fn topk<T: TotalOrder>(
     l: &Lanes,
 ) {
     let (n, inner, k) = (l.n, l.inner, l.k);
-    let outer = if n * inner == 0 {
-        0
-    } else {
-        x.len() / (n * inner)
-    };
+    let outer = x.len().checked_div(n * inner).unwrap_or(0);
     let order = &mut order[..n];
     for o in 0..outer {
         for i in 0..inner {
