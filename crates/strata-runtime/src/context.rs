@@ -222,11 +222,13 @@ impl ExecutionContext {
             in_place: planned.memory.in_place[i],
             threads: plan.config().threads,
         };
-        kernel.run(&io).map_err(|source| RuntimeError::Node {
-            node: node.name.clone(),
-            op: node.op.op_type().to_string(),
-            input_shapes: inputs.iter().map(|t| t.dims().to_vec()).collect(),
-            source,
+        kernel.run(&io).map_err(|source| {
+            RuntimeError::node(
+                &node.name,
+                node.op.op_type(),
+                inputs.iter().map(|t| t.dims().to_vec()).collect(),
+                source,
+            )
         })
     }
 
@@ -239,11 +241,13 @@ impl ExecutionContext {
             .iter()
             .map(|v| v.map_or(&*UNDEFINED, |id| &self.values[id.0]))
             .collect();
-        let wrap = |source| RuntimeError::Node {
-            node: node.name.clone(),
-            op: node.op.op_type().to_string(),
-            input_shapes: inputs.iter().map(|t| t.dims().to_vec()).collect(),
-            source,
+        let wrap = |source| {
+            RuntimeError::node(
+                &node.name,
+                node.op.op_type(),
+                inputs.iter().map(|t| t.dims().to_vec()).collect(),
+                source,
+            )
         };
         let facts: Vec<Fact> = inputs
             .iter()

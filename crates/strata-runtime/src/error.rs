@@ -8,14 +8,9 @@ pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("node {node:?} ({op}): {source}{}", shapes_suffix(.input_shapes))]
-    Node {
-        node: String,
-        op: String,
-        input_shapes: Vec<Vec<usize>>,
-        #[source]
-        source: OpError,
-    },
+    /// A node failed (inference, kernel choice or run); boxed to keep `Result`s small.
+    #[error(transparent)]
+    Node(Box<NodeError>),
 
     #[error("graph: {0}")]
     Graph(String),
@@ -96,6 +91,29 @@ pub enum RuntimeError {
 
     #[error(transparent)]
     Core(#[from] CoreError),
+}
+
+/// What failed in which node, with the shapes it was given.
+#[derive(Debug, thiserror::Error)]
+#[error("node {node:?} ({op}): {source}{}", shapes_suffix(.input_shapes))]
+pub struct NodeError {
+    pub node: String,
+    pub op: String,
+    pub input_shapes: Vec<Vec<usize>>,
+    #[source]
+    pub source: OpError,
+}
+
+impl RuntimeError {
+    /// The error of node `node` running `op` on inputs of `input_shapes`.
+    pub fn node(node: &str, op: &str, input_shapes: Vec<Vec<usize>>, source: OpError) -> Self {
+        RuntimeError::Node(Box::new(NodeError {
+            node: node.to_string(),
+            op: op.to_string(),
+            input_shapes,
+            source,
+        }))
+    }
 }
 
 fn shapes_suffix(shapes: &[Vec<usize>]) -> String {

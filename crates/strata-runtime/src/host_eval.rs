@@ -16,11 +16,13 @@ pub fn eval_on_host(
     kind: MemoryKind,
     threads: usize,
 ) -> Result<Vec<Tensor>> {
-    let wrap = |source: OpError| RuntimeError::Node {
-        node: node.to_string(),
-        op: op.op_type().to_string(),
-        input_shapes: inputs.iter().map(|t| t.dims().to_vec()).collect(),
-        source,
+    let wrap = |source: OpError| {
+        RuntimeError::node(
+            node,
+            op.op_type(),
+            inputs.iter().map(|t| t.dims().to_vec()).collect(),
+            source,
+        )
     };
     let facts: Vec<Fact> = inputs
         .iter()

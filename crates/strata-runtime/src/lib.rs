@@ -19,7 +19,7 @@ pub mod specialize;
 
 pub use config::PlanConfig;
 pub use context::{ContextStats, ExecutionContext, NodeTiming, OutputView};
-pub use error::{Result, RuntimeError};
+pub use error::{NodeError, Result, RuntimeError};
 pub use graph::{Graph, Node, NodeId, Value, ValueId, ValueSource};
 pub use plan::{InferencePlan, IoInfo};
 pub use planner::{MemoryPlan, Slot};

@@ -244,11 +244,13 @@ fn select_kernels(
             node.op
                 .kernel(&inputs, &outputs, config.device)
                 .map(Some)
-                .map_err(|source| RuntimeError::Node {
-                    node: node.name.clone(),
-                    op: node.op.op_type().to_string(),
-                    input_shapes: inputs.iter().filter_map(|f| f.concrete()).collect(),
-                    source,
+                .map_err(|source| {
+                    RuntimeError::node(
+                        &node.name,
+                        node.op.op_type(),
+                        inputs.iter().filter_map(|f| f.concrete()).collect(),
+                        source,
+                    )
                 })
         })
         .collect()

@@ -63,11 +63,13 @@ pub fn specialize(
             .iter()
             .map(|input| input.map_or(&absent, |id| &facts[id.0]))
             .collect();
-        let wrap = |source| RuntimeError::Node {
-            node: node.name.clone(),
-            op: node.op.op_type().to_string(),
-            input_shapes: inputs.iter().filter_map(|f| f.concrete()).collect(),
-            source,
+        let wrap = |source| {
+            RuntimeError::node(
+                &node.name,
+                node.op.op_type(),
+                inputs.iter().filter_map(|f| f.concrete()).collect(),
+                source,
+            )
         };
         let mut outputs = node.op.infer(&inputs).map_err(wrap)?;
         if outputs.len() < node.outputs.len() {
