@@ -47,6 +47,9 @@ const ONNX_FAMILIES: &[&[(&str, Constructor)]] = &[
     crate::ops::topk::OPS,
     crate::ops::expand::OPS,
     crate::ops::tile::OPS,
+    crate::ops::slice::OPS,
+    crate::ops::split::OPS,
+    crate::ops::pad::OPS,
 ];
 
 /// The first operators: arithmetic, activations, CNN and transformer building blocks.
