@@ -33,3 +33,19 @@ pub mod slice;
 pub mod split;
 pub mod tile;
 pub mod topk;
+
+// Element-wise family (elementwise.rs and unary.rs above hold the shared plumbing).
+pub mod activation;
+pub mod bitwise;
+pub mod broadcast;
+pub mod cast;
+pub mod clip;
+pub mod compare;
+pub(crate) mod erf;
+pub mod float_class;
+pub mod logical;
+pub mod pow;
+pub mod variadic;
+pub mod where_op;
+#[cfg(test)]
+pub(crate) mod elementwise_test_util;
