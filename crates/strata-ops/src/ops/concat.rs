@@ -27,7 +27,11 @@ fn resolve_axis(axis: i64, rank: usize) -> OpResult<usize> {
     if (0..r).contains(&a) {
         Ok(a as usize)
     } else {
-        Err(OpError::attribute("Concat", "axis", format!("{axis} out of range for rank {rank}")))
+        Err(OpError::attribute(
+            "Concat",
+            "axis",
+            format!("{axis} out of range for rank {rank}"),
+        ))
     }
 }
 
@@ -37,24 +41,52 @@ impl Operator for Concat {
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let first = inputs.iter().find(|f| f.is_defined()).ok_or_else(|| OpError::MissingInput { op: "Concat".into(), index: 0 })?;
+        let first =
+            inputs
+                .iter()
+                .find(|f| f.is_defined())
+                .ok_or_else(|| OpError::MissingInput {
+                    op: "Concat".into(),
+                    index: 0,
+                })?;
         let axis = resolve_axis(self.axis, first.rank())?;
         let mut dims = first.dims.clone();
         let mut total = Some(0usize);
         for (i, f) in inputs.iter().enumerate() {
             if f.dtype != first.dtype {
-                return Err(OpError::DType { op: "Concat".into(), index: i, expected: first.dtype.to_string(), actual: f.dtype });
+                return Err(OpError::DType {
+                    op: "Concat".into(),
+                    index: i,
+                    expected: first.dtype.to_string(),
+                    actual: f.dtype,
+                });
             }
             if f.rank() != first.rank() {
-                return Err(OpError::shape("Concat", format!("input {i} has rank {} but input 0 has rank {}", f.rank(), first.rank())));
+                return Err(OpError::shape(
+                    "Concat",
+                    format!(
+                        "input {i} has rank {} but input 0 has rank {}",
+                        f.rank(),
+                        first.rank()
+                    ),
+                ));
             }
             for (d, (x, y)) in f.dims.iter().zip(&first.dims).enumerate() {
                 if d != axis && x != y {
                     match (x, y) {
                         (Dim::Known(a), Dim::Known(b)) => {
-                            return Err(OpError::shape("Concat", format!("input {i} has {a} at axis {d}, input 0 has {b}")));
+                            return Err(OpError::shape(
+                                "Concat",
+                                format!("input {i} has {a} at axis {d}, input 0 has {b}"),
+                            ));
                         }
-                        _ => dims[d] = if dims[d].known().is_some() { dims[d].clone() } else { x.clone() },
+                        _ => {
+                            dims[d] = if dims[d].known().is_some() {
+                                dims[d].clone()
+                            } else {
+                                x.clone()
+                            }
+                        }
                     }
                 }
             }
@@ -64,11 +96,22 @@ impl Operator for Concat {
         Ok(vec![Fact::new(first.dtype, dims)])
     }
 
-    fn kernel(&self, inputs: &[&Fact], _outputs: &[&Fact], device: Device) -> OpResult<Box<dyn Kernel>> {
+    fn kernel(
+        &self,
+        inputs: &[&Fact],
+        _outputs: &[&Fact],
+        device: Device,
+    ) -> OpResult<Box<dyn Kernel>> {
         if device != Device::Cpu {
-            return Err(OpError::NoKernel { op: "Concat".into(), dtype: inputs[0].dtype, device });
+            return Err(OpError::NoKernel {
+                op: "Concat".into(),
+                dtype: inputs[0].dtype,
+                device,
+            });
         }
-        Ok(Box::new(ConcatKernel { axis: resolve_axis(self.axis, inputs[0].rank())? }))
+        Ok(Box::new(ConcatKernel {
+            axis: resolve_axis(self.axis, inputs[0].rank())?,
+        }))
     }
 }
 
@@ -83,7 +126,8 @@ impl Kernel for ConcatKernel {
         let mut start = 0;
         for input in io.inputs {
             let len = input.dims()[self.axis];
-            out.narrow(self.axis as isize, start, len)?.copy_from(input)?;
+            out.narrow(self.axis as isize, start, len)?
+                .copy_from(input)?;
             start += len;
         }
         Ok(())

@@ -12,12 +12,16 @@ pub struct Flatten {
 
 impl Flatten {
     pub fn build(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
-        Ok(Box::new(Flatten { axis: ctx.attrs.int_or("axis", 1)? }))
+        Ok(Box::new(Flatten {
+            axis: ctx.attrs.int_or("axis", 1)?,
+        }))
     }
 }
 
 fn product(dims: &[Dim]) -> Dim {
-    dims.iter().try_fold(1usize, |acc, d| d.known().map(|d| acc * d)).map_or(Dim::Unknown, Dim::Known)
+    dims.iter()
+        .try_fold(1usize, |acc, d| d.known().map(|d| acc * d))
+        .map_or(Dim::Unknown, Dim::Known)
 }
 
 impl Operator for Flatten {
@@ -28,9 +32,17 @@ impl Operator for Flatten {
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
         let x = first_input("Flatten", inputs)?;
         let rank = x.rank() as i64;
-        let axis = if self.axis < 0 { self.axis + rank } else { self.axis };
+        let axis = if self.axis < 0 {
+            self.axis + rank
+        } else {
+            self.axis
+        };
         if !(0..=rank).contains(&axis) {
-            return Err(OpError::attribute("Flatten", "axis", format!("{} out of range for rank {rank}", self.axis)));
+            return Err(OpError::attribute(
+                "Flatten",
+                "axis",
+                format!("{} out of range for rank {rank}", self.axis),
+            ));
         }
         let (outer, inner) = x.dims.split_at(axis as usize);
         let mut out = Fact::new(x.dtype, vec![product(outer), product(inner)]);
@@ -40,7 +52,12 @@ impl Operator for Flatten {
         Ok(vec![out])
     }
 
-    fn kernel(&self, _inputs: &[&Fact], _outputs: &[&Fact], device: Device) -> OpResult<Box<dyn Kernel>> {
+    fn kernel(
+        &self,
+        _inputs: &[&Fact],
+        _outputs: &[&Fact],
+        device: Device,
+    ) -> OpResult<Box<dyn Kernel>> {
         copy_kernel("Flatten", device)
     }
 

@@ -13,7 +13,9 @@ pub struct Gather {
 
 impl Gather {
     pub fn build(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
-        Ok(Box::new(Gather { axis: ctx.attrs.int_or("axis", 0)? }))
+        Ok(Box::new(Gather {
+            axis: ctx.attrs.int_or("axis", 0)?,
+        }))
     }
 }
 
@@ -23,7 +25,11 @@ fn resolve_axis(axis: i64, rank: usize) -> OpResult<usize> {
     if (0..r).contains(&a) {
         Ok(a as usize)
     } else {
-        Err(OpError::attribute("Gather", "axis", format!("{axis} out of range for rank {rank}")))
+        Err(OpError::attribute(
+            "Gather",
+            "axis",
+            format!("{axis} out of range for rank {rank}"),
+        ))
     }
 }
 
@@ -34,20 +40,48 @@ impl Operator for Gather {
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
         let data = first_input("Gather", inputs)?;
-        let indices = inputs.get(1).filter(|f| f.is_defined()).ok_or_else(|| OpError::MissingInput { op: "Gather".into(), index: 1 })?;
+        let indices =
+            inputs
+                .get(1)
+                .filter(|f| f.is_defined())
+                .ok_or_else(|| OpError::MissingInput {
+                    op: "Gather".into(),
+                    index: 1,
+                })?;
         if !matches!(indices.dtype, DType::I64 | DType::I32) {
-            return Err(OpError::DType { op: "Gather".into(), index: 1, expected: "int32 or int64".into(), actual: indices.dtype });
+            return Err(OpError::DType {
+                op: "Gather".into(),
+                index: 1,
+                expected: "int32 or int64".into(),
+                actual: indices.dtype,
+            });
         }
         let axis = resolve_axis(self.axis, data.rank())?;
-        let dims: Vec<Dim> = data.dims[..axis].iter().chain(&indices.dims).chain(&data.dims[axis + 1..]).cloned().collect();
+        let dims: Vec<Dim> = data.dims[..axis]
+            .iter()
+            .chain(&indices.dims)
+            .chain(&data.dims[axis + 1..])
+            .cloned()
+            .collect();
         Ok(vec![Fact::new(data.dtype, dims)])
     }
 
-    fn kernel(&self, inputs: &[&Fact], _outputs: &[&Fact], device: Device) -> OpResult<Box<dyn Kernel>> {
+    fn kernel(
+        &self,
+        inputs: &[&Fact],
+        _outputs: &[&Fact],
+        device: Device,
+    ) -> OpResult<Box<dyn Kernel>> {
         if device != Device::Cpu || inputs[0].dtype.is_quantized() {
-            return Err(OpError::NoKernel { op: "Gather".into(), dtype: inputs[0].dtype, device });
+            return Err(OpError::NoKernel {
+                op: "Gather".into(),
+                dtype: inputs[0].dtype,
+                device,
+            });
         }
-        Ok(Box::new(GatherKernel { axis: resolve_axis(self.axis, inputs[0].rank())? }))
+        Ok(Box::new(GatherKernel {
+            axis: resolve_axis(self.axis, inputs[0].rank())?,
+        }))
     }
 }
 
@@ -57,7 +91,12 @@ struct GatherKernel {
 }
 
 impl GatherKernel {
-    fn gather(&self, io: &KernelIo<'_>, index_at: impl Fn(usize) -> i64, count: usize) -> OpResult<()> {
+    fn gather(
+        &self,
+        io: &KernelIo<'_>,
+        index_at: impl Fn(usize) -> i64,
+        count: usize,
+    ) -> OpResult<()> {
         let (data, out) = (io.input(0), io.output(0));
         if !data.is_contiguous() {
             return Err(OpError::kernel("Gather", "data input is not contiguous"));
@@ -76,7 +115,13 @@ impl GatherKernel {
                 let raw = index_at(j);
                 let i = if raw < 0 { raw + axis_len as i64 } else { raw };
                 if !(0..axis_len as i64).contains(&i) {
-                    return Err(OpError::kernel("Gather", format!("index {raw} out of range for axis {} of size {axis_len}", self.axis)));
+                    return Err(OpError::kernel(
+                        "Gather",
+                        format!(
+                            "index {raw} out of range for axis {} of size {axis_len}",
+                            self.axis
+                        ),
+                    ));
                 }
                 let from = (o * axis_len + i as usize) * inner;
                 let to = (o * count + j) * inner;
@@ -94,12 +139,16 @@ impl Kernel for GatherKernel {
         match indices.dtype() {
             DType::I64 => {
                 let r = indices.read::<i64>()?;
-                let idx = r.as_slice().ok_or_else(|| OpError::kernel("Gather", "indices are not contiguous"))?;
+                let idx = r
+                    .as_slice()
+                    .ok_or_else(|| OpError::kernel("Gather", "indices are not contiguous"))?;
                 self.gather(io, |j| idx[j], count)
             }
             _ => {
                 let r = indices.read::<i32>()?;
-                let idx = r.as_slice().ok_or_else(|| OpError::kernel("Gather", "indices are not contiguous"))?;
+                let idx = r
+                    .as_slice()
+                    .ok_or_else(|| OpError::kernel("Gather", "indices are not contiguous"))?;
                 self.gather(io, |j| idx[j] as i64, count)
             }
         }

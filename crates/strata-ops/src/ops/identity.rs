@@ -26,7 +26,12 @@ impl Operator for Identity {
         Ok(vec![out])
     }
 
-    fn kernel(&self, _inputs: &[&Fact], _outputs: &[&Fact], device: Device) -> OpResult<Box<dyn Kernel>> {
+    fn kernel(
+        &self,
+        _inputs: &[&Fact],
+        _outputs: &[&Fact],
+        device: Device,
+    ) -> OpResult<Box<dyn Kernel>> {
         copy_kernel("Identity", device)
     }
 
@@ -39,7 +44,10 @@ impl Operator for Identity {
 pub(crate) fn first_input<'a>(op: &str, inputs: &[&'a Fact]) -> OpResult<&'a Fact> {
     match inputs.first() {
         Some(x) if x.is_defined() => Ok(x),
-        _ => Err(OpError::MissingInput { op: op.into(), index: 0 }),
+        _ => Err(OpError::MissingInput {
+            op: op.into(),
+            index: 0,
+        }),
     }
 }
 
@@ -63,7 +71,10 @@ impl Kernel for CopyKernel {
         }
         let (src, dst) = (io.input(0), io.output(0));
         if src.numel() != dst.numel() {
-            return Err(OpError::kernel(self.op, format!("{:?} and {:?} differ in size", src.dims(), dst.dims())));
+            return Err(OpError::kernel(
+                self.op,
+                format!("{:?} and {:?} differ in size", src.dims(), dst.dims()),
+            ));
         }
         dst.view(src.dims())?.copy_from(src)?;
         Ok(())

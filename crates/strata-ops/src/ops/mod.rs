@@ -21,14 +21,14 @@ pub mod unary;
 
 // Reductions and shape manipulation.
 pub(crate) mod accumulate;
+pub mod argminmax;
 pub(crate) mod axes;
 pub(crate) mod copy_runs;
-pub(crate) mod scalar;
-pub mod argminmax;
 pub mod cumsum;
 pub mod expand;
 pub mod pad;
 pub mod reduce;
+pub(crate) mod scalar;
 pub mod slice;
 pub mod split;
 pub mod tile;
@@ -41,11 +41,11 @@ pub mod broadcast;
 pub mod cast;
 pub mod clip;
 pub mod compare;
+#[cfg(test)]
+pub(crate) mod elementwise_test_util;
 pub(crate) mod erf;
 pub mod float_class;
 pub mod logical;
 pub mod pow;
 pub mod variadic;
 pub mod where_op;
-#[cfg(test)]
-pub(crate) mod elementwise_test_util;

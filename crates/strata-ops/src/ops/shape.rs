@@ -14,7 +14,10 @@ pub struct Shape {
 
 impl Shape {
     pub fn build(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
-        Ok(Box::new(Shape { start: ctx.attrs.int_or("start", 0)?, end: ctx.attrs.int("end")? }))
+        Ok(Box::new(Shape {
+            start: ctx.attrs.int_or("start", 0)?,
+            end: ctx.attrs.int("end")?,
+        }))
     }
 
     fn range(&self, rank: usize) -> (usize, usize) {
@@ -36,17 +39,33 @@ impl Operator for Shape {
         let x = first_input("Shape", inputs)?;
         let (s, e) = self.range(x.rank());
         let mut out = Fact::known(DType::I64, &[e - s]);
-        if let Some(dims) = x.dims[s..e].iter().map(|d| d.known().map(|d| d as i64)).collect::<Option<Vec<_>>>() {
+        if let Some(dims) = x.dims[s..e]
+            .iter()
+            .map(|d| d.known().map(|d| d as i64))
+            .collect::<Option<Vec<_>>>()
+        {
             out.value = Some(Tensor::from_slice(&dims, &[dims.len()])?);
         }
         Ok(vec![out])
     }
 
-    fn kernel(&self, _inputs: &[&Fact], _outputs: &[&Fact], device: Device) -> OpResult<Box<dyn Kernel>> {
+    fn kernel(
+        &self,
+        _inputs: &[&Fact],
+        _outputs: &[&Fact],
+        device: Device,
+    ) -> OpResult<Box<dyn Kernel>> {
         if device != Device::Cpu {
-            return Err(OpError::NoKernel { op: "Shape".into(), dtype: DType::I64, device });
+            return Err(OpError::NoKernel {
+                op: "Shape".into(),
+                dtype: DType::I64,
+                device,
+            });
         }
-        Ok(Box::new(ShapeKernel { start: self.start, end: self.end }))
+        Ok(Box::new(ShapeKernel {
+            start: self.start,
+            end: self.end,
+        }))
     }
 }
 
@@ -59,9 +78,15 @@ struct ShapeKernel {
 impl Kernel for ShapeKernel {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
         let dims = io.input(0).dims();
-        let (s, e) = Shape { start: self.start, end: self.end }.range(dims.len());
+        let (s, e) = Shape {
+            start: self.start,
+            end: self.end,
+        }
+        .range(dims.len());
         let mut w = io.output(0).write::<i64>()?;
-        let out = w.as_mut_slice().ok_or_else(|| OpError::kernel("Shape", "output is not contiguous"))?;
+        let out = w
+            .as_mut_slice()
+            .ok_or_else(|| OpError::kernel("Shape", "output is not contiguous"))?;
         for (o, &d) in out.iter_mut().zip(&dims[s..e]) {
             *o = d as i64;
         }

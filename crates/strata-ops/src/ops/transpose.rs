@@ -12,14 +12,27 @@ pub struct Transpose {
 
 impl Transpose {
     pub fn build(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
-        Ok(Box::new(Transpose { perm: ctx.attrs.usizes("perm")? }))
+        Ok(Box::new(Transpose {
+            perm: ctx.attrs.usizes("perm")?,
+        }))
     }
 
     fn perm(&self, rank: usize) -> OpResult<Vec<usize>> {
-        let perm = self.perm.clone().unwrap_or_else(|| (0..rank).rev().collect());
+        let perm = self
+            .perm
+            .clone()
+            .unwrap_or_else(|| (0..rank).rev().collect());
         let mut seen = vec![false; rank];
-        if perm.len() != rank || perm.iter().any(|&p| p >= rank || std::mem::replace(&mut seen[p], true)) {
-            return Err(OpError::attribute("Transpose", "perm", format!("{perm:?} is not a permutation of 0..{rank}")));
+        if perm.len() != rank
+            || perm
+                .iter()
+                .any(|&p| p >= rank || std::mem::replace(&mut seen[p], true))
+        {
+            return Err(OpError::attribute(
+                "Transpose",
+                "perm",
+                format!("{perm:?} is not a permutation of 0..{rank}"),
+            ));
         }
         Ok(perm)
     }
@@ -40,17 +53,33 @@ impl Operator for Transpose {
         Ok(vec![out])
     }
 
-    fn kernel(&self, inputs: &[&Fact], _outputs: &[&Fact], device: Device) -> OpResult<Box<dyn Kernel>> {
+    fn kernel(
+        &self,
+        inputs: &[&Fact],
+        _outputs: &[&Fact],
+        device: Device,
+    ) -> OpResult<Box<dyn Kernel>> {
         if device != Device::Cpu {
-            return Err(OpError::NoKernel { op: "Transpose".into(), dtype: inputs[0].dtype, device });
+            return Err(OpError::NoKernel {
+                op: "Transpose".into(),
+                dtype: inputs[0].dtype,
+                device,
+            });
         }
         let perm = self.perm(inputs[0].rank())?;
         let mut fixed = [0usize; 8];
         if perm.len() > fixed.len() {
-            return Err(OpError::attribute("Transpose", "perm", format!("rank {} above the supported 8", perm.len())));
+            return Err(OpError::attribute(
+                "Transpose",
+                "perm",
+                format!("rank {} above the supported 8", perm.len()),
+            ));
         }
         fixed[..perm.len()].copy_from_slice(&perm);
-        Ok(Box::new(TransposeKernel { perm: fixed, rank: perm.len() }))
+        Ok(Box::new(TransposeKernel {
+            perm: fixed,
+            rank: perm.len(),
+        }))
     }
 }
 
