@@ -21,9 +21,45 @@ fn data(len: usize, seed: u32) -> Vec<f32> {
         .collect()
 }
 
+/// The `gemm` crate (the previous backend) on the same row-major product, for comparison.
+fn gemm_crate(size: usize, a: &[f32], b: &[f32], out: &mut [f32], threads: usize) {
+    let ld = size as isize;
+    let parallelism = if threads <= 1 {
+        gemm::Parallelism::None
+    } else {
+        gemm::Parallelism::Rayon(threads.min(rayon::current_num_threads()))
+    };
+    assert!(a.len() >= size * size && b.len() >= size * size && out.len() >= size * size);
+    // SAFETY: all three are size x size row-major matrices (row stride `size`, column stride 1)
+    // inside their slices (asserted above); `out` is borrowed mutably, so it aliases nothing.
+    unsafe {
+        gemm::gemm(
+            size,
+            size,
+            size,
+            out.as_mut_ptr(),
+            1,
+            ld,
+            false,
+            a.as_ptr(),
+            1,
+            ld,
+            b.as_ptr(),
+            1,
+            ld,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            parallelism,
+        )
+    }
+}
+
 fn bench_gemm(c: &mut Criterion) {
     let mut group = c.benchmark_group("gemm");
-    for size in [256usize, 1024] {
+    for size in [64usize, 256, 1024] {
         let (a, b) = (data(size * size, 1), data(size * size, 2));
         let mut out = vec![0.0f32; size * size];
         let ld = (size as isize, 1isize);
@@ -31,7 +67,7 @@ fn bench_gemm(c: &mut Criterion) {
         group.sample_size(if size >= 1024 { 10 } else { 50 });
         for threads in THREADS {
             group.bench_with_input(
-                BenchmarkId::new(format!("{size}^3"), format!("{threads}t")),
+                BenchmarkId::new(format!("{size}^3 strata"), format!("{threads}t")),
                 &threads,
                 |bench, &t| {
                     bench.iter(|| {
@@ -52,6 +88,11 @@ fn bench_gemm(c: &mut Criterion) {
                         .unwrap()
                     })
                 },
+            );
+            group.bench_with_input(
+                BenchmarkId::new(format!("{size}^3 gemm-crate"), format!("{threads}t")),
+                &threads,
+                |bench, &t| bench.iter(|| gemm_crate(size, black_box(&a), &b, &mut out, t)),
             );
         }
     }

@@ -12,7 +12,7 @@ const OP: &str = "MatMul";
 /// Output dims of ONNX MatMul (numpy `matmul`): a rank-1 A is promoted to `[1, K]` and a rank-1
 /// B to `[K, 1]`, the promoted axis being dropped from the result; batch dims broadcast.
 pub fn matmul_output_dims(a_dims: &[usize], b_dims: &[usize]) -> KernelResult<Vec<usize>> {
-    Ok(MatMulGeometry::new(a_dims, b_dims)?.out_dims)
+    Ok(MatMulGeometry::new(a_dims, b_dims)?.out_dims.to_vec())
 }
 
 /// ONNX MatMul in `f32`. See [`batched_matmul`].
@@ -106,7 +106,8 @@ struct MatMulGeometry {
     m: usize,
     n: usize,
     k: usize,
-    out_dims: Vec<usize>,
+    /// Inline (no heap allocation per run) for up to 6 dims.
+    out_dims: Dims,
     out_len: usize,
     /// Broadcast batch dims of the output.
     batch_dims: Dims,
@@ -183,7 +184,7 @@ impl MatMulGeometry {
             steps
         };
 
-        let mut out_dims = batch_dims.to_vec();
+        let mut out_dims = batch_dims.clone();
         if a_dims.len() >= 2 {
             out_dims.push(m);
         }

@@ -1,25 +1,116 @@
-//! General matrix multiply over strided slices, through the `gemm` crate (packed, SIMD,
-//! multithreaded). Arbitrary row/column strides let transposed operands (Gemm's transA/transB,
-//! MatMul on transposed views) run without a copy.
+//! General matrix multiply over strided slices: our own BLIS-style GEMM for f32 and f64.
+//!
+//! Operands are packed block by block into aligned thread-local buffers ([`pack`]), the product
+//! of each packed block pair is computed by a register-blocked microkernel ([`microkernel`],
+//! [`x86`]) under cache blocking ([`driver`]), and blocks of C are spread over the rayon pool
+//! when asked. The microkernel is chosen at run time: AVX-512F, else AVX2+FMA on x86_64, else a
+//! portable kernel that the compiler vectorizes (what other targets use). Arbitrary row/column
+//! strides let transposed operands (Gemm's transA/transB, MatMul on transposed views) run
+//! without a copy. In steady state a product allocates nothing.
 
-use gemm::Parallelism;
+mod driver;
+mod microkernel;
+mod pack;
+#[cfg(target_arch = "x86_64")]
+mod x86;
 
+use bytemuck::Pod;
+
+use self::driver::{MatMut, Problem};
+use self::microkernel::Portable;
+use self::pack::MatRef;
 use super::error::{KernelError, KernelResult};
 use super::float::Float;
 
 const OP: &str = "Gemm";
 
-/// Element types the `gemm` crate computes in. Sealed: `gemm` dispatches on the concrete type and
-/// panics on any other, so only types it supports may implement this.
-pub trait GemmFloat: Float + sealed::Sealed {}
+/// Element types our GEMM computes in (f32 and f64). Sealed: each type carries its own set of
+/// microkernels.
+pub trait GemmFloat: Float + Pod + sealed::Sealed {}
 impl GemmFloat for f32 {}
 impl GemmFloat for f64 {}
 
 mod sealed {
-    pub trait Sealed {}
-    impl Sealed for f32 {}
-    impl Sealed for f64 {}
+    use super::driver::Problem;
+    use super::isa::Isa;
+
+    pub trait Sealed: Sized {
+        /// Runs a validated product with the microkernel for `isa` (the portable one when
+        /// `isa` is not available on this CPU).
+        fn dispatch(p: &Problem<'_, Self>, isa: Isa, threads: usize);
+    }
 }
+
+/// Which microkernels a product runs with.
+mod isa {
+    /// An instruction set the GEMM has microkernels for.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Isa {
+        /// Plain Rust, vectorized by the compiler for the build target.
+        Portable,
+        /// x86_64 AVX2 and FMA.
+        Avx2,
+        /// x86_64 AVX-512F.
+        Avx512,
+    }
+
+    impl Isa {
+        /// The fastest instruction set this CPU has.
+        pub fn detect() -> Isa {
+            [Isa::Avx512, Isa::Avx2]
+                .into_iter()
+                .find(|isa| isa.is_available())
+                .unwrap_or(Isa::Portable)
+        }
+
+        /// Whether this CPU can run the instruction set (checked at run time).
+        pub fn is_available(self) -> bool {
+            match self {
+                Isa::Portable => true,
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => {
+                    std::arch::is_x86_feature_detected!("avx2")
+                        && std::arch::is_x86_feature_detected!("fma")
+                }
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+                #[cfg(not(target_arch = "x86_64"))]
+                Isa::Avx2 | Isa::Avx512 => false,
+            }
+        }
+    }
+}
+
+use self::isa::Isa;
+
+/// Generates the per-type dispatch: `$avx512` / `$avx2` / `$portable` are the microkernels.
+macro_rules! dispatch {
+    ($t:ty, avx512 = $avx512:ty, avx2 = $avx2:ty, portable = $portable:ty) => {
+        impl sealed::Sealed for $t {
+            fn dispatch(p: &Problem<'_, Self>, isa: Isa, threads: usize) {
+                let isa = if isa.is_available() {
+                    isa
+                } else {
+                    Isa::Portable
+                };
+                match isa {
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: `gemm` validated the operands (see `run`'s contract), and AVX-512F
+                    // was detected on this CPU just above.
+                    Isa::Avx512 => unsafe { driver::run::<$t, $avx512>(p, threads) },
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: as above, with AVX2 and FMA detected.
+                    Isa::Avx2 => unsafe { driver::run::<$t, $avx2>(p, threads) },
+                    // SAFETY: as above; the portable kernel needs no CPU feature.
+                    _ => unsafe { driver::run::<$t, $portable>(p, threads) },
+                }
+            }
+        }
+    };
+}
+
+dispatch!(f32, avx512 = x86::Avx512F32<14>, avx2 = x86::Avx2F32<6>, portable = Portable<4, 8>);
+dispatch!(f64, avx512 = x86::Avx512F64<14>, avx2 = x86::Avx2F64<6>, portable = Portable<4, 4>);
 
 /// `C = alpha * A * B + beta * C` in `f32`. See [`gemm`].
 #[allow(clippy::too_many_arguments)]
@@ -50,9 +141,44 @@ pub fn gemm_f32(
 /// extent 1), and C's strides must not map two elements to one place. `beta == 0` means C is
 /// write-only (NaNs in it do not propagate), as in BLAS. `k == 0` gives `C = beta * C`.
 /// `threads <= 1` runs on the calling thread; more uses up to that many workers of the current
-/// rayon pool for large products.
+/// rayon pool for large products. Allocates nothing once the calling thread (or each worker)
+/// has run a product of this size before.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm<T: GemmFloat>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[T],
+    a_strides: (isize, isize),
+    b: &[T],
+    b_strides: (isize, isize),
+    c: &mut [T],
+    c_strides: (isize, isize),
+    alpha: T,
+    beta: T,
+    threads: usize,
+) -> KernelResult<()> {
+    gemm_with_isa(
+        Isa::detect(),
+        m,
+        n,
+        k,
+        a,
+        a_strides,
+        b,
+        b_strides,
+        c,
+        c_strides,
+        alpha,
+        beta,
+        threads,
+    )
+}
+
+/// [`gemm`] with the microkernels of `isa` (the portable ones where it is not available).
+#[allow(clippy::too_many_arguments)]
+fn gemm_with_isa<T: GemmFloat>(
+    isa: Isa,
     m: usize,
     n: usize,
     k: usize,
@@ -77,42 +203,38 @@ pub fn gemm<T: GemmFloat>(
     }
     check_operand("A", a.len(), m, k, a_strides)?;
     check_operand("B", b.len(), k, n, b_strides)?;
-    // More workers than the pool has buys nothing; a 1-thread pool means no parallelism.
-    let threads = threads.min(rayon::current_num_threads());
-    let parallelism = if threads <= 1 {
-        Parallelism::None
-    } else {
-        Parallelism::Rayon(threads)
+    let problem = Problem {
+        m,
+        n,
+        k,
+        a: MatRef {
+            data: a,
+            rs: a_strides.0,
+            cs: a_strides.1,
+        },
+        b: MatRef {
+            data: b,
+            rs: b_strides.0,
+            cs: b_strides.1,
+        },
+        // `c` stays mutably borrowed until the product returns, so nothing else touches it and
+        // it cannot alias A or B.
+        c: MatMut {
+            ptr: c.as_mut_ptr(),
+            rs: c_strides.0,
+            cs: c_strides.1,
+        },
+        alpha,
+        beta,
     };
-    // SAFETY: `gemm::gemm` reads A at `i*a.0 + j*a.1` (i < m, j < k), B likewise over k x n,
-    // and reads/writes C over m x n. `check_operand` proved every such offset lies in
-    // `0..len` of its slice (computed in i128, so no overflow either), and `check_distinct`
-    // proved C's elements are pairwise distinct, so its worker threads never write one place
-    // twice. C is borrowed mutably, so it cannot alias A or B. `T` is f32 or f64 (sealed
-    // `GemmFloat`), which `gemm` supports, so its type dispatch cannot panic.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            c_strides.1,
-            c_strides.0,
-            beta != T::ZERO,
-            a.as_ptr(),
-            a_strides.1,
-            a_strides.0,
-            b.as_ptr(),
-            b_strides.1,
-            b_strides.0,
-            // The crate computes `dst = alpha * dst + beta * lhs * rhs`: its names are swapped.
-            beta,
-            alpha,
-            false,
-            false,
-            false,
-            parallelism,
-        );
+    // The microkernels write whole rows of a tile with vector stores when C's columns are
+    // contiguous; when its rows are instead, compute the transposed product. A single column
+    // is also better computed as a single row: a register tile is wider than it is tall.
+    let (rs, cs) = (c_strides.0, c_strides.1);
+    if m > 1 && ((n > 1 && cs != 1 && rs == 1) || n == 1) {
+        T::dispatch(&problem.transposed(), isa, threads);
+    } else {
+        T::dispatch(&problem, isa, threads);
     }
     Ok(())
 }
@@ -232,6 +354,131 @@ mod tests {
 
     fn at(s: &[f32], st: (isize, isize), i: usize, j: usize) -> f32 {
         s[(i as isize * st.0 + j as isize * st.1) as usize]
+    }
+
+    /// The instruction sets this CPU can run, the portable one always first.
+    fn available_isas() -> Vec<Isa> {
+        [Isa::Portable, Isa::Avx2, Isa::Avx512]
+            .into_iter()
+            .filter(|isa| isa.is_available())
+            .collect()
+    }
+
+    /// Runs one random product of the given size through `isa` and checks it against a naive
+    /// f64 reference: random layouts for every operand, random alpha and beta, and with
+    /// `beta == 0` a C full of NaN (which must not leak through). Elements of C's slice outside
+    /// the matrix (padding) must be left alone.
+    #[allow(clippy::too_many_arguments)]
+    fn check_random_case<T: GemmFloat + Into<f64>>(
+        rng: &mut Rng,
+        isa: Isa,
+        m: usize,
+        n: usize,
+        k: usize,
+        threads: usize,
+        tolerance: f64,
+        what: &str,
+    ) {
+        let (la, lb, lc) = (Layout::pick(rng), Layout::pick(rng), Layout::pick(rng));
+        let (sa, len_a) = la.strides(m, k);
+        let (sb, len_b) = lb.strides(k, n);
+        let (sc, len_c) = lc.strides(m, n);
+        let data =
+            |rng: &mut Rng, len| -> Vec<T> { rng.vec(len).into_iter().map(T::from_f32).collect() };
+        let a = data(rng, len_a);
+        let b = data(rng, len_b);
+        let alpha = [1.0, 0.5, -2.0][rng.below(3)];
+        let beta = [0.0, 1.0, 0.25][rng.below(3)];
+        let mut c0 = data(rng, len_c);
+        if beta == 0.0 {
+            for i in 0..m {
+                for j in 0..n {
+                    c0[(i as isize * sc.0 + j as isize * sc.1) as usize] = T::from_f32(f32::NAN);
+                }
+            }
+        }
+        let get = |s: &[T], st: (isize, isize), i: usize, j: usize| -> f64 {
+            s[(i as isize * st.0 + j as isize * st.1) as usize].into()
+        };
+        let mut expected: Vec<f64> = c0.iter().map(|&x| x.into()).collect();
+        for i in 0..m {
+            for j in 0..n {
+                let dot: f64 = (0..k).map(|p| get(&a, sa, i, p) * get(&b, sb, p, j)).sum();
+                let at = (i as isize * sc.0 + j as isize * sc.1) as usize;
+                expected[at] = alpha as f64 * dot
+                    + if beta == 0.0 {
+                        0.0
+                    } else {
+                        beta as f64 * expected[at]
+                    };
+            }
+        }
+        let mut c = c0.clone();
+        gemm_with_isa(
+            isa,
+            m,
+            n,
+            k,
+            &a,
+            sa,
+            &b,
+            sb,
+            &mut c,
+            sc,
+            T::from_f32(alpha),
+            T::from_f32(beta),
+            threads,
+        )
+        .unwrap();
+        for (at, (&got, &want)) in c.iter().zip(&expected).enumerate() {
+            let got: f64 = got.into();
+            let ok = (got.is_nan() && want.is_nan())
+                || (got - want).abs() <= tolerance * want.abs().max(1.0);
+            assert!(
+                ok,
+                "{what} {isa:?}: m{m} n{n} k{k} {la:?} {lb:?} {lc:?} alpha {alpha} beta {beta} \
+                 threads {threads}: element {at}: got {got}, expected {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_microkernel_matches_naive_reference_on_small_strided_cases() {
+        for isa in available_isas() {
+            let mut rng = Rng::new(0x51ab);
+            for _ in 0..200 {
+                let (m, n, k) = (rng.below(40), rng.below(40), rng.below(40));
+                let threads = 1 + rng.below(2);
+                check_random_case::<f32>(&mut rng, isa, m, n, k, threads, 1e-4, "f32");
+                check_random_case::<f64>(&mut rng, isa, m, n, k, threads, 1e-10, "f64");
+            }
+        }
+    }
+
+    /// Sizes just below, at and above the register tiles (MR 4/6/14, NR 4/8/16/32) and the cache
+    /// blocks (KC 128/256, NC 256/512) of every microkernel.
+    #[test]
+    fn every_microkernel_matches_naive_reference_around_block_boundaries() {
+        const MS: [usize; 10] = [1, 3, 4, 5, 6, 7, 13, 14, 15, 29];
+        const NS: [usize; 16] = [1, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 255, 257, 512, 513];
+        const KS: [usize; 9] = [1, 2, 127, 128, 129, 255, 256, 257, 513];
+        for isa in available_isas() {
+            let mut rng = Rng::new(0xb10c);
+            for case in 0..120 {
+                let m = MS[rng.below(MS.len())];
+                let n = NS[rng.below(NS.len())];
+                let k = KS[rng.below(KS.len())];
+                // Mostly one thread; a few cases through the parallel split too.
+                let threads = if case % 8 == 0 { 2 } else { 1 };
+                check_random_case::<f32>(&mut rng, isa, m, n, k, threads, 2e-4, "f32");
+                check_random_case::<f64>(&mut rng, isa, m, n, k, threads, 1e-10, "f64");
+            }
+            // Larger than one block in every direction, serial and split over threads.
+            for threads in [1, 2, 3] {
+                check_random_case::<f32>(&mut rng, isa, 131, 1050, 300, threads, 2e-4, "big f32");
+            }
+            check_random_case::<f64>(&mut rng, isa, 70, 530, 270, 2, 1e-10, "big f64");
+        }
     }
 
     #[test]

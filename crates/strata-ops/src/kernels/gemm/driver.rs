@@ -1,0 +1,206 @@
+//! The blocked GEMM driver (after BLIS): loops over cache blocks of the operands, packs them and
+//! calls a microkernel per register tile of C; with several threads, blocks of C are spread over
+//! the current rayon pool.
+//!
+//! Loop nest over one block of C (rows `rows`, columns `cols`):
+//!
+//! ```text
+//! for jc in cols, step NC                    columns of C and B
+//!   for pc in 0..k, step KC                  depth
+//!     pack B[pc.., jc..] (KC x NC)           -> L2, reused by every row sliver
+//!     for ir in rows, step MR
+//!       pack A[ir.., pc..] (MR x KC)         -> L1, reused by every column sliver
+//!       for jr in jc.., step NR
+//!         microkernel: C[ir.., jr..] (MR x NR) = alpha * A B + (pc == 0 ? beta : 1) * C
+//! ```
+
+use std::ops::Range;
+
+use bytemuck::Pod;
+use rayon::prelude::*;
+
+use super::super::float::Float;
+use super::microkernel::{Microkernel, Tile};
+use super::pack::{pack_block, with_pack_buffers, MatRef};
+
+/// Below this many multiply-adds a product stays on the calling thread: handing blocks to the
+/// pool costs more than it saves.
+const PARALLEL_MIN_MULADDS: usize = 1 << 18;
+
+/// The output of a product: element `(i, j)` at `ptr + i * rs + j * cs`.
+#[derive(Clone, Copy, Debug)]
+pub struct MatMut<T> {
+    pub ptr: *mut T,
+    pub rs: isize,
+    pub cs: isize,
+}
+
+// SAFETY: a `MatMut` is shared between the threads of one product only, and each thread writes
+// a disjoint block of C (`run` hands out non-overlapping row/column ranges, and the caller
+// guarantees distinct (i, j) map to distinct elements). The pointee type is sendable.
+unsafe impl<T: Send> Send for MatMut<T> {}
+// SAFETY: as above: shared references to it are only used to write disjoint elements.
+unsafe impl<T: Send> Sync for MatMut<T> {}
+
+/// A validated product `C = alpha * A B + beta * C` (`A` is `m x k`, `B` `k x n`).
+pub struct Problem<'a, T> {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a: MatRef<'a, T>,
+    pub b: MatRef<'a, T>,
+    pub c: MatMut<T>,
+    pub alpha: T,
+    pub beta: T,
+}
+
+impl<T: Copy> Problem<'_, T> {
+    /// The same product transposed: `C^T = alpha * B^T A^T + beta * C^T`.
+    pub fn transposed(&self) -> Self {
+        Problem {
+            m: self.n,
+            n: self.m,
+            k: self.k,
+            a: self.b.t(),
+            b: self.a.t(),
+            c: MatMut {
+                ptr: self.c.ptr,
+                rs: self.c.cs,
+                cs: self.c.rs,
+            },
+            alpha: self.alpha,
+            beta: self.beta,
+        }
+    }
+}
+
+/// Computes the product with microkernel `K`, on up to `threads` threads of the current pool.
+///
+/// # Safety
+/// - every element of A, B (read) and C (read unless `beta == 0`, written) addressed by
+///   `(i, j)` within the operand's extents is in bounds: A and B through their slices' bounds,
+///   C through `c.ptr`, which must be valid for all of them;
+/// - distinct `(i, j)` of C address distinct elements, and nothing else accesses C meanwhile;
+/// - the CPU supports the instructions of `K`.
+pub unsafe fn run<T: Float + Pod, K: Microkernel<T>>(p: &Problem<'_, T>, threads: usize) {
+    if p.m == 0 || p.n == 0 || p.k == 0 {
+        return;
+    }
+    let work = p.m.saturating_mul(p.n).saturating_mul(p.k);
+    let threads = if work < PARALLEL_MIN_MULADDS {
+        1
+    } else {
+        threads.min(rayon::current_num_threads())
+    };
+    if threads <= 1 {
+        // SAFETY: the whole of C, per the caller's contract.
+        unsafe { block::<T, K>(p, 0..p.m, 0..p.n) };
+        return;
+    }
+    let (row_chunk, col_chunk) = split(p.m, p.n, K::MR, K::NR, threads);
+    let (row_blocks, col_blocks) = (p.m.div_ceil(row_chunk), p.n.div_ceil(col_chunk));
+    (0..row_blocks * col_blocks)
+        .into_par_iter()
+        .with_max_len(1)
+        .for_each(|index| {
+            let (r, c) = (index / col_blocks, index % col_blocks);
+            let rows = r * row_chunk..((r + 1) * row_chunk).min(p.m);
+            let cols = c * col_chunk..((c + 1) * col_chunk).min(p.n);
+            // SAFETY: the blocks partition C (disjoint row or column ranges), so each task
+            // owns its elements; the rest is the caller's contract.
+            unsafe { block::<T, K>(p, rows, cols) };
+        });
+}
+
+/// Rows and columns per parallel block: split the dimension with more register tiles (so the
+/// blocks stay balanced), in whole tiles, into about `threads` parts. Splitting columns repacks
+/// A in every block and splitting rows repacks B, so on a tie the smaller operand is repacked.
+fn split(m: usize, n: usize, mr: usize, nr: usize, threads: usize) -> (usize, usize) {
+    let (row_tiles, col_tiles) = (m.div_ceil(mr), n.div_ceil(nr));
+    let by_columns = if row_tiles >= threads && col_tiles >= threads {
+        m <= n
+    } else {
+        col_tiles >= row_tiles
+    };
+    if by_columns {
+        (m, col_tiles.div_ceil(threads) * nr)
+    } else {
+        (row_tiles.div_ceil(threads) * mr, n)
+    }
+}
+
+/// Computes rows `rows` x columns `cols` of C on the calling thread.
+///
+/// # Safety
+/// As [`run`], restricted to this block of C, which no other thread may access meanwhile.
+unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
+    p: &Problem<'_, T>,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) {
+    let kc_max = K::KC.min(p.k);
+    let nc_max = K::NC.min(cols.len().div_ceil(K::NR) * K::NR);
+    with_pack_buffers::<T, _>(K::MR * kc_max, kc_max * nc_max, |packed_a, packed_b| {
+        for jc in cols.clone().step_by(K::NC) {
+            let nc = K::NC.min(cols.end - jc);
+            for pc in (0..p.k).step_by(K::KC) {
+                let kc = K::KC.min(p.k - pc);
+                let b_len = pack_block(packed_b, p.b, pc, kc, jc, nc, K::NR);
+                let packed_b = &packed_b[..b_len];
+                let beta = if pc == 0 { p.beta } else { T::ONE };
+                for ir in rows.clone().step_by(K::MR) {
+                    let mr = K::MR.min(rows.end - ir);
+                    let a_len = pack_block(packed_a, p.a.t(), pc, kc, ir, mr, K::MR);
+                    let sliver_a = &packed_a[..a_len];
+                    for (jr, sliver_b) in (jc..jc + nc)
+                        .step_by(K::NR)
+                        .zip(packed_b.chunks_exact(kc * K::NR))
+                    {
+                        let tile = Tile {
+                            ptr: p
+                                .c
+                                .ptr
+                                .wrapping_offset(ir as isize * p.c.rs + jr as isize * p.c.cs),
+                            rs: p.c.rs,
+                            cs: p.c.cs,
+                            m: mr,
+                            n: K::NR.min(jc + nc - jr),
+                        };
+                        // SAFETY: `sliver_a` holds kc * MR packed elements (one sliver, since
+                        // mr <= MR) and `sliver_b` kc * NR; the tile's elements are C's
+                        // (ir + i, jr + j) for i < mr, j < its n, inside this block, so valid
+                        // and exclusively ours by the caller's contract, which also covers
+                        // K's CPU features.
+                        unsafe {
+                            K::run(
+                                kc,
+                                sliver_a.as_ptr(),
+                                sliver_b.as_ptr(),
+                                &tile,
+                                p.alpha,
+                                beta,
+                            )
+                        };
+                    }
+                }
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_balances_whole_tiles() {
+        // Wide C: columns split in whole NR tiles.
+        assert_eq!(split(64, 455, 14, 32, 2), (64, 256));
+        // Tall C: rows split.
+        assert_eq!(split(1000, 40, 14, 32, 2), (504, 40));
+        // Square: the smaller operand gets repacked; here A (m <= n), so columns split.
+        assert_eq!(split(256, 256, 14, 32, 2), (256, 128));
+        // Too few column tiles for the threads: rows split instead.
+        assert_eq!(split(300, 20, 14, 32, 4), (84, 20));
+    }
+}

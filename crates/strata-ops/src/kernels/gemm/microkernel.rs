@@ -1,0 +1,111 @@
+//! The microkernel contract and the portable microkernel.
+//!
+//! A microkernel computes one `MR x NR` tile of C from a packed sliver of A (`k` columns of `MR`
+//! consecutive elements) and a packed sliver of B (`k` rows of `NR` consecutive elements),
+//! accumulating in registers, then writes `C = alpha * AB + beta * C` for the tile's valid part.
+//! It also carries the cache-blocking sizes that suit its register tile.
+
+use super::super::float::Float;
+
+/// Where one microkernel tile of C lives: element `(i, j)` is at `ptr + i * rs + j * cs`, for
+/// `i < m <= MR` and `j < n <= NR` (an edge tile is smaller than the register tile).
+#[derive(Clone, Copy, Debug)]
+pub struct Tile<T> {
+    pub ptr: *mut T,
+    pub rs: isize,
+    pub cs: isize,
+    pub m: usize,
+    pub n: usize,
+}
+
+/// A register-blocked microkernel plus its blocking sizes. Implementors are zero-sized markers.
+pub trait Microkernel<T: Float>: Copy + Send + Sync + 'static {
+    /// Rows of the register tile (the packed A sliver's width).
+    const MR: usize;
+    /// Columns of the register tile (the packed B sliver's width).
+    const NR: usize;
+    /// Depth of one packed block: an `MR x KC` sliver of A should sit in L1.
+    const KC: usize;
+    /// Columns of B packed at once (a multiple of `NR`): the `KC x NC` block should sit in L2.
+    const NC: usize;
+
+    /// Computes the tile `c` from `k` steps of packed A at `a` and packed B at `b`.
+    ///
+    /// # Safety
+    /// - `a` is valid for reads of `k * MR` elements and `b` of `k * NR` elements;
+    /// - every element `(i, j)` of `c` (`i < c.m <= MR`, `j < c.n <= NR`) is valid for writes,
+    ///   and for reads unless `beta == 0`, and no other thread accesses it during the call;
+    /// - the CPU supports the instructions the kernel uses (checked by whoever picked it).
+    unsafe fn run(k: usize, a: *const T, b: *const T, c: &Tile<T>, alpha: T, beta: T);
+}
+
+/// Writes `alpha * acc + beta * C` over the valid part of a tile, one element at a time (edge
+/// tiles and C with a non-unit column stride). `beta == 0` never reads C.
+///
+/// # Safety
+/// Every element `(i, j)` of `c` is valid for writes (and reads unless `beta == 0`) and no other
+/// thread accesses it; `c.m <= MR` and `c.n <= NR`.
+#[inline(always)]
+pub(super) unsafe fn store_tile<T: Float, const MR: usize, const NR: usize>(
+    acc: &[[T; NR]; MR],
+    c: &Tile<T>,
+    alpha: T,
+    beta: T,
+) {
+    for (i, row) in acc.iter().enumerate().take(c.m) {
+        for (j, &x) in row.iter().enumerate().take(c.n) {
+            // SAFETY: i < c.m and j < c.n, so this is an element of the tile, which the caller
+            // guarantees is valid and not accessed elsewhere.
+            let at = unsafe { c.ptr.offset(i as isize * c.rs + j as isize * c.cs) };
+            // SAFETY: as above; C is read only when beta != 0.
+            unsafe {
+                *at = if beta == T::ZERO {
+                    alpha * x
+                } else {
+                    alpha * x + beta * *at
+                };
+            }
+        }
+    }
+}
+
+/// Plain-Rust microkernel over fixed-size arrays, written so that the compiler vectorizes the
+/// `NR`-wide rows with whatever SIMD the target has (SSE2 on baseline x86_64, NEON on aarch64).
+#[derive(Clone, Copy, Debug)]
+pub struct Portable<const MR: usize, const NR: usize>;
+
+impl<T: Float, const MR: usize, const NR: usize> Microkernel<T> for Portable<MR, NR> {
+    const MR: usize = MR;
+    const NR: usize = NR;
+    const KC: usize = 256;
+    const NC: usize = NR * (512 / NR);
+
+    #[inline]
+    unsafe fn run(k: usize, a: *const T, b: *const T, c: &Tile<T>, alpha: T, beta: T) {
+        // SAFETY: the caller guarantees `a` holds `k * MR` readable elements and `b` `k * NR`;
+        // packed buffers are initialized (the packers write every element, padding included).
+        let (a, b) = unsafe {
+            (
+                std::slice::from_raw_parts(a, k * MR),
+                std::slice::from_raw_parts(b, k * NR),
+            )
+        };
+        let acc = portable_product::<T, MR, NR>(a, b);
+        // SAFETY: forwarded from the caller's contract on `c`.
+        unsafe { store_tile(&acc, c, alpha, beta) };
+    }
+}
+
+/// `acc[i][j] = sum_p a[p * MR + i] * b[p * NR + j]`, the register tile of the portable kernel.
+#[inline(always)]
+fn portable_product<T: Float, const MR: usize, const NR: usize>(a: &[T], b: &[T]) -> [[T; NR]; MR] {
+    let mut acc = [[T::ZERO; NR]; MR];
+    for (a_col, b_row) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
+        for (acc_row, &x) in acc.iter_mut().zip(a_col) {
+            for (y, &w) in acc_row.iter_mut().zip(b_row) {
+                *y += x * w;
+            }
+        }
+    }
+    acc
+}

@@ -1,0 +1,237 @@
+//! Packing operands into the microkernels' sliver layout, and the per-thread buffers they are
+//! packed into.
+//!
+//! A packed block of a `kc x width` operand (rows `p`, columns `j`) is a run of slivers of `w`
+//! columns: sliver `s` holds, for each `p`, the `w` elements `(p, s * w + j)` contiguously,
+//! zero-padded past the last column. B is packed as is (`w = NR`); A is packed transposed, so
+//! each sliver holds, per step `p` of the product, `MR` consecutive rows (`w = MR`).
+//!
+//! Buffers are thread-local and only ever grow: the first products on a thread size them (to at
+//! most one `KC x NC` block of B and one `MR x KC` sliver of A), later ones reuse them, so a
+//! steady stream of products allocates nothing. A caller-provided scratch argument would have
+//! changed `gemm`'s signature and every caller's scratch planning; the blocks are small (about
+//! half a MiB per thread), so keeping them per thread costs little and needs no coordination.
+
+use std::cell::RefCell;
+
+use bytemuck::{Pod, Zeroable};
+
+use super::super::float::Float;
+
+/// A read-only strided matrix view: element `(i, j)` is `data[i * rs + j * cs]`. Whoever builds
+/// one has checked that every element it will be asked for lies in `data`.
+#[derive(Clone, Copy, Debug)]
+pub struct MatRef<'a, T> {
+    pub data: &'a [T],
+    pub rs: isize,
+    pub cs: isize,
+}
+
+impl<T: Copy> MatRef<'_, T> {
+    /// The transposed view (no copy).
+    #[inline]
+    pub fn t(self) -> Self {
+        MatRef {
+            data: self.data,
+            rs: self.cs,
+            cs: self.rs,
+        }
+    }
+
+    /// Offset of element `(i, j)`. Checked operands give in-bounds, non-negative offsets; a
+    /// wrong one would make the slice index below panic, never read out of bounds.
+    #[inline(always)]
+    fn offset(&self, i: usize, j: usize) -> usize {
+        (i as isize * self.rs + j as isize * self.cs) as usize
+    }
+}
+
+/// Packs rows `p0..p0 + kc` by columns `j0..j0 + width` of `src` into `dst` as slivers of `w`
+/// columns (see the module docs); returns the packed length, `width.div_ceil(w) * kc * w`.
+pub fn pack_block<T: Float>(
+    dst: &mut [T],
+    src: MatRef<'_, T>,
+    p0: usize,
+    kc: usize,
+    j0: usize,
+    width: usize,
+    w: usize,
+) -> usize {
+    let slivers = width.div_ceil(w);
+    let len = slivers * kc * w;
+    let dst = &mut dst[..len];
+    if kc == 0 || width == 0 {
+        return len;
+    }
+    if src.cs == 1 {
+        // Rows contiguous: each source row splits into sliver rows.
+        for p in 0..kc {
+            let row = &src.data[src.offset(p0 + p, j0)..][..width];
+            for (s, part) in row.chunks(w).enumerate() {
+                let out = &mut dst[(s * kc + p) * w..][..w];
+                out[..part.len()].copy_from_slice(part);
+                out[part.len()..].fill(T::ZERO);
+            }
+        }
+    } else if src.rs == 1 {
+        // Columns contiguous: each source column scatters into one lane of its sliver.
+        for (s, sliver) in dst.chunks_exact_mut(kc * w).enumerate() {
+            let cols = (width - s * w).min(w);
+            for j in 0..cols {
+                let col = &src.data[src.offset(p0, j0 + s * w + j)..][..kc];
+                for (out, &x) in sliver.chunks_exact_mut(w).zip(col) {
+                    out[j] = x;
+                }
+            }
+            if cols < w {
+                for out in sliver.chunks_exact_mut(w) {
+                    out[cols..].fill(T::ZERO);
+                }
+            }
+        }
+    } else {
+        for (s, sliver) in dst.chunks_exact_mut(kc * w).enumerate() {
+            let cols = (width - s * w).min(w);
+            for (p, out) in sliver.chunks_exact_mut(w).enumerate() {
+                for (j, x) in out.iter_mut().enumerate() {
+                    *x = if j < cols {
+                        src.data[src.offset(p0 + p, j0 + s * w + j)]
+                    } else {
+                        T::ZERO
+                    };
+                }
+            }
+        }
+    }
+    len
+}
+
+/// One cache line: the unit the packing buffers are allocated in, so they are 64-byte aligned.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+/// The packing buffers of one thread.
+#[derive(Default)]
+struct PackBuffers {
+    a: Vec<Line>,
+    b: Vec<Line>,
+}
+
+impl PackBuffers {
+    /// Typed views of at least `a_len` and `b_len` elements, growing the buffers if needed.
+    fn slices<T: Pod>(&mut self, a_len: usize, b_len: usize) -> (&mut [T], &mut [T]) {
+        fn grow<T>(lines: &mut Vec<Line>, len: usize) {
+            let needed = (len * std::mem::size_of::<T>()).div_ceil(std::mem::size_of::<Line>());
+            if lines.len() < needed {
+                lines.resize(needed, Line::zeroed());
+            }
+        }
+        grow::<T>(&mut self.a, a_len);
+        grow::<T>(&mut self.b, b_len);
+        let a: &mut [T] = bytemuck::cast_slice_mut(&mut self.a[..]);
+        let b: &mut [T] = bytemuck::cast_slice_mut(&mut self.b[..]);
+        (&mut a[..a_len], &mut b[..b_len])
+    }
+}
+
+thread_local! {
+    static BUFFERS: RefCell<PackBuffers> = const {
+        RefCell::new(PackBuffers { a: Vec::new(), b: Vec::new() })
+    };
+}
+
+/// Runs `f` with this thread's packing buffers for A (`a_len` elements) and B (`b_len`). Should
+/// the thread's buffers be in use already (a product started from inside another one) or gone
+/// (thread teardown), `f` gets fresh temporary buffers instead: correct, just not allocation-free.
+pub fn with_pack_buffers<T: Pod, R>(
+    a_len: usize,
+    b_len: usize,
+    f: impl FnOnce(&mut [T], &mut [T]) -> R,
+) -> R {
+    let mut f = Some(f);
+    let reused = BUFFERS.try_with(|cell| {
+        let mut buffers = cell.try_borrow_mut().ok()?;
+        let f = f.take()?;
+        let (a, b) = buffers.slices(a_len, b_len);
+        Some(f(a, b))
+    });
+    if let Ok(Some(result)) = reused {
+        return result;
+    }
+    let mut temporary = PackBuffers::default();
+    let (a, b) = temporary.slices(a_len, b_len);
+    match f.take() {
+        Some(f) => f(a, b),
+        None => unreachable!("`f` is only taken on the path that returns its result"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packs_every_layout_into_zero_padded_slivers() {
+        // A 3 x 5 source, values 10 * row + col, in three layouts.
+        let value = |p: usize, j: usize| (10 * p + j) as f32;
+        let row_major: Vec<f32> = (0..3)
+            .flat_map(|p| (0..5).map(move |j| value(p, j)))
+            .collect();
+        let col_major: Vec<f32> = (0..5)
+            .flat_map(|j| (0..3).map(move |p| value(p, j)))
+            .collect();
+        let mut padded = [f32::NAN; 3 * 14];
+        for p in 0..3 {
+            for j in 0..5 {
+                padded[p * 2 + j * 7] = value(p, j);
+            }
+        }
+        let views = [
+            MatRef {
+                data: &row_major[..],
+                rs: 5,
+                cs: 1,
+            },
+            MatRef {
+                data: &col_major[..],
+                rs: 1,
+                cs: 3,
+            },
+            MatRef {
+                data: &padded[..],
+                rs: 2,
+                cs: 7,
+            },
+        ];
+        for view in views {
+            // Rows 1..3, columns 1..5 in slivers of 3: [1, 2, 3], [4, pad, pad].
+            let mut dst = vec![f32::NAN; 20];
+            assert_eq!(pack_block(&mut dst, view, 1, 2, 1, 4, 3), 12);
+            assert_eq!(
+                dst[..12],
+                [11.0, 12.0, 13.0, 21.0, 22.0, 23.0, 14.0, 0.0, 0.0, 24.0, 0.0, 0.0],
+                "{view:?}"
+            );
+            assert!(dst[12..].iter().all(|x| x.is_nan()), "wrote past the block");
+        }
+    }
+
+    #[test]
+    fn buffers_are_reused_and_nested_use_gets_fresh_ones() {
+        let first = with_pack_buffers::<f32, _>(100, 1000, |a, b| {
+            a.fill(1.0);
+            b.fill(2.0);
+            (a.as_ptr() as usize, b.as_ptr() as usize)
+        });
+        assert_eq!(first.0 % 64, 0);
+        assert_eq!(first.1 % 64, 0);
+        let again = with_pack_buffers::<f64, _>(10, 100, |a, b| {
+            // Nested: the thread's buffers are taken, so these are temporary ones.
+            let nested = with_pack_buffers::<f32, _>(1, 1, |x, _| x.as_ptr() as usize);
+            assert_ne!(nested, a.as_ptr() as usize);
+            (a.as_ptr() as usize, b.as_ptr() as usize)
+        });
+        assert_eq!(again, first, "smaller requests reuse the same memory");
+    }
+}

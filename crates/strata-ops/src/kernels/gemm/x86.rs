@@ -1,0 +1,163 @@
+//! x86_64 microkernels: AVX-512F and AVX2+FMA, for f32 and f64.
+//!
+//! Each keeps an `MR x (2 vectors)` tile of C in registers: per step of `k` it loads one packed
+//! row of B (two vectors), broadcasts the `MR` packed elements of A's column and issues
+//! `2 * MR` fused multiply-adds. AVX-512 has 32 vector registers (`MR` up to 14 fits with the
+//! two B vectors and a broadcast), AVX2 has 16 (`MR = 6`).
+//!
+//! The kernels are compiled with `#[target_feature]` and must only be called once the features
+//! were detected at run time; [`super::Isa`] does that.
+
+use std::arch::x86_64::*;
+
+use super::microkernel::{store_tile, Microkernel, Tile};
+
+/// Generates a microkernel marker type `$name<MR>` over element `$t` whose register tile is `MR`
+/// rows by `$vectors` vectors of `$lanes` lanes, compiled with `$feature`.
+macro_rules! simd_microkernel {
+    (
+        $(#[$doc:meta])*
+        $name:ident, $module:ident, $t:ty, feature = $feature:literal,
+        lanes = $lanes:literal, vectors = $vectors:literal, kc = $kc:literal, nc = $nc:literal,
+        zero = $zero:ident, splat = $splat:ident, load = $load:ident, store = $store:ident,
+        fmadd = $fmadd:ident, mul = $mul:ident $(,)?
+    ) => {
+        pub use $module::$name;
+
+        mod $module {
+            use super::*;
+
+            const LANES: usize = $lanes;
+            const VECTORS: usize = $vectors;
+            const NR: usize = LANES * VECTORS;
+
+            $(#[$doc])*
+            #[derive(Clone, Copy, Debug)]
+            pub struct $name<const MR: usize>;
+
+            impl<const MR: usize> Microkernel<$t> for $name<MR> {
+                const MR: usize = MR;
+                const NR: usize = NR;
+                const KC: usize = $kc;
+                const NC: usize = $nc;
+
+                #[inline]
+                unsafe fn run(
+                    k: usize,
+                    a: *const $t,
+                    b: *const $t,
+                    c: &Tile<$t>,
+                    alpha: $t,
+                    beta: $t,
+                ) {
+                    // SAFETY: the caller upholds `Microkernel::run`'s contract, which is
+                    // `kernel`'s: buffer extents, exclusive access to the tile, and the CPU
+                    // features (this type is only chosen after run-time detection).
+                    unsafe { kernel::<MR>(k, a, b, c, alpha, beta) }
+                }
+            }
+
+            /// # Safety
+            /// As [`Microkernel::run`]: `a` holds `k * MR` elements, `b` `k * NR`, the tile is
+            /// valid and exclusively ours, and the CPU has the enabled features.
+            #[target_feature(enable = $feature)]
+            unsafe fn kernel<const MR: usize>(
+                k: usize,
+                a: *const $t,
+                b: *const $t,
+                c: &Tile<$t>,
+                alpha: $t,
+                beta: $t,
+            ) {
+                let mut acc = [[$zero(); VECTORS]; MR];
+                let (mut a, mut b) = (a, b);
+                for _ in 0..k {
+                    let mut row = [$zero(); VECTORS];
+                    for (v, lane) in row.iter_mut().enumerate() {
+                        // SAFETY: `b` points at a packed row of NR elements (one of the `k`
+                        // rows the caller guarantees), and `v * LANES + LANES <= NR`.
+                        *lane = unsafe { $load(b.add(v * LANES)) };
+                    }
+                    for (i, acc_row) in acc.iter_mut().enumerate() {
+                        // SAFETY: `a` points at a packed column of MR elements (one of the `k`
+                        // columns the caller guarantees), and `i < MR`.
+                        let x = $splat(unsafe { *a.add(i) });
+                        for (sum, &w) in acc_row.iter_mut().zip(&row) {
+                            *sum = $fmadd(x, w, *sum);
+                        }
+                    }
+                    // Past the end after the last step, but never dereferenced there.
+                    a = a.wrapping_add(MR);
+                    b = b.wrapping_add(NR);
+                }
+
+                if c.m == MR && c.n == NR && c.cs == 1 {
+                    // Whole tile, rows contiguous: vector read-modify-write of C.
+                    let alpha = $splat(alpha);
+                    for (i, acc_row) in acc.iter().enumerate() {
+                        let row = c.ptr.wrapping_offset(i as isize * c.rs);
+                        for (v, &sum) in acc_row.iter().enumerate() {
+                            let at = row.wrapping_add(v * LANES);
+                            let scaled = $mul(sum, alpha);
+                            let out = if beta == 0.0 {
+                                scaled
+                            } else {
+                                // SAFETY: elements (i, v * LANES..(v + 1) * LANES) of the tile:
+                                // i < MR = c.m and the columns < NR = c.n with unit stride, so
+                                // the caller guarantees them readable.
+                                $fmadd($splat(beta), unsafe { $load(at) }, scaled)
+                            };
+                            // SAFETY: the same elements, which the caller guarantees writable
+                            // and exclusively ours.
+                            unsafe { $store(at, out) };
+                        }
+                    }
+                } else {
+                    // Edge tile or strided columns: spill the registers, write element-wise.
+                    let mut tile = [[0.0 as $t; NR]; MR];
+                    for (dst, acc_row) in tile.iter_mut().zip(&acc) {
+                        for (v, &sum) in acc_row.iter().enumerate() {
+                            // SAFETY: `dst` is a local row of NR elements and
+                            // `v * LANES + LANES <= NR`.
+                            unsafe { $store(dst.as_mut_ptr().add(v * LANES), sum) };
+                        }
+                    }
+                    // SAFETY: forwarded from the caller's contract on `c`.
+                    unsafe { store_tile(&tile, c, alpha, beta) };
+                }
+            }
+        }
+    };
+}
+
+simd_microkernel! {
+    /// AVX-512F, f32: `MR x 32` tile (two 16-lane vectors per row).
+    Avx512F32, avx512_f32, f32, feature = "avx512f",
+    lanes = 16, vectors = 2, kc = 256, nc = 512,
+    zero = _mm512_setzero_ps, splat = _mm512_set1_ps, load = _mm512_loadu_ps,
+    store = _mm512_storeu_ps, fmadd = _mm512_fmadd_ps, mul = _mm512_mul_ps,
+}
+
+simd_microkernel! {
+    /// AVX-512F, f64: `MR x 16` tile (two 8-lane vectors per row).
+    Avx512F64, avx512_f64, f64, feature = "avx512f",
+    lanes = 8, vectors = 2, kc = 128, nc = 512,
+    zero = _mm512_setzero_pd, splat = _mm512_set1_pd, load = _mm512_loadu_pd,
+    store = _mm512_storeu_pd, fmadd = _mm512_fmadd_pd, mul = _mm512_mul_pd,
+}
+
+simd_microkernel! {
+    /// AVX2 + FMA, f32: `MR x 16` tile (two 8-lane vectors per row).
+    Avx2F32, avx2_f32, f32, feature = "avx2,fma",
+    lanes = 8, vectors = 2, kc = 256, nc = 512,
+    zero = _mm256_setzero_ps, splat = _mm256_set1_ps, load = _mm256_loadu_ps,
+    store = _mm256_storeu_ps, fmadd = _mm256_fmadd_ps, mul = _mm256_mul_ps,
+}
+
+simd_microkernel! {
+    /// AVX2 + FMA, f64: `MR x 8` tile (two 4-lane vectors per row).
+    Avx2F64, avx2_f64, f64, feature = "avx2,fma",
+    lanes = 4, vectors = 2, kc = 256, nc = 256,
+    zero = _mm256_setzero_pd, splat = _mm256_set1_pd, load = _mm256_loadu_pd,
+    store = _mm256_storeu_pd, fmadd = _mm256_fmadd_pd, mul = _mm256_mul_pd,
+}
