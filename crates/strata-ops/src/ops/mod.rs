@@ -21,29 +21,18 @@ pub mod unary;
 
 // Reductions and shape manipulation.
 pub(crate) mod accumulate;
+pub mod argminmax;
 pub(crate) mod axes;
 pub(crate) mod copy_runs;
-pub(crate) mod scalar;
-pub mod argminmax;
-pub mod compress;
-pub mod constant_of_shape;
 pub mod cumsum;
-pub mod depth_space;
 pub mod expand;
-pub mod eyelike;
-pub mod gather_elements;
-pub mod gather_nd;
-pub mod onehot;
 pub mod pad;
-pub mod range;
 pub mod reduce;
-pub mod scatter;
-pub mod size;
+pub(crate) mod scalar;
 pub mod slice;
 pub mod split;
 pub mod tile;
 pub mod topk;
-pub mod trilu;
 
 // Element-wise family (elementwise.rs and unary.rs above hold the shared plumbing).
 pub mod activation;
