@@ -44,8 +44,6 @@ pub mod compare;
 #[cfg(test)]
 pub(crate) mod elementwise_test_util;
 pub(crate) mod erf;
-pub(crate) mod f16_bits;
-pub(crate) mod fast_math;
 pub mod float_class;
 pub mod logical;
 pub mod pow;
