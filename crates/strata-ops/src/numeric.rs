@@ -45,6 +45,26 @@ macro_rules! float_arith {
     )*};
 }
 
+/// f16/bf16: each operation in f32, rounded once (what the `half` operators do, but through
+/// conversions that inline and vectorize).
+macro_rules! half_arith {
+    ($($t:ty),*) => {$(
+        impl Arith for $t {
+            #[inline(always)] fn add(self, r: Self) -> Self { Self::narrow(self.widen() + r.widen()) }
+            #[inline(always)] fn sub(self, r: Self) -> Self { Self::narrow(self.widen() - r.widen()) }
+            #[inline(always)] fn mul(self, r: Self) -> Self { Self::narrow(self.widen() * r.widen()) }
+            #[inline(always)] fn div(self, r: Self) -> Self { Self::narrow(self.widen() / r.widen()) }
+            #[inline(always)]
+            fn rem_floor(self, r: Self) -> Self { Self::narrow(self.widen().rem_floor(r.widen())) }
+            #[inline(always)] fn fmod(self, r: Self) -> Self { Self::narrow(self.widen() % r.widen()) }
+            #[inline(always)]
+            fn max_nan(self, r: Self) -> Self { Self::narrow(self.widen().max_nan(r.widen())) }
+            #[inline(always)]
+            fn min_nan(self, r: Self) -> Self { Self::narrow(self.widen().min_nan(r.widen())) }
+        }
+    )*};
+}
+
 macro_rules! int_arith {
     ($signed:literal: $($t:ty),*) => {$(
         impl Arith for $t {
@@ -68,7 +88,8 @@ macro_rules! int_arith {
     )*};
 }
 
-float_arith!(f32, f64, f16, bf16);
+float_arith!(f32, f64);
+half_arith!(f16, bf16);
 int_arith!(true: i8, i16, i32, i64);
 int_arith!(false: u8, u16, u32, u64);
 
@@ -78,6 +99,10 @@ pub trait WideFloat: Float + Send + Sync + 'static {
     fn lit(v: f64) -> Self;
     /// The error function (named apart from std's unstable `erf`).
     fn error_function(self) -> Self;
+    /// e^x; for f32 a branch-free version that vectorizes.
+    fn exp_v(self) -> Self;
+    /// tanh(x); for f32 a branch-free version that vectorizes.
+    fn tanh_v(self) -> Self;
     /// Rounds half to even (ONNX Round).
     fn round_half_even(self) -> Self;
 }
@@ -89,7 +114,15 @@ impl WideFloat for f32 {
     }
     #[inline(always)]
     fn error_function(self) -> Self {
-        crate::ops::erf::erf(self as f64) as f32
+        crate::ops::fast_math::erf(self)
+    }
+    #[inline(always)]
+    fn exp_v(self) -> Self {
+        crate::ops::fast_math::exp(self)
+    }
+    #[inline(always)]
+    fn tanh_v(self) -> Self {
+        crate::ops::fast_math::tanh(self)
     }
     #[inline(always)]
     fn round_half_even(self) -> Self {
@@ -105,6 +138,14 @@ impl WideFloat for f64 {
     #[inline(always)]
     fn error_function(self) -> Self {
         crate::ops::erf::erf(self)
+    }
+    #[inline(always)]
+    fn exp_v(self) -> Self {
+        self.exp()
+    }
+    #[inline(always)]
+    fn tanh_v(self) -> Self {
+        self.tanh()
     }
     #[inline(always)]
     fn round_half_even(self) -> Self {
@@ -148,11 +189,11 @@ impl Real for f16 {
     type Wide = f32;
     #[inline(always)]
     fn widen(self) -> f32 {
-        self.to_f32()
+        crate::ops::f16_bits::f16_to_f32(self.to_bits())
     }
     #[inline(always)]
     fn narrow(w: f32) -> Self {
-        f16::from_f32(w)
+        f16::from_bits(crate::ops::f16_bits::f32_to_f16(w))
     }
 }
 

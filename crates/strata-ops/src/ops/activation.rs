@@ -4,7 +4,7 @@
 
 use strata_core::DType;
 
-use super::unary::{real_kernel, sigmoid, softplus, Unary, UnaryKind};
+use super::unary::{real_kernel, sigmoid, Unary, UnaryKind};
 use crate::{Kernel, OpContext, OpError, OpResult, Operator};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -140,9 +140,18 @@ impl UnaryKind for ActivationOp {
             }),
             ActivationOp::Gelu { tanh: true } => real_kernel!(dtype, name, W, |x| {
                 let k = W::lit((2.0 / std::f64::consts::PI).sqrt());
-                W::lit(0.5) * x * (W::one() + (k * (x + W::lit(0.044715) * x * x * x)).tanh())
+                W::lit(0.5) * x * (W::one() + (k * (x + W::lit(0.044715) * x * x * x)).tanh_v())
             }),
-            ActivationOp::Mish => real_kernel!(dtype, name, W, |x| x * softplus(x).tanh()),
+            ActivationOp::Mish => real_kernel!(dtype, name, W, |x| {
+                // tanh(ln(1 + e^x)) = n / (n + 2) with n = e^x (e^x + 2); past 20 it is 1.
+                let e = x.exp_v();
+                let n = e * (e + W::lit(2.0));
+                if x > W::lit(20.0) {
+                    x
+                } else {
+                    x * n / (n + W::lit(2.0))
+                }
+            }),
             ActivationOp::HardSigmoid { alpha, beta } => real_kernel!(dtype, name, W, |x| {
                 (W::lit(alpha as f64) * x + W::lit(beta as f64))
                     .max(W::zero())

@@ -320,8 +320,15 @@ pub fn zip2_assign_mid<A: Copy, C: Copy, O: Copy>(
     } in walk.rows()
     {
         let out = &mut out[o..o + n];
-        for (i, v) in out.iter_mut().enumerate() {
-            *v = f(a[at(pa, sa, i)], *v, c[at(pc, sc, i)]);
+        if (sa, sc) == (1, 1) {
+            let (a, c) = (&a[pa..pa + n], &c[pc..pc + n]);
+            for i in 0..n {
+                out[i] = f(a[i], out[i], c[i]);
+            }
+        } else {
+            for (i, v) in out.iter_mut().enumerate() {
+                *v = f(a[at(pa, sa, i)], *v, c[at(pc, sc, i)]);
+            }
         }
     }
 }

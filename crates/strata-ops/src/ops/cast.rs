@@ -12,7 +12,7 @@ use crate::{
 };
 
 /// The ONNX `TensorProto.DataType` name of a code, for messages.
-fn onnx_type_name(code: i64) -> &'static str {
+pub(crate) fn onnx_type_name(code: i64) -> &'static str {
     match code {
         1 => "FLOAT",
         2 => "UINT8",

@@ -9,7 +9,7 @@ use num_traits::Float;
 use strata_core::{bf16, f16, DType, Device, Element};
 
 use super::broadcast::{zip1, Walk};
-use crate::numeric::Real;
+use crate::numeric::{Real, WideFloat};
 use crate::{
     dispatch_signed, dispatch_unsigned, Fact, Kernel, KernelIo, OpContext, OpError, OpResult,
     Operator,
@@ -363,10 +363,10 @@ impl UnaryOp {
                 x
             }),
             UnaryOp::Sigmoid => real_kernel!(dtype, name, W, |x| sigmoid(x)),
-            UnaryOp::Tanh => real_kernel!(dtype, name, W, |x| x.tanh()),
+            UnaryOp::Tanh => real_kernel!(dtype, name, W, |x| x.tanh_v()),
             UnaryOp::Neg => real_kernel!(dtype, name, W, |x| -x),
             UnaryOp::Abs => real_kernel!(dtype, name, W, |x| x.abs()),
-            UnaryOp::Exp => real_kernel!(dtype, name, W, |x| x.exp()),
+            UnaryOp::Exp => real_kernel!(dtype, name, W, |x| x.exp_v()),
             UnaryOp::Log => real_kernel!(dtype, name, W, |x| x.ln()),
             UnaryOp::Sqrt => real_kernel!(dtype, name, W, |x| x.sqrt()),
             UnaryOp::Reciprocal => real_kernel!(dtype, name, W, |x| x.recip()),
@@ -463,8 +463,8 @@ impl UnaryKind for UnaryOp {
 }
 
 #[inline(always)]
-pub fn sigmoid<W: Float>(x: W) -> W {
-    W::one() / (W::one() + (-x).exp())
+pub fn sigmoid<W: WideFloat>(x: W) -> W {
+    W::one() / (W::one() + (-x).exp_v())
 }
 
 /// `log(1 + exp(x))` without overflow for large `x`.

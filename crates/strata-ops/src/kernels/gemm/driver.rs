@@ -21,11 +21,11 @@ use rayon::prelude::*;
 
 use super::super::float::Float;
 use super::microkernel::{Microkernel, Tile};
-use super::pack::{pack_block, with_pack_buffers, MatRef};
+use super::pack::{with_pack_buffers, MatRef};
 
 /// Below this many multiply-adds a product stays on the calling thread: handing blocks to the
 /// pool costs more than it saves.
-const PARALLEL_MIN_MULADDS: usize = 1 << 18;
+const PARALLEL_MIN_MULADDS: usize = 1 << 20;
 
 /// The output of a product: element `(i, j)` at `ptr + i * rs + j * cs`.
 #[derive(Clone, Copy, Debug)]
@@ -145,12 +145,12 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
             let nc = K::NC.min(cols.end - jc);
             for pc in (0..p.k).step_by(K::KC) {
                 let kc = K::KC.min(p.k - pc);
-                let b_len = pack_block(packed_b, p.b, pc, kc, jc, nc, K::NR);
+                let b_len = K::pack_b(packed_b, p.b, pc, kc, jc, nc);
                 let packed_b = &packed_b[..b_len];
                 let beta = if pc == 0 { p.beta } else { T::ONE };
                 for ir in rows.clone().step_by(K::MR) {
                     let mr = K::MR.min(rows.end - ir);
-                    let a_len = pack_block(packed_a, p.a.t(), pc, kc, ir, mr, K::MR);
+                    let a_len = K::pack_a(packed_a, p.a, ir, mr, pc, kc);
                     let sliver_a = &packed_a[..a_len];
                     for (jr, sliver_b) in (jc..jc + nc)
                         .step_by(K::NR)

@@ -6,6 +6,7 @@
 //! It also carries the cache-blocking sizes that suit its register tile.
 
 use super::super::float::Float;
+use super::pack::{pack_block, MatRef};
 
 /// Where one microkernel tile of C lives: element `(i, j)` is at `ptr + i * rs + j * cs`, for
 /// `i < m <= MR` and `j < n <= NR` (an edge tile is smaller than the register tile).
@@ -28,6 +29,28 @@ pub trait Microkernel<T: Float>: Copy + Send + Sync + 'static {
     const KC: usize;
     /// Columns of B packed at once (a multiple of `NR`): the `KC x NC` block should sit in L2.
     const NC: usize;
+
+    /// Packs rows `i0..i0 + rows` (at most `MR`) by columns `p0..p0 + kc` of A as one sliver;
+    /// returns its length, `kc * MR`.
+    fn pack_a(
+        dst: &mut [T],
+        a: MatRef<'_, T>,
+        i0: usize,
+        rows: usize,
+        p0: usize,
+        kc: usize,
+    ) -> usize;
+
+    /// Packs rows `p0..p0 + kc` by columns `j0..j0 + cols` of B as slivers of `NR` columns;
+    /// returns the packed length.
+    fn pack_b(
+        dst: &mut [T],
+        b: MatRef<'_, T>,
+        p0: usize,
+        kc: usize,
+        j0: usize,
+        cols: usize,
+    ) -> usize;
 
     /// Computes the tile `c` from `k` steps of packed A at `a` and packed B at `b`.
     ///
@@ -79,6 +102,28 @@ impl<T: Float, const MR: usize, const NR: usize> Microkernel<T> for Portable<MR,
     const NR: usize = NR;
     const KC: usize = 256;
     const NC: usize = NR * (512 / NR);
+
+    fn pack_a(
+        dst: &mut [T],
+        a: MatRef<'_, T>,
+        i0: usize,
+        rows: usize,
+        p0: usize,
+        kc: usize,
+    ) -> usize {
+        pack_block::<T, MR>(dst, a.t(), p0, kc, i0, rows)
+    }
+
+    fn pack_b(
+        dst: &mut [T],
+        b: MatRef<'_, T>,
+        p0: usize,
+        kc: usize,
+        j0: usize,
+        cols: usize,
+    ) -> usize {
+        pack_block::<T, NR>(dst, b, p0, kc, j0, cols)
+    }
 
     #[inline]
     unsafe fn run(k: usize, a: *const T, b: *const T, c: &Tile<T>, alpha: T, beta: T) {

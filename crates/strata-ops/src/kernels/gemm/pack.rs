@@ -46,56 +46,61 @@ impl<T: Copy> MatRef<'_, T> {
     }
 }
 
-/// Packs rows `p0..p0 + kc` by columns `j0..j0 + width` of `src` into `dst` as slivers of `w`
-/// columns (see the module docs); returns the packed length, `width.div_ceil(w) * kc * w`.
-pub fn pack_block<T: Float>(
+/// Packs rows `p0..p0 + kc` by columns `j0..j0 + width` of `src` into `dst` as slivers of `W`
+/// columns (see the module docs); returns the packed length, `width.div_ceil(W) * kc * W`.
+/// `W` is a constant so that copying one sliver row is a few vector moves, not a `memcpy` call.
+pub fn pack_block<T: Float, const W: usize>(
     dst: &mut [T],
     src: MatRef<'_, T>,
     p0: usize,
     kc: usize,
     j0: usize,
     width: usize,
-    w: usize,
 ) -> usize {
-    let slivers = width.div_ceil(w);
-    let len = slivers * kc * w;
+    let slivers = width.div_ceil(W);
+    let len = slivers * kc * W;
     let dst = &mut dst[..len];
     if kc == 0 || width == 0 {
         return len;
     }
-    if src.cs == 1 {
-        // Rows contiguous: each source row splits into sliver rows.
-        for p in 0..kc {
-            let row = &src.data[src.offset(p0 + p, j0)..][..width];
-            for (s, part) in row.chunks(w).enumerate() {
-                let out = &mut dst[(s * kc + p) * w..][..w];
-                out[..part.len()].copy_from_slice(part);
-                out[part.len()..].fill(T::ZERO);
+    for (s, sliver) in dst.chunks_exact_mut(kc * W).enumerate() {
+        let cols = (width - s * W).min(W);
+        let j = j0 + s * W;
+        if src.cs == 1 && cols == W {
+            // Rows contiguous, whole sliver: one fixed-size copy per row.
+            for (p, out) in sliver.chunks_exact_mut(W).enumerate() {
+                let row = &src.data[src.offset(p0 + p, j)..][..W];
+                out.copy_from_slice(row);
             }
-        }
-    } else if src.rs == 1 {
-        // Columns contiguous: each source column scatters into one lane of its sliver.
-        for (s, sliver) in dst.chunks_exact_mut(kc * w).enumerate() {
-            let cols = (width - s * w).min(w);
-            for j in 0..cols {
-                let col = &src.data[src.offset(p0, j0 + s * w + j)..][..kc];
-                for (out, &x) in sliver.chunks_exact_mut(w).zip(col) {
-                    out[j] = x;
+        } else if src.cs == 1 {
+            for (p, out) in sliver.chunks_exact_mut(W).enumerate() {
+                let row = &src.data[src.offset(p0 + p, j)..][..cols];
+                for (x, &y) in out.iter_mut().zip(row) {
+                    *x = y;
+                }
+                for x in &mut out[cols..] {
+                    *x = T::ZERO;
                 }
             }
-            if cols < w {
-                for out in sliver.chunks_exact_mut(w) {
-                    out[cols..].fill(T::ZERO);
+        } else if src.rs == 1 {
+            // Columns contiguous: each source column fills one lane of every sliver row.
+            for lane in 0..W {
+                if lane < cols {
+                    let col = &src.data[src.offset(p0, j + lane)..][..kc];
+                    for (out, &x) in sliver.chunks_exact_mut(W).zip(col) {
+                        out[lane] = x;
+                    }
+                } else {
+                    for out in sliver.chunks_exact_mut(W) {
+                        out[lane] = T::ZERO;
+                    }
                 }
             }
-        }
-    } else {
-        for (s, sliver) in dst.chunks_exact_mut(kc * w).enumerate() {
-            let cols = (width - s * w).min(w);
-            for (p, out) in sliver.chunks_exact_mut(w).enumerate() {
-                for (j, x) in out.iter_mut().enumerate() {
-                    *x = if j < cols {
-                        src.data[src.offset(p0 + p, j0 + s * w + j)]
+        } else {
+            for (p, out) in sliver.chunks_exact_mut(W).enumerate() {
+                for (lane, x) in out.iter_mut().enumerate() {
+                    *x = if lane < cols {
+                        src.data[src.offset(p0 + p, j + lane)]
                     } else {
                         T::ZERO
                     };
@@ -207,7 +212,7 @@ mod tests {
         for view in views {
             // Rows 1..3, columns 1..5 in slivers of 3: [1, 2, 3], [4, pad, pad].
             let mut dst = vec![f32::NAN; 20];
-            assert_eq!(pack_block(&mut dst, view, 1, 2, 1, 4, 3), 12);
+            assert_eq!(pack_block::<f32, 3>(&mut dst, view, 1, 2, 1, 4), 12);
             assert_eq!(
                 dst[..12],
                 [11.0, 12.0, 13.0, 21.0, 22.0, 23.0, 14.0, 0.0, 0.0, 24.0, 0.0, 0.0],

@@ -11,6 +11,7 @@
 use std::arch::x86_64::*;
 
 use super::microkernel::{store_tile, Microkernel, Tile};
+use super::pack::{pack_block, MatRef};
 
 /// Generates a microkernel marker type `$name<MR>` over element `$t` whose register tile is `MR`
 /// rows by `$vectors` vectors of `$lanes` lanes, compiled with `$feature`.
@@ -40,6 +41,28 @@ macro_rules! simd_microkernel {
                 const NR: usize = NR;
                 const KC: usize = $kc;
                 const NC: usize = $nc;
+
+                fn pack_a(
+                    dst: &mut [$t],
+                    a: MatRef<'_, $t>,
+                    i0: usize,
+                    rows: usize,
+                    p0: usize,
+                    kc: usize,
+                ) -> usize {
+                    pack_block::<$t, MR>(dst, a.t(), p0, kc, i0, rows)
+                }
+
+                fn pack_b(
+                    dst: &mut [$t],
+                    b: MatRef<'_, $t>,
+                    p0: usize,
+                    kc: usize,
+                    j0: usize,
+                    cols: usize,
+                ) -> usize {
+                    pack_block::<$t, NR>(dst, b, p0, kc, j0, cols)
+                }
 
                 #[inline]
                 unsafe fn run(
