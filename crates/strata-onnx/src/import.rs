@@ -244,6 +244,8 @@ fn add_node(
         domain,
         opset,
         attrs: &attrs,
+        num_inputs: node.input.len(),
+        num_outputs: node.output.len(),
     })
     .map_err(|e| node_err(e.to_string()))?;
     let inputs = node

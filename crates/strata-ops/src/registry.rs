@@ -28,6 +28,9 @@ pub struct OpContext<'a> {
     /// The opset version imported for the node's domain.
     pub opset: i64,
     pub attrs: &'a Attributes,
+    /// How many inputs and outputs the node lists (optional ones left empty included).
+    pub num_inputs: usize,
+    pub num_outputs: usize,
 }
 
 /// Builds an operator from its node's context.
@@ -70,6 +73,14 @@ const ONNX_FAMILIES: &[&[(&str, Constructor)]] = &[
     crate::ops::pow::OPS,
     crate::ops::variadic::OPS,
     crate::ops::where_op::OPS,
+    crate::ops::attention::OPS,
+    crate::ops::loss::OPS,
+    crate::ops::normalization::OPS,
+    crate::ops::quant::OPS,
+    crate::ops::recurrent::OPS,
+    crate::ops::resample::OPS,
+    crate::ops::signal::OPS,
+    crate::ops::spatial::OPS,
 ];
 
 /// The first operators: arithmetic, activations, CNN and transformer building blocks.
@@ -161,6 +172,8 @@ mod tests {
             domain: "",
             opset: 13,
             attrs: &attrs,
+            num_inputs: 0,
+            num_outputs: 1,
         })
         .unwrap_err();
         assert!(

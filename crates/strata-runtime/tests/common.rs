@@ -23,6 +23,8 @@ pub fn op(
         domain: "",
         opset: 17,
         attrs: &a,
+        num_inputs: inputs.len(),
+        num_outputs: outputs.len(),
     })
     .unwrap();
     let ins: Vec<Option<ValueId>> = inputs.iter().map(|&v| Some(v)).collect();

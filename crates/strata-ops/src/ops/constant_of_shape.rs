@@ -126,6 +126,8 @@ mod tests {
             domain: "",
             opset: 20,
             attrs: &attrs,
+            num_inputs: 1,
+            num_outputs: 1,
         };
         let op = ConstantOfShape::build(&ctx).unwrap();
         let shape = Tensor::from_slice(&[2i64, 3], &[2]).unwrap();

@@ -42,6 +42,8 @@ fn run(
         domain: "",
         opset,
         attrs: &attributes,
+        num_inputs: inputs.len(),
+        num_outputs: 1,
     })?;
     let facts: Vec<Fact> = inputs
         .iter()

@@ -63,3 +63,13 @@ pub mod logical;
 pub mod pow;
 pub mod variadic;
 pub mod where_op;
+
+// Families that own a folder each.
+pub mod attention;
+pub mod loss;
+pub mod normalization;
+pub mod quant;
+pub mod recurrent;
+pub mod resample;
+pub mod signal;
+pub mod spatial;

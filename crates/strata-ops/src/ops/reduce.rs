@@ -506,6 +506,8 @@ mod tests {
                 domain: "",
                 opset,
                 attrs: &a,
+                num_inputs: 2,
+                num_outputs: 1,
             },
         )
         .unwrap()

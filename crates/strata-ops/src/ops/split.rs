@@ -30,7 +30,9 @@ impl Split {
                     OpError::attribute("Split", "num_outputs", format!("{n} is not positive"))
                 })
             })
-            .transpose()?;
+            .transpose()?
+            // Before opset 18 an equal split has as many parts as the node has outputs.
+            .or((ctx.num_outputs > 0).then_some(ctx.num_outputs));
         let split_attr = ctx.attrs.ints("split")?;
         if split_attr
             .as_ref()
@@ -91,8 +93,8 @@ impl Operator for Split {
                     OpError::attribute(
                         "Split",
                         "num_outputs",
-                        "an equal split without `split` or `num_outputs` needs the node's output \
-                         count, which the importer does not pass",
+                        "an equal split without `split` needs `num_outputs` or the node's \
+                         output count",
                     )
                 })?;
                 match dim {

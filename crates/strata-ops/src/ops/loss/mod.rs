@@ -1,0 +1,6 @@
+//! Loss operators: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss.
+
+use crate::Constructor;
+
+/// The family's operators, registered in `registry::ONNX_FAMILIES`.
+pub const OPS: &[(&str, Constructor)] = &[];

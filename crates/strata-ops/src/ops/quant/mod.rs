@@ -1,0 +1,6 @@
+//! Quantization family: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv.
+
+use crate::Constructor;
+
+/// The family's operators, registered in `registry::ONNX_FAMILIES`.
+pub const OPS: &[(&str, Constructor)] = &[];

@@ -1,0 +1,6 @@
+//! Signal processing: DFT, STFT, window functions, MelWeightMatrix.
+
+use crate::Constructor;
+
+/// The family's operators, registered in `registry::ONNX_FAMILIES`.
+pub const OPS: &[(&str, Constructor)] = &[];
