@@ -15,7 +15,6 @@ use crate::ops::{
     pool::{GlobalPool, Pool, PoolKind},
     reshape::Reshape,
     shape::Shape,
-    softmax::Softmax,
     squeeze::Squeeze,
     transpose::Transpose,
 };
@@ -81,6 +80,10 @@ const ONNX_FAMILIES: &[&[(&str, Constructor)]] = &[
     crate::ops::resample::OPS,
     crate::ops::signal::OPS,
     crate::ops::spatial::OPS,
+    crate::ops::selection::OPS,
+    crate::ops::linalg::OPS,
+    crate::ops::dropout::OPS,
+    crate::ops::softmax::OPS,
 ];
 
 /// The first operators: arithmetic, activations, CNN and transformer building blocks.
@@ -105,7 +108,6 @@ const CORE_OPS: &[(&str, Constructor)] = &[
     ("Identity", Identity::build),
     ("Reshape", Reshape::build),
     ("Shape", Shape::build),
-    ("Softmax", Softmax::build),
     ("Squeeze", Squeeze::build_squeeze),
     ("Unsqueeze", Squeeze::build_unsqueeze),
     ("Transpose", Transpose::build),

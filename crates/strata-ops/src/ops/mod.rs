@@ -66,10 +66,13 @@ pub mod where_op;
 
 // Families that own a folder each.
 pub mod attention;
+pub mod dropout;
+pub mod linalg;
 pub mod loss;
 pub mod normalization;
 pub mod quant;
 pub mod recurrent;
 pub mod resample;
+pub mod selection;
 pub mod signal;
 pub mod spatial;

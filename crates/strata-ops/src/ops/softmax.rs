@@ -6,7 +6,10 @@ use num_traits::Float;
 use strata_core::{DType, Device, Element};
 
 use super::identity::first_input;
-use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{Constructor, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+
+/// The softmax family's constructors, registered in `registry::ONNX_FAMILIES`.
+pub const OPS: &[(&str, Constructor)] = &[("Softmax", Softmax::build)];
 
 #[derive(Debug)]
 pub struct Softmax {
