@@ -12,6 +12,18 @@ use crate::{CoreError, Result};
 /// Plain types store one element per `size_in_bytes()` bytes. Block-quantized types (`Q8_0`,
 /// `Q4_0`) store `block_size()` elements per block of `size_in_bytes()` bytes: an f16 scale followed
 /// by 32 signed 8-bit (q8_0) or 4-bit (q4_0) values, the layout GGML uses.
+///
+/// Low-precision ONNX types (opset 19+ float8, opset 21+ int4/uint4, opset 23+ float4, opset 24+
+/// float8e8m0, opset 25+ int2/uint2):
+/// - the float8 types (`F8E4M3FN`, `F8E4M3FNUZ`, `F8E5M2`, `F8E5M2FNUZ`, `F8E8M0`) take one byte
+///   per element, holding the element's bit pattern;
+/// - the sub-byte types (`I4`, `U4`, `I2`, `U2`, `F4E2M1`) are held UNPACKED, one element per
+///   byte: the sign-extended value for `I4`/`I2` (so the byte reads as an `i8`), the value for
+///   `U4`/`U2`, and the 4-bit code (low nibble) for `F4E2M1`. Every shape and view operation then
+///   works on them unchanged; packing (two or four elements per byte, low bits first) happens only
+///   at the ONNX boundary, when TensorProtos are decoded and encoded.
+///
+/// `Q8_0`/`Q4_0` remain the packed weight formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
     F32,
@@ -29,6 +41,16 @@ pub enum DType {
     Bool,
     Q8_0,
     Q4_0,
+    F8E4M3FN,
+    F8E4M3FNUZ,
+    F8E5M2,
+    F8E5M2FNUZ,
+    F8E8M0,
+    F4E2M1,
+    I4,
+    U4,
+    I2,
+    U2,
 }
 
 /// Elements per block of the block-quantized types.
@@ -36,7 +58,7 @@ pub const QUANT_BLOCK: usize = 32;
 
 impl DType {
     /// Every dtype, in declaration order.
-    pub const ALL: [DType; 15] = [
+    pub const ALL: [DType; 25] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -52,12 +74,33 @@ impl DType {
         DType::Bool,
         DType::Q8_0,
         DType::Q4_0,
+        DType::F8E4M3FN,
+        DType::F8E4M3FNUZ,
+        DType::F8E5M2,
+        DType::F8E5M2FNUZ,
+        DType::F8E8M0,
+        DType::F4E2M1,
+        DType::I4,
+        DType::U4,
+        DType::I2,
+        DType::U2,
     ];
 
     /// Bytes of one storage unit: an element, or a whole block for quantized types.
     pub const fn size_in_bytes(self) -> usize {
         match self {
             DType::I8 | DType::U8 | DType::Bool => 1,
+            // Float8 bit patterns, and sub-byte types held unpacked (one element per byte).
+            DType::F8E4M3FN
+            | DType::F8E4M3FNUZ
+            | DType::F8E5M2
+            | DType::F8E5M2FNUZ
+            | DType::F8E8M0
+            | DType::F4E2M1
+            | DType::I4
+            | DType::U4
+            | DType::I2
+            | DType::U2 => 1,
             DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F64 | DType::I64 | DType::U64 => 8,
@@ -81,6 +124,24 @@ impl DType {
 
     pub const fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
+    }
+
+    /// True for the 8-bit and 4-bit float formats, stored as bit patterns (see [`DType`]).
+    pub const fn is_low_precision_float(self) -> bool {
+        matches!(
+            self,
+            DType::F8E4M3FN
+                | DType::F8E4M3FNUZ
+                | DType::F8E5M2
+                | DType::F8E5M2FNUZ
+                | DType::F8E8M0
+                | DType::F4E2M1
+        )
+    }
+
+    /// True for the sub-byte integer types, held unpacked one element per byte.
+    pub const fn is_sub_byte_int(self) -> bool {
+        matches!(self, DType::I4 | DType::U4 | DType::I2 | DType::U2)
     }
 
     pub const fn is_signed_int(self) -> bool {
@@ -125,6 +186,16 @@ impl DType {
             DType::Bool => "bool",
             DType::Q8_0 => "q8_0",
             DType::Q4_0 => "q4_0",
+            DType::F8E4M3FN => "f8e4m3fn",
+            DType::F8E4M3FNUZ => "f8e4m3fnuz",
+            DType::F8E5M2 => "f8e5m2",
+            DType::F8E5M2FNUZ => "f8e5m2fnuz",
+            DType::F8E8M0 => "f8e8m0",
+            DType::F4E2M1 => "f4e2m1",
+            DType::I4 => "i4",
+            DType::U4 => "u4",
+            DType::I2 => "i2",
+            DType::U2 => "u2",
         }
     }
 }
@@ -156,6 +227,16 @@ impl FromStr for DType {
                 "uint16" => Some(DType::U16),
                 "uint32" => Some(DType::U32),
                 "uint64" => Some(DType::U64),
+                "float8e4m3fn" => Some(DType::F8E4M3FN),
+                "float8e4m3fnuz" => Some(DType::F8E4M3FNUZ),
+                "float8e5m2" => Some(DType::F8E5M2),
+                "float8e5m2fnuz" => Some(DType::F8E5M2FNUZ),
+                "float8e8m0" => Some(DType::F8E8M0),
+                "float4e2m1" => Some(DType::F4E2M1),
+                "int4" => Some(DType::I4),
+                "uint4" => Some(DType::U4),
+                "int2" => Some(DType::I2),
+                "uint2" => Some(DType::U2),
                 _ => None,
             })
             .ok_or(CoreError::ParseDType {
@@ -213,6 +294,12 @@ mod tests {
         assert_eq!(DType::Q4_0.bytes_for(64).unwrap(), 36);
         assert_eq!(DType::Q8_0.bytes_for(0).unwrap(), 0);
         assert_eq!(DType::F16.bytes_for(3).unwrap(), 6);
+        // Low-precision types: one byte per element, sub-byte types unpacked.
+        assert_eq!(DType::F8E5M2.size_in_bytes(), 1);
+        assert_eq!(DType::I4.bytes_for(5).unwrap(), 5);
+        assert_eq!(DType::U2.block_size(), 1);
+        assert!(DType::F4E2M1.is_low_precision_float() && !DType::F4E2M1.is_float());
+        assert!(DType::I2.is_sub_byte_int() && !DType::I2.is_signed_int());
     }
 
     #[test]

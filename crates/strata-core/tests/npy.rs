@@ -93,7 +93,7 @@ fn sample(dtype: DType, dims: &[usize]) -> Tensor {
         }
         DType::U64 => Tensor::from_slice(&ks.map(value_uint).collect::<Vec<_>>(), dims),
         DType::Bool => Tensor::from_bools(&ks.map(value_bool).collect::<Vec<_>>(), dims),
-        DType::Q8_0 | DType::Q4_0 => unreachable!("no NumPy form"),
+        other => unreachable!("{other} has no NumPy form"),
     }
     .unwrap()
 }

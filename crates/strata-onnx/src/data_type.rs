@@ -5,7 +5,7 @@ use strata_core::DType;
 use crate::proto::tensor_proto::DataType;
 
 /// The strata dtype for an ONNX data type code; `None` for types strata cannot hold (strings,
-/// complex, float8, 4-bit and 2-bit types, unknown codes).
+/// complex, float6, unknown codes).
 pub fn dtype_from_onnx(data_type: i32) -> Option<DType> {
     let dtype = match DataType::try_from(data_type).ok()? {
         DataType::Float => DType::F32,
@@ -21,6 +21,16 @@ pub fn dtype_from_onnx(data_type: i32) -> Option<DType> {
         DataType::Uint32 => DType::U32,
         DataType::Uint64 => DType::U64,
         DataType::Bool => DType::Bool,
+        DataType::Float8e4m3fn => DType::F8E4M3FN,
+        DataType::Float8e4m3fnuz => DType::F8E4M3FNUZ,
+        DataType::Float8e5m2 => DType::F8E5M2,
+        DataType::Float8e5m2fnuz => DType::F8E5M2FNUZ,
+        DataType::Float8e8m0 => DType::F8E8M0,
+        DataType::Float4e2m1 => DType::F4E2M1,
+        DataType::Int4 => DType::I4,
+        DataType::Uint4 => DType::U4,
+        DataType::Int2 => DType::I2,
+        DataType::Uint2 => DType::U2,
         _ => return None,
     };
     Some(dtype)
@@ -43,6 +53,16 @@ pub fn dtype_to_onnx(dtype: DType) -> Option<i32> {
         DType::U32 => DataType::Uint32,
         DType::U64 => DataType::Uint64,
         DType::Bool => DataType::Bool,
+        DType::F8E4M3FN => DataType::Float8e4m3fn,
+        DType::F8E4M3FNUZ => DataType::Float8e4m3fnuz,
+        DType::F8E5M2 => DataType::Float8e5m2,
+        DType::F8E5M2FNUZ => DataType::Float8e5m2fnuz,
+        DType::F8E8M0 => DataType::Float8e8m0,
+        DType::F4E2M1 => DataType::Float4e2m1,
+        DType::I4 => DataType::Int4,
+        DType::U4 => DataType::Uint4,
+        DType::I2 => DataType::Int2,
+        DType::U2 => DataType::Uint2,
         DType::Q8_0 | DType::Q4_0 => return None,
     };
     Some(data_type as i32)
@@ -66,7 +86,12 @@ mod tests {
             }
         }
         assert_eq!(dtype_from_onnx(DataType::String as i32), None);
-        assert_eq!(dtype_from_onnx(DataType::Float8e4m3fn as i32), None);
+        assert_eq!(
+            dtype_from_onnx(DataType::Float8e4m3fn as i32),
+            Some(DType::F8E4M3FN)
+        );
+        assert_eq!(dtype_from_onnx(DataType::Int2 as i32), Some(DType::I2));
+        assert_eq!(dtype_from_onnx(DataType::Complex64 as i32), None);
         assert_eq!(dtype_from_onnx(0), None);
         assert_eq!(dtype_from_onnx(9999), None);
         assert_eq!(data_type_name(1), "FLOAT");

@@ -33,7 +33,19 @@ fn descr(dtype: DType) -> Option<&'static str> {
         DType::U32 => "<u4",
         DType::U64 => "<u8",
         DType::Bool => "|b1",
-        DType::Q8_0 | DType::Q4_0 => return None,
+        // No NumPy equivalent: block formats and the ONNX low-precision types.
+        DType::Q8_0
+        | DType::Q4_0
+        | DType::F8E4M3FN
+        | DType::F8E4M3FNUZ
+        | DType::F8E5M2
+        | DType::F8E5M2FNUZ
+        | DType::F8E8M0
+        | DType::F4E2M1
+        | DType::I4
+        | DType::U4
+        | DType::I2
+        | DType::U2 => return None,
     })
 }
 
