@@ -267,14 +267,37 @@ macro_rules! element {
     )*};
 }
 
-element!(f32 => F32, f16 => F16, bf16 => BF16, f64 => F64, i8 => I8, i16 => I16, i32 => I32,
+element!(f32 => F32, f16 => F16, bf16 => BF16, f64 => F64, i16 => I16, i32 => I32,
     i64 => I64, u16 => U16, u32 => U32, u64 => U64);
 
+/// `u8` also views the one-byte storage of bool, the unsigned sub-byte types and the float8 and
+/// float4 bit patterns.
 impl Element for u8 {
     const DTYPE: DType = DType::U8;
 
     fn accepts(dtype: DType) -> bool {
-        matches!(dtype, DType::U8 | DType::Bool)
+        matches!(
+            dtype,
+            DType::U8
+                | DType::Bool
+                | DType::U4
+                | DType::U2
+                | DType::F8E4M3FN
+                | DType::F8E4M3FNUZ
+                | DType::F8E5M2
+                | DType::F8E5M2FNUZ
+                | DType::F8E8M0
+                | DType::F4E2M1
+        )
+    }
+}
+
+/// `i8` also views the signed sub-byte types, held sign-extended one per byte.
+impl Element for i8 {
+    const DTYPE: DType = DType::I8;
+
+    fn accepts(dtype: DType) -> bool {
+        matches!(dtype, DType::I8 | DType::I4 | DType::I2)
     }
 }
 
@@ -327,6 +350,8 @@ mod tests {
     fn element_acceptance() {
         assert!(u8::accepts(DType::Bool));
         assert!(!i8::accepts(DType::U8));
+        assert!(i8::accepts(DType::I4) && !i8::accepts(DType::U4));
+        assert!(u8::accepts(DType::F8E4M3FN) && !u8::accepts(DType::I2));
         assert!(f16::accepts(DType::F16));
         assert!(!f32::accepts(DType::F64));
     }

@@ -49,15 +49,18 @@ pub fn tensor_from_proto(tp: &TensorProto, weights: &WeightSource) -> Result<Ten
         .ok_or_else(|| {
             OnnxError::invalid(name, format!("dims {dims:?} overflow the element count"))
         })?;
-    let byte_len = dtype
-        .bytes_for(numel)
-        .map_err(|err| OnnxError::invalid(name, err.to_string()))?;
     if tp.segment.is_some() {
         return Err(OnnxError::invalid(
             name,
             "segmented tensors are not supported",
         ));
     }
+    if let Some(bits) = packed_bits(dtype) {
+        return from_packed(tp, weights, &dims, dtype, numel, bits);
+    }
+    let byte_len = dtype
+        .bytes_for(numel)
+        .map_err(|err| OnnxError::invalid(name, err.to_string()))?;
     match tp.data_location {
         None => {}
         Some(code) if code == DataLocation::Default as i32 => {}
@@ -98,6 +101,9 @@ pub fn tensor_to_proto(name: &str, tensor: &Tensor) -> Result<TensorProto> {
     let read = tensor.read_bytes("tensor_to_proto")?;
     let mut raw = read.bytes()[start..start + len].to_vec();
     to_little_endian(&mut raw, dtype);
+    if let Some(bits) = packed_bits(dtype) {
+        raw = pack(&raw, bits);
+    }
     Ok(TensorProto {
         name: Some(name.to_string()),
         data_type: Some(data_type),
@@ -181,6 +187,114 @@ fn from_external(
     place(region, dims, dtype, || {
         Ok(file.storage(reference.offset, length)?)
     })
+}
+
+/// Bits per element of the sub-byte types, which ONNX packs (low bits first) and strata holds
+/// unpacked, one element per byte; `None` for every other dtype.
+fn packed_bits(dtype: DType) -> Option<u32> {
+    match dtype {
+        DType::I4 | DType::U4 | DType::F4E2M1 => Some(4),
+        DType::I2 | DType::U2 => Some(2),
+        _ => None,
+    }
+}
+
+/// A sub-byte tensor from its packed bytes (`raw_data`, external data, or one byte per
+/// `int32_data` entry), unpacked to one element per byte.
+fn from_packed(
+    tp: &TensorProto,
+    weights: &WeightSource,
+    dims: &[usize],
+    dtype: DType,
+    numel: usize,
+    bits: u32,
+) -> Result<Tensor> {
+    let name = tp.name();
+    let per_byte = (8 / bits) as usize;
+    let packed_len = numel.div_ceil(per_byte);
+    let external;
+    let typed;
+    let packed: &[u8] = if tp.data_location == Some(DataLocation::External as i32) {
+        let reference = external_ref(tp, name)?;
+        let file = weights.external_file(name, &reference.relative_path)?;
+        let length = reference.length.unwrap_or(packed_len);
+        external = reference
+            .offset
+            .checked_add(length)
+            .and_then(|end| file.bytes().get(reference.offset..end))
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| {
+                OnnxError::external(
+                    name,
+                    format!(
+                        "'{}' has {} bytes; range {}..+{length} is outside it",
+                        file.path().display(),
+                        file.len(),
+                        reference.offset
+                    ),
+                )
+            })?;
+        &external
+    } else if let Some(raw) = tp.raw_data.as_ref().filter(|raw| !raw.is_empty()) {
+        raw
+    } else {
+        typed = tp
+            .int32_data
+            .iter()
+            .enumerate()
+            .map(|(index, &v)| {
+                u8::try_from(v).map_err(|_| {
+                    OnnxError::invalid(
+                        name,
+                        format!("int32_data[{index}] = {v} is not a packed {dtype} byte"),
+                    )
+                })
+            })
+            .collect::<Result<Vec<u8>>>()?;
+        &typed
+    };
+    if packed.len() != packed_len {
+        return Err(OnnxError::invalid(
+            name,
+            format!(
+                "packed data has {} bytes but dims {dims:?} of {dtype} need {packed_len}",
+                packed.len()
+            ),
+        ));
+    }
+    let tensor = Tensor::empty(dims, dtype, Device::Cpu, MemoryKind::Persistent)?;
+    {
+        let mut write = tensor.write_bytes(OP)?;
+        let out = exactly(write.bytes(), numel)?;
+        let mask = (1u8 << bits) - 1;
+        let signed = matches!(dtype, DType::I4 | DType::I2);
+        for (index, slot) in out.iter_mut().enumerate() {
+            let shift = (index % per_byte) as u32 * bits;
+            let code = (packed[index / per_byte] >> shift) & mask;
+            *slot = if signed {
+                // Sign-extend: move the code's top bit to bit 7, then shift back arithmetically.
+                (((code << (8 - bits)) as i8) >> (8 - bits)) as u8
+            } else {
+                code
+            };
+        }
+    }
+    Ok(tensor)
+}
+
+/// Packs one-element-per-byte values into ONNX's sub-byte layout, low bits first, the last byte
+/// padded with zeros.
+fn pack(unpacked: &[u8], bits: u32) -> Vec<u8> {
+    let per_byte = (8 / bits) as usize;
+    let mask = (1u8 << bits) - 1;
+    unpacked
+        .chunks(per_byte)
+        .map(|chunk| {
+            chunk.iter().enumerate().fold(0u8, |byte, (i, &v)| {
+                byte | ((v & mask) << (i as u32 * bits))
+            })
+        })
+        .collect()
 }
 
 /// Wraps `bytes` in place through `wrap` when that is sound for typed access (aligned to the
@@ -288,14 +402,18 @@ fn from_typed_fields(
                 matches!(v, 0 | 1).then_some([v as u8])
             })?,
             DType::F16 | DType::BF16 => fill.put(out, "int32_data", &tp.int32_data, bits16)?,
-            // ONNX data types never map to the block-quantized dtypes.
-            DType::Q8_0
-            | DType::Q4_0
-            | DType::F8E4M3FN
+            // Float8 bit patterns ride one per int32_data entry (sign-extended or not).
+            DType::F8E4M3FN
             | DType::F8E4M3FNUZ
             | DType::F8E5M2
             | DType::F8E5M2FNUZ
-            | DType::F8E8M0
+            | DType::F8E8M0 => fill.put(out, "int32_data", &tp.int32_data, |v| {
+                (-0x80..=0xFF).contains(&v).then_some([v as u8])
+            })?,
+            // ONNX data types never map to the block-quantized dtypes; the sub-byte types are
+            // decoded by `from_packed` before reaching here.
+            DType::Q8_0
+            | DType::Q4_0
             | DType::F4E2M1
             | DType::I4
             | DType::U4
@@ -546,6 +664,56 @@ mod tests {
             end: Some(0),
         });
         invalid(&tp);
+    }
+
+    #[test]
+    fn sub_byte_types_unpack_low_bits_first_and_pack_back() {
+        // int4 [-8, 7, -1] packs to 0x78, 0x0F (low nibble first, last byte padded).
+        let mut tp = proto("i4", DataType::Int4, &[3]);
+        tp.raw_data = Some(Bytes::from_static(&[0x78, 0x0F]));
+        let t = convert(&tp).unwrap();
+        assert_eq!(t.dtype(), DType::I4);
+        assert_eq!(t.to_vec::<i8>().unwrap(), [-8, 7, -1]);
+        assert_eq!(
+            tensor_to_proto("i4", &t)
+                .unwrap()
+                .raw_data
+                .unwrap()
+                .as_ref(),
+            [0x78, 0x0F]
+        );
+        // uint2 [1, 2, 3, 0, 3] packs to 0b00_11_10_01, 0b11.
+        let mut tp = proto("u2", DataType::Uint2, &[5]);
+        tp.int32_data = vec![0b0011_1001, 0b11];
+        let t = convert(&tp).unwrap();
+        assert_eq!(t.to_vec::<u8>().unwrap(), [1, 2, 3, 0, 3]);
+        let back = tensor_to_proto("u2", &t).unwrap();
+        assert_eq!(back.raw_data.unwrap().as_ref(), [0b0011_1001, 0b11]);
+        // int2 code 0b10 is -2.
+        let mut tp = proto("i2", DataType::Int2, &[2]);
+        tp.raw_data = Some(Bytes::from_static(&[0b0110]));
+        assert_eq!(convert(&tp).unwrap().to_vec::<i8>().unwrap(), [-2, 1]);
+        // float8 bit patterns, one per byte or per int32_data entry.
+        let mut tp = proto("f8", DataType::Float8e5m2, &[2]);
+        tp.int32_data = vec![0x3C, 0xFF];
+        let t = convert(&tp).unwrap();
+        assert_eq!(
+            (t.dtype(), t.to_vec::<u8>().unwrap()),
+            (DType::F8E5M2, vec![0x3C, 0xFF])
+        );
+    }
+
+    #[test]
+    fn packed_data_of_the_wrong_size_is_an_error() {
+        let mut tp = proto("u4", DataType::Uint4, &[3]);
+        tp.raw_data = Some(Bytes::from_static(&[0x12]));
+        assert!(matches!(convert(&tp), Err(OnnxError::InvalidTensor { .. })));
+        let mut tp = proto("u4", DataType::Uint4, &[2]);
+        tp.int32_data = vec![300];
+        assert!(matches!(convert(&tp), Err(OnnxError::InvalidTensor { .. })));
+        let mut tp = proto("f8", DataType::Float8e4m3fn, &[1]);
+        tp.int32_data = vec![256];
+        assert!(matches!(convert(&tp), Err(OnnxError::InvalidTensor { .. })));
     }
 
     #[test]
