@@ -125,14 +125,19 @@ fn unfold_row<T: Float>(plane: &[T], g: &WindowGeometry, tap: usize, first: usiz
             if b < x0 + len {
                 segment[b - x0..].fill(T::ZERO);
             }
-            // Input index of output x = a; non-negative because a >= lo.
-            let start = ((row * iw as usize + a * s) as isize + off) as usize;
-            let valid = &mut segment[a - x0..b - x0];
-            if s == 1 {
-                valid.copy_from_slice(&plane[start..start + valid.len()]);
-            } else {
-                for (j, v) in valid.iter_mut().enumerate() {
-                    *v = plane[start + j * s];
+            // An empty valid range (padding wider than the input: lo is clamped down to the
+            // output width, below the first valid x) leaves the segment all padding, and
+            // `start` would be negative.
+            if a < b {
+                // Input index of output x = a; non-negative because a >= lo here.
+                let start = ((row * iw as usize + a * s) as isize + off) as usize;
+                let valid = &mut segment[a - x0..b - x0];
+                if s == 1 {
+                    valid.copy_from_slice(&plane[start..start + valid.len()]);
+                } else {
+                    for (j, v) in valid.iter_mut().enumerate() {
+                        *v = plane[start + j * s];
+                    }
                 }
             }
         } else {
@@ -187,5 +192,53 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn padding_wider_than_the_input_is_all_zero_not_a_panic() {
+        // pytorch Conv1d_pad2size1: width 1, kernel 5, pad 2 on both sides -> width 1; only
+        // the middle tap sees the input. Tap 0 has no valid position at all (lo > hi before
+        // clamping), which used to form a negative start index.
+        let attrs = WindowAttrs {
+            kernel: &[5],
+            strides: &[1],
+            pads_begin: &[2],
+            pads_end: &[2],
+            dilations: &[],
+            ceil_mode: false,
+        };
+        let g = WindowGeometry::new("test", &[1], &attrs).unwrap();
+        assert_eq!(g.out_dims.as_slice(), &[1]);
+        let mut col = vec![f32::NAN; 2 * 5];
+        im2col(&[7.0, -3.0], 2, &g, 0..1, &mut col, 1);
+        assert_eq!(col, [0.0, 0.0, 7.0, 0.0, 0.0, 0.0, 0.0, -3.0, 0.0, 0.0]);
+        // 2-D with a stride: 1x2 input, 3x3 kernel, pads 2, stride 2 -> 2x2 output.
+        let attrs = WindowAttrs {
+            kernel: &[3, 3],
+            strides: &[2, 2],
+            pads_begin: &[2, 2],
+            pads_end: &[2, 2],
+            dilations: &[],
+            ceil_mode: false,
+        };
+        let g = WindowGeometry::new("test", &[1, 2], &attrs).unwrap();
+        assert_eq!(g.out_dims.as_slice(), &[2, 2]);
+        let mut col = vec![f32::NAN; 9 * 4];
+        im2col(&[1.0, 2.0], 1, &g, 0..4, &mut col, 1);
+        // Output (oh, ow) reads input (2 * oh + kh - 2, 2 * ow + kw - 2): only kh = 0 at
+        // oh = 1 and kh = 2 at oh = 0 reach input row 0; the middle kernel row never does.
+        #[rustfmt::skip]
+        let expected = [
+            0.0, 0.0, 0.0, 1.0, // tap (0, 0)
+            0.0, 0.0, 0.0, 2.0, // tap (0, 1)
+            0.0, 0.0, 1.0, 0.0, // tap (0, 2)
+            0.0, 0.0, 0.0, 0.0, // tap (1, 0)
+            0.0, 0.0, 0.0, 0.0, // tap (1, 1)
+            0.0, 0.0, 0.0, 0.0, // tap (1, 2)
+            0.0, 1.0, 0.0, 0.0, // tap (2, 0)
+            0.0, 2.0, 0.0, 0.0, // tap (2, 1)
+            1.0, 0.0, 0.0, 0.0, // tap (2, 2)
+        ];
+        assert_eq!(col, expected);
     }
 }

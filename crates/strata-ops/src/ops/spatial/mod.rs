@@ -1,6 +1,9 @@
 //! Spatial operators beyond Conv and pools: ConvTranspose, DeformConv, MaxUnpool, RoiAlign, Einsum.
 
+mod col2im;
+pub mod conv_transpose;
+
 use crate::Constructor;
 
 /// The family's operators, registered in `registry::ONNX_FAMILIES`.
-pub const OPS: &[(&str, Constructor)] = &[];
+pub const OPS: &[(&str, Constructor)] = &[("ConvTranspose", conv_transpose::ConvTranspose::build)];
