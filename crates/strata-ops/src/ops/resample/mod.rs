@@ -1,6 +1,7 @@
 //! Resampling family: Resize, Upsample, GridSample, AffineGrid, CenterCropPad, Col2Im.
 
 mod geometry;
+mod grid_sample;
 mod interpolate;
 mod resize;
 mod upsample;
@@ -11,4 +12,5 @@ use crate::Constructor;
 pub const OPS: &[(&str, Constructor)] = &[
     ("Resize", resize::Resize::build),
     ("Upsample", upsample::Upsample::build),
+    ("GridSample", grid_sample::GridSample::build),
 ];
