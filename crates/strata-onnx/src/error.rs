@@ -54,6 +54,15 @@ pub enum OnnxError {
         message: String,
     },
 
+    /// A node's operator rejected its attributes or is not implemented in this form.
+    #[error("node {node:?} ({op}): {source}")]
+    Operator {
+        node: String,
+        op: String,
+        #[source]
+        source: strata_ops::OpError,
+    },
+
     /// Boxed: `RuntimeError` is large, and every `Result` here would carry its size.
     #[error(transparent)]
     Runtime(Box<strata_runtime::RuntimeError>),

@@ -1,7 +1,7 @@
 //! ONNX → strata graph IR (I1, I4): opsets, initializers (zero-copy where aligned), inputs with
 //! symbolic dims, nodes with validated attributes, and one error listing every unsupported op.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -9,6 +9,7 @@ use strata_core::Tensor;
 use strata_ops::{build_operator, is_supported, Attr, Attributes, Dim, OpContext};
 use strata_runtime::{Graph, InferencePlan, PlanConfig, ValueId};
 
+use crate::control_flow::{control_flow_op, is_control_flow, outer_references};
 use crate::proto::{
     attribute_proto::AttributeType, tensor_shape_proto::dimension, type_proto, GraphProto,
     ModelProto, NodeProto, ValueInfoProto,
@@ -44,44 +45,181 @@ pub fn import_model(model: &ModelProto, weights: &WeightSource, source: &str) ->
         .as_ref()
         .ok_or_else(|| model_err("the model has no graph".into()))?;
     check_supported(graph_proto, &opsets)?;
+    let ctx = ImportContext {
+        opsets: &opsets,
+        weights,
+        source,
+    };
+    let (graph, captures) = import_graph(graph_proto, &ctx, None)?;
+    debug_assert!(captures.is_empty(), "the main graph has no outer scope");
+    Ok(graph)
+}
 
-    let mut graph = Graph::new();
-    let mut ids: HashMap<String, ValueId> = HashMap::new();
+/// What every graph of a model is imported with.
+pub(crate) struct ImportContext<'a> {
+    pub opsets: &'a HashMap<String, i64>,
+    pub weights: &'a WeightSource,
+    /// Names the model in errors.
+    pub source: &'a str,
+}
+
+impl ImportContext<'_> {
+    fn model_err(&self, message: String) -> OnnxError {
+        OnnxError::Model {
+            path: self.source.to_string(),
+            message,
+        }
+    }
+}
+
+/// Imports one graph. A subgraph (`outer` set) reads outer values by name: each becomes an
+/// extra graph input after its formal ones, and its name is returned among the captures, in
+/// input order, for the node that runs the subgraph to pass in.
+pub(crate) fn import_graph(
+    graph_proto: &GraphProto,
+    ctx: &ImportContext,
+    outer: Option<&Scope>,
+) -> Result<(Graph, Vec<String>)> {
+    let mut b = GraphBuilder {
+        graph: Graph::new(),
+        ids: HashMap::new(),
+        outer,
+        captures: Vec::new(),
+    };
     for tp in &graph_proto.initializer {
         let name = tp.name.clone().unwrap_or_default();
-        let tensor = tensor_from_proto(tp, weights)?;
-        let id = graph
+        let tensor = tensor_from_proto(tp, ctx.weights)?;
+        let id = b
+            .graph
             .add_initializer(&name, tensor)
-            .map_err(|e| model_err(e.to_string()))?;
-        ids.insert(name, id);
+            .map_err(|e| ctx.model_err(e.to_string()))?;
+        b.ids.insert(name, id);
     }
     for input in &graph_proto.input {
         let name = input.name.clone().unwrap_or_default();
         // Older IR versions list initializers among the inputs: they stay constants.
-        if ids.contains_key(&name) {
+        if b.ids.contains_key(&name) {
             continue;
         }
-        let (dtype, dims) = input_type(input).map_err(model_err)?;
-        let id = graph
+        // A subgraph's inputs get their types from the node that runs it.
+        let (dtype, dims) = match outer {
+            None => input_type(input).map_err(|m| ctx.model_err(m))?,
+            Some(_) => (strata_core::DType::F32, Vec::new()),
+        };
+        let id = b
+            .graph
             .add_input(&name, dtype, dims)
-            .map_err(|e| model_err(e.to_string()))?;
-        ids.insert(name, id);
+            .map_err(|e| ctx.model_err(e.to_string()))?;
+        b.ids.insert(name, id);
     }
-    for node in topological_nodes(graph_proto).map_err(model_err)? {
-        add_node(&mut graph, &mut ids, node, &opsets)?;
+    let scope = Scope {
+        names: defined_names(graph_proto),
+        parent: outer,
+    };
+    for node in topological_nodes(graph_proto).map_err(|m| ctx.model_err(m))? {
+        add_node(&mut b, node, ctx, &scope)?;
     }
-    let outputs = graph_proto
-        .output
-        .iter()
-        .map(|o| {
-            let name = o.name.clone().unwrap_or_default();
-            ids.get(&name)
-                .copied()
-                .ok_or_else(|| model_err(format!("graph output {name:?} is never produced")))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    graph.set_outputs(&outputs);
-    Ok(graph)
+    let mut outputs = Vec::with_capacity(graph_proto.output.len());
+    for o in &graph_proto.output {
+        let name = o.name.clone().unwrap_or_default();
+        let id = b
+            .resolve(&name)
+            .ok_or_else(|| ctx.model_err(format!("graph output {name:?} is never produced")))?;
+        outputs.push(id);
+    }
+    if outer.is_some() {
+        outputs = b
+            .outputs_from_nodes(outputs)
+            .map_err(|e| ctx.model_err(e.to_string()))?;
+    }
+    b.graph.set_outputs(&outputs);
+    Ok((b.graph, b.captures))
+}
+
+/// A graph being imported: its values by name, and (for subgraphs) the outer scope.
+pub(crate) struct GraphBuilder<'s> {
+    pub graph: Graph,
+    ids: HashMap<String, ValueId>,
+    outer: Option<&'s Scope<'s>>,
+    captures: Vec<String>,
+}
+
+impl GraphBuilder<'_> {
+    /// The value named `name`: defined here, or captured from an outer graph.
+    pub fn resolve(&mut self, name: &str) -> Option<ValueId> {
+        if let Some(&id) = self.ids.get(name) {
+            return Some(id);
+        }
+        if !self.outer.is_some_and(|s| s.defines(name)) {
+            return None;
+        }
+        let id = self
+            .graph
+            .add_input(name, strata_core::DType::F32, Vec::new())
+            .ok()?;
+        self.ids.insert(name.to_string(), id);
+        self.captures.push(name.to_string());
+        Some(id)
+    }
+
+    /// Subgraph outputs must be node outputs, each listed once, for the runtime to bind them:
+    /// an input, a constant or a repeated value goes through an Identity node.
+    fn outputs_from_nodes(
+        &mut self,
+        outputs: Vec<ValueId>,
+    ) -> strata_runtime::Result<Vec<ValueId>> {
+        let mut seen = std::collections::HashSet::new();
+        let mut result = Vec::with_capacity(outputs.len());
+        for (k, id) in outputs.into_iter().enumerate() {
+            let from_node = matches!(
+                self.graph.value(id).source,
+                strata_runtime::ValueSource::Node(..)
+            );
+            if from_node && seen.insert(id) {
+                result.push(id);
+                continue;
+            }
+            let identity = build_operator(&OpContext {
+                op_type: "Identity",
+                domain: "",
+                opset: 1,
+                attrs: &Attributes::new("Identity"),
+                num_inputs: 1,
+                num_outputs: 1,
+            })
+            .map_err(|e| strata_runtime::RuntimeError::Graph(e.to_string()))?;
+            let name = format!("{}:output{k}", self.graph.value(id).name);
+            let out =
+                self.graph
+                    .add_node(&name, Arc::from(identity), &[Some(id)], &[name.as_str()])?;
+            result.push(out[0]);
+        }
+        Ok(result)
+    }
+}
+
+/// The names an enclosing graph defines, for its subgraphs to capture.
+pub(crate) struct Scope<'a> {
+    names: HashSet<String>,
+    parent: Option<&'a Scope<'a>>,
+}
+
+impl Scope<'_> {
+    fn defines(&self, name: &str) -> bool {
+        self.names.contains(name) || self.parent.is_some_and(|p| p.defines(name))
+    }
+}
+
+/// Every value name a graph defines itself: inputs, initializers and node outputs.
+fn defined_names(g: &GraphProto) -> HashSet<String> {
+    let inputs = g.input.iter().filter_map(|i| i.name.clone());
+    let inits = g.initializer.iter().filter_map(|t| t.name.clone());
+    let outs = g.node.iter().flat_map(|n| n.output.iter().cloned());
+    inputs
+        .chain(inits)
+        .chain(outs)
+        .filter(|n| !n.is_empty())
+        .collect()
 }
 
 /// Opset version per domain ("" for the default ONNX domain; opset 1 when none is declared).
@@ -105,7 +243,7 @@ fn opset_versions(model: &ModelProto) -> HashMap<String, i64> {
     opsets
 }
 
-fn node_domain(node: &NodeProto) -> &str {
+pub(crate) fn node_domain(node: &NodeProto) -> &str {
     match node.domain.as_deref().unwrap_or("") {
         "ai.onnx" => "",
         d => d,
@@ -115,21 +253,7 @@ fn node_domain(node: &NodeProto) -> &str {
 /// One error naming every unsupported op type with its nodes and opset (I4).
 fn check_supported(graph: &GraphProto, opsets: &HashMap<String, i64>) -> Result<()> {
     let mut missing: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
-    for (i, node) in graph.node.iter().enumerate() {
-        let op_type = node.op_type.as_deref().unwrap_or("");
-        let domain = node_domain(node);
-        if !is_supported(domain, op_type) {
-            let name = node
-                .name
-                .clone()
-                .filter(|n| !n.is_empty())
-                .unwrap_or_else(|| format!("#{i}"));
-            missing
-                .entry((domain.to_string(), op_type.to_string()))
-                .or_default()
-                .push(name);
-        }
-    }
+    collect_unsupported(graph, &mut missing);
     if missing.is_empty() {
         return Ok(());
     }
@@ -148,8 +272,31 @@ fn check_supported(graph: &GraphProto, opsets: &HashMap<String, i64>) -> Result<
     Err(OnnxError::UnsupportedOperators { ops })
 }
 
+/// Unsupported (domain, op type) → node names, in `graph` and its subgraphs.
+fn collect_unsupported(graph: &GraphProto, missing: &mut BTreeMap<(String, String), Vec<String>>) {
+    for (i, node) in graph.node.iter().enumerate() {
+        let op_type = node.op_type.as_deref().unwrap_or("");
+        let domain = node_domain(node);
+        for sub in node.attribute.iter().filter_map(|a| a.g.as_ref()) {
+            collect_unsupported(sub, missing);
+        }
+        let control = domain.is_empty() && is_control_flow(op_type);
+        if !control && !is_supported(domain, op_type) {
+            let name = node
+                .name
+                .clone()
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| format!("#{i}"));
+            missing
+                .entry((domain.to_string(), op_type.to_string()))
+                .or_default()
+                .push(name);
+        }
+    }
+}
+
 /// The declared dtype and dims of a graph input; unnamed unknown dims get unique symbols.
-fn input_type(
+pub(crate) fn input_type(
     input: &ValueInfoProto,
 ) -> std::result::Result<(strata_core::DType, Vec<Dim>), String> {
     let name = input.name.as_deref().unwrap_or("");
@@ -191,6 +338,16 @@ fn topological_nodes(graph: &GraphProto) -> std::result::Result<Vec<&NodeProto>,
         }
     }
     let n = graph.node.len();
+    // Subgraphs read outer values by name: those are dependencies too.
+    let deps: Vec<Vec<String>> = graph
+        .node
+        .iter()
+        .map(|node| {
+            let mut d = node.input.clone();
+            d.extend(outer_references(node));
+            d
+        })
+        .collect();
     let mut state = vec![0u8; n]; // 0 new, 1 visiting, 2 done
     let mut order = Vec::with_capacity(n);
     for start in 0..n {
@@ -203,7 +360,7 @@ fn topological_nodes(graph: &GraphProto) -> std::result::Result<Vec<&NodeProto>,
                 }
                 state[i] = 1;
             }
-            let inputs = &graph.node[i].input;
+            let inputs = &deps[i];
             if let Some(input) = inputs.get(*next) {
                 *next += 1;
                 if let Some(&p) = producer.get(input.as_str()) {
@@ -224,10 +381,10 @@ fn topological_nodes(graph: &GraphProto) -> std::result::Result<Vec<&NodeProto>,
 }
 
 fn add_node(
-    graph: &mut Graph,
-    ids: &mut HashMap<String, ValueId>,
+    b: &mut GraphBuilder,
     node: &NodeProto,
-    opsets: &HashMap<String, i64>,
+    ctx: &ImportContext,
+    scope: &Scope,
 ) -> Result<()> {
     let op_type = node.op_type.as_deref().unwrap_or("");
     let domain = node_domain(node);
@@ -238,43 +395,55 @@ fn add_node(
         message,
     };
     let attrs = attributes(node).map_err(node_err)?;
-    let opset = opsets.get(domain).copied().unwrap_or(1);
-    let op = build_operator(&OpContext {
-        op_type,
-        domain,
-        opset,
-        attrs: &attrs,
-        num_inputs: node.input.len(),
-        num_outputs: node.output.len(),
-    })
-    .map_err(|e| node_err(e.to_string()))?;
+    let opset = ctx.opsets.get(domain).copied().unwrap_or(1);
+    let op_err = |source| OnnxError::Operator {
+        node: name.clone(),
+        op: op_type.to_string(),
+        source,
+    };
+    let (op, captures): (Arc<dyn strata_ops::Operator>, Vec<String>) =
+        if domain.is_empty() && is_control_flow(op_type) {
+            control_flow_op(node, opset, &attrs, ctx, scope)?
+        } else {
+            let op = build_operator(&OpContext {
+                op_type,
+                domain,
+                opset,
+                attrs: &attrs,
+                num_inputs: node.input.len(),
+                num_outputs: node.output.len(),
+            })
+            .map_err(op_err)?;
+            (Arc::from(op), Vec::new())
+        };
     let inputs = node
         .input
         .iter()
+        .chain(&captures)
         .map(|input| {
             if input.is_empty() {
                 Ok(None)
             } else {
-                ids.get(input)
-                    .copied()
+                b.resolve(input)
                     .map(Some)
                     .ok_or_else(|| node_err(format!("reads {input:?}, which nothing produces")))
             }
         })
         .collect::<Result<Vec<_>>>()?;
     let outputs: Vec<&str> = node.output.iter().map(String::as_str).collect();
-    let out_ids = graph
-        .add_node(&name, Arc::from(op), &inputs, &outputs)
+    let out_ids = b
+        .graph
+        .add_node(&name, op, &inputs, &outputs)
         .map_err(|e| node_err(e.to_string()))?;
     for (out, id) in node.output.iter().zip(out_ids) {
         if !out.is_empty() {
-            ids.insert(out.clone(), id);
+            b.ids.insert(out.clone(), id);
         }
     }
     Ok(())
 }
 
-fn attributes(node: &NodeProto) -> std::result::Result<Attributes, String> {
+pub(crate) fn attributes(node: &NodeProto) -> std::result::Result<Attributes, String> {
     let mut attrs = Attributes::new(node.op_type.as_deref().unwrap_or(""));
     for a in &node.attribute {
         let name = a.name.clone().unwrap_or_default();

@@ -8,6 +8,7 @@
 
 pub mod builder;
 pub mod conformance;
+mod control_flow;
 pub mod data_type;
 pub mod decode;
 pub mod error;

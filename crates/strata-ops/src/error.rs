@@ -51,6 +51,14 @@ pub enum OpError {
         opset: i64,
     },
 
+    /// A subgraph (If/Loop/Scan body) failed; the source is the runtime's error.
+    #[error("{op}: subgraph {graph:?}: {source}")]
+    Subgraph {
+        op: String,
+        graph: String,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
     #[error(transparent)]
     Compute(#[from] crate::kernels::KernelError),
 

@@ -64,6 +64,17 @@ pub trait Operator: Send + Sync + fmt::Debug {
 /// steady state (scratch space comes planned in `io.scratch`).
 pub trait Kernel: Send + Sync + fmt::Debug {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()>;
+
+    /// For kernels whose output dims are known only by running them (control flow: the taken
+    /// branch or the trip count decides): compute and return the outputs. The runtime calls this
+    /// for data-dependent nodes before falling back to inferring dims and calling `run`.
+    fn run_to_outputs(
+        &self,
+        _inputs: &[&Tensor],
+        _threads: usize,
+    ) -> Option<OpResult<Vec<Tensor>>> {
+        None
+    }
 }
 
 /// The tensors a kernel works on. Outputs are pre-bound with their final dims; missing optional

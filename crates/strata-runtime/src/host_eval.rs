@@ -41,6 +41,16 @@ pub fn eval_on_host(
     if out_facts.iter().all(|f| f.value.is_some()) {
         return Ok(out_facts.into_iter().filter_map(|f| f.value).collect());
     }
+    let out_refs: Vec<&Fact> = out_facts.iter().collect();
+    if out_facts.iter().any(|f| f.concrete().is_none()) {
+        // Control flow: only running it tells the output dims.
+        let kernel = op
+            .kernel(&fact_refs, &out_refs, Device::Cpu)
+            .map_err(wrap)?;
+        if let Some(result) = kernel.run_to_outputs(inputs, threads) {
+            return result.map_err(wrap);
+        }
+    }
     let mut outputs = Vec::with_capacity(out_facts.len());
     for f in &out_facts {
         let dims = f.concrete().ok_or_else(|| {
@@ -51,7 +61,6 @@ pub fn eval_on_host(
         })?;
         outputs.push(Tensor::empty(&dims, f.dtype, Device::Cpu, kind)?);
     }
-    let out_refs: Vec<&Fact> = out_facts.iter().collect();
     let kernel = op
         .kernel(&fact_refs, &out_refs, Device::Cpu)
         .map_err(wrap)?;

@@ -8,6 +8,7 @@
 
 pub mod config;
 pub mod context;
+pub mod control;
 pub mod error;
 pub mod graph;
 pub mod host_eval;

@@ -103,7 +103,10 @@ pub fn specialize(
             .iter()
             .zip(&outputs)
             .all(|(_, f)| f.value.is_some());
-        dynamic[i] = !skip[i] && outputs.iter().any(|f| f.concrete().is_none());
+        // Data-dependent ops (NonZero, control flow) run on the dynamic path even when their
+        // dims look known: only running them tells (a branch may even change the rank).
+        dynamic[i] = !skip[i]
+            && (node.op.is_data_dependent() || outputs.iter().any(|f| f.concrete().is_none()));
         for (&out, fact) in node.outputs.iter().zip(outputs) {
             facts[out.0] = fact;
         }
