@@ -98,7 +98,7 @@ impl Col2Im {
             .iter()
             .try_fold(1usize, |acc, &b| acc.checked_mul(b))
             .ok_or_else(|| OpError::shape(OP, "block_shape is too large"))?;
-        if x[1] % block_size != 0 {
+        if !x[1].is_multiple_of(block_size) {
             return Err(OpError::shape(
                 OP,
                 format!(

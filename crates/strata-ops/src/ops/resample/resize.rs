@@ -389,7 +389,11 @@ pub(crate) mod tests {
         assert!(err.to_string().contains("scales"), "{err}");
         let err = resize(&[], &[x.clone(), None, None]).unwrap_err();
         assert!(err.to_string().contains("Resize"), "{err}");
-        let err = resize(&[("mode", Attr::String("spline".into()))], &[x.clone()]).unwrap_err();
+        let err = resize(
+            &[("mode", Attr::String("spline".into()))],
+            std::slice::from_ref(&x),
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("mode"), "{err}");
         let ints = Some(Tensor::from_slice(&[1i32, 2, 3, 4], &[2, 2]).unwrap());
         assert!(resize(&[], &[ints, None, t(&[1., 1.], &[2])]).is_err());
