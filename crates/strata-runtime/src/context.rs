@@ -284,7 +284,18 @@ impl ExecutionContext {
         let mut outputs = Vec::with_capacity(node.outputs.len());
         for fact in out_facts.iter().take(node.outputs.len()) {
             match (&fact.value, fact.concrete()) {
-                (Some(v), _) => outputs.push(v.clone()),
+                // A value inferred from run-time inputs may be a view of an input's arena slot
+                // (Reshape, Squeeze), which a later node may reuse: give it its own memory.
+                (Some(v), _) => {
+                    let owned = Tensor::empty(
+                        v.dims(),
+                        v.dtype(),
+                        plan.config().device,
+                        MemoryKind::Workspace,
+                    )?;
+                    owned.copy_from(v)?;
+                    outputs.push(owned);
+                }
                 (None, Some(dims)) => outputs.push(Tensor::empty(
                     &dims,
                     fact.dtype,
