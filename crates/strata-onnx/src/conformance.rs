@@ -18,6 +18,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use strata_core::{bf16, f16, CoreError, DType, Element, Tensor};
+use strata_ops::ops::quant::low_float::{decode_e8m0, MiniFloat};
 use strata_ops::OpError;
 use strata_runtime::{ExecutionContext, InferencePlan, OutputView, PlanConfig, RuntimeError};
 
@@ -554,7 +555,19 @@ fn compare(actual: &OutputView<'_>, expected: &Tensor, tolerance: &Tolerance) ->
         DType::U16 => compare_exact::<u16>(actual, expected, dims),
         DType::U32 => compare_exact::<u32>(actual, expected, dims),
         DType::U64 => compare_exact::<u64>(actual, expected, dims),
-        other => Err(format!("cannot compare outputs of dtype {other}")),
+        // Sub-byte integers are held one per byte, sign-extended when signed.
+        DType::I4 | DType::I2 => compare_exact::<i8>(actual, expected, dims),
+        DType::U4 | DType::U2 => compare_exact::<u8>(actual, expected, dims),
+        // Low-precision floats compare by value (so any NaN pattern matches any NaN).
+        DType::F8E8M0 => compare_floats::<u8>(actual, expected, dims, tolerance, |code| {
+            f64::from(decode_e8m0(code))
+        }),
+        low => match MiniFloat::of(low) {
+            Some(format) => compare_floats::<u8>(actual, expected, dims, tolerance, |code| {
+                f64::from(format.decode(code))
+            }),
+            None => Err(format!("cannot compare outputs of dtype {low}")),
+        },
     };
     result.err()
 }
