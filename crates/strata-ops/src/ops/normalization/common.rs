@@ -1,0 +1,226 @@
+//! Helpers shared by the normalization operators: input checks over facts, contiguous access to
+//! kernel tensors, lane moments computed in the wide float type, and the "parameter broadcast
+//! over the normalized block" rule used by LayerNormalization and RMSNormalization.
+
+use strata_core::{DType, Device, Element, ReadGuard, Tensor, WriteGuard};
+
+use crate::numeric::{Real, WideFloat};
+use crate::ops::axes::{optional, required};
+use crate::{Dim, Fact, OpError, OpResult};
+
+/// Input `index`, required, with a floating-point dtype.
+pub(crate) fn float_input<'a>(op: &str, inputs: &[&'a Fact], index: usize) -> OpResult<&'a Fact> {
+    let f = required(op, inputs, index)?;
+    if !f.dtype.is_float() {
+        return Err(OpError::DType {
+            op: op.into(),
+            index,
+            expected: "a float type".into(),
+            actual: f.dtype,
+        });
+    }
+    Ok(f)
+}
+
+/// Checks that optional input `index`, when present, has the dtype of input 0.
+pub(crate) fn same_dtype(op: &str, inputs: &[&Fact], index: usize, dtype: DType) -> OpResult<()> {
+    match optional(inputs, index) {
+        Some(f) if f.dtype != dtype => Err(OpError::DType {
+            op: op.into(),
+            index,
+            expected: dtype.to_string(),
+            actual: f.dtype,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Checks that input `index`, when present, is 1-D with `len` elements (when both are known).
+pub(crate) fn check_vector(
+    op: &str,
+    inputs: &[&Fact],
+    index: usize,
+    what: &str,
+    len: &Dim,
+) -> OpResult<()> {
+    let Some(f) = optional(inputs, index) else {
+        return Ok(());
+    };
+    let ok = match f.dims.as_slice() {
+        [d] => d.known().is_none() || len.known().is_none() || d == len,
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(OpError::shape(
+            op,
+            format!("{what} must have dims [{len:?}], got {:?}", f.dims),
+        ))
+    }
+}
+
+/// Checks that a parameter (scale or bias) broadcasts over the normalized block `block`
+/// (the input dims from `axis` on): after dropping leading 1s its dims must be a suffix of the
+/// block's, so element `j` of a block reads parameter element `j % len`.
+pub(crate) fn check_block_param(op: &str, what: &str, param: &Fact, block: &[Dim]) -> OpResult<()> {
+    let first = param
+        .dims
+        .iter()
+        .position(|d| *d != Dim::Known(1))
+        .unwrap_or(param.dims.len());
+    let core = &param.dims[first..];
+    let fits = core.len() <= block.len()
+        && core
+            .iter()
+            .zip(&block[block.len() - core.len()..])
+            .all(|(p, b)| p.known().is_none() || b.known().is_none() || p == b);
+    if fits {
+        Ok(())
+    } else {
+        Err(OpError::shape(
+            op,
+            format!(
+                "{what} dims {:?} do not broadcast over the normalized dims {block:?}",
+                param.dims
+            ),
+        ))
+    }
+}
+
+/// Run-time form of [`check_block_param`]: the parameter's element count, which must divide
+/// the block length.
+pub(crate) fn block_param_len(
+    op: &str,
+    what: &str,
+    param: &Tensor,
+    block: &[usize],
+) -> OpResult<usize> {
+    let dims = param.dims();
+    let first = dims.iter().position(|&d| d != 1).unwrap_or(dims.len());
+    let core = &dims[first..];
+    if core.len() > block.len() || core != &block[block.len() - core.len()..] {
+        return Err(OpError::kernel(
+            op,
+            format!("{what} dims {dims:?} do not broadcast over the normalized dims {block:?}"),
+        ));
+    }
+    Ok(core.iter().product())
+}
+
+/// The elements of a read guard, which must be contiguous.
+pub(crate) fn contiguous<'a, T: Element>(
+    op: &str,
+    what: &str,
+    guard: &'a ReadGuard<'_, T>,
+) -> OpResult<&'a [T]> {
+    guard
+        .as_slice()
+        .ok_or_else(|| OpError::kernel(op, format!("{what} is not contiguous")))
+}
+
+/// The elements of a write guard, which must be contiguous.
+pub(crate) fn contiguous_mut<'a, T: Element>(
+    op: &str,
+    what: &str,
+    guard: &'a mut WriteGuard<'_, T>,
+) -> OpResult<&'a mut [T]> {
+    guard
+        .as_mut_slice()
+        .ok_or_else(|| OpError::kernel(op, format!("{what} is not contiguous")))
+}
+
+/// Mean and biased variance of `lane` (two passes, for accuracy), in the wide type.
+pub(crate) fn mean_var<T: Real>(lane: &[T]) -> (T::Wide, T::Wide) {
+    let n = <T::Wide as WideFloat>::lit(lane.len().max(1) as f64);
+    let zero = <T::Wide as num_traits::Zero>::zero();
+    let mean = lane.iter().fold(zero, |s, &x| s + x.widen()) / n;
+    let var = lane.iter().fold(zero, |s, &x| {
+        let d = x.widen() - mean;
+        s + d * d
+    }) / n;
+    (mean, var)
+}
+
+/// Rejects devices other than the CPU.
+pub(crate) fn cpu_only(op: &str, dtype: DType, device: Device) -> OpResult<()> {
+    if device != Device::Cpu {
+        return Err(OpError::NoKernel {
+            op: op.into(),
+            dtype,
+            device,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod test_util {
+    //! Runs an operator built from the registry on host tensors.
+
+    use strata_core::{Device, Tensor};
+
+    use crate::{build_operator, Attr, Attributes, Fact, KernelIo, OpContext, OpResult};
+
+    /// Builds `op_type` at `opset` with `attrs`, infers, allocates `num_outputs` outputs and runs
+    /// the kernel. Undefined tensors stand for omitted optional inputs.
+    pub(crate) fn run(
+        op_type: &str,
+        opset: i64,
+        attrs: &[(&str, Attr)],
+        inputs: &[Tensor],
+        num_outputs: usize,
+    ) -> OpResult<Vec<Tensor>> {
+        let mut attributes = Attributes::new(op_type);
+        for (name, value) in attrs {
+            attributes.insert(name, value.clone());
+        }
+        let op = build_operator(&OpContext {
+            op_type,
+            domain: "",
+            opset,
+            attrs: &attributes,
+            num_inputs: inputs.len(),
+            num_outputs,
+        })?;
+        let facts: Vec<Fact> = inputs
+            .iter()
+            .map(|t| {
+                if t.is_defined() {
+                    Fact::known(t.dtype(), t.dims())
+                } else {
+                    Fact::absent()
+                }
+            })
+            .collect();
+        let fact_refs: Vec<&Fact> = facts.iter().collect();
+        let mut out_facts = op.infer(&fact_refs)?;
+        out_facts.truncate(num_outputs);
+        let outputs: Vec<Tensor> = out_facts
+            .iter()
+            .map(|f| Tensor::zeros(&f.concrete().expect("known dims"), f.dtype))
+            .collect::<Result<_, _>>()?;
+        let out_refs: Vec<&Fact> = out_facts.iter().collect();
+        let kernel = op.kernel(&fact_refs, &out_refs, Device::Cpu)?;
+        let input_refs: Vec<&Tensor> = inputs.iter().collect();
+        let output_refs: Vec<&Tensor> = outputs.iter().collect();
+        kernel.run(&KernelIo {
+            inputs: &input_refs,
+            outputs: &output_refs,
+            scratch: None,
+            in_place: None,
+            threads: 1,
+        })?;
+        Ok(outputs)
+    }
+
+    /// Asserts `actual ≈ expected` elementwise (relative tolerance 1e-5, absolute near zero).
+    #[track_caller]
+    pub(crate) fn assert_close(actual: &[f32], expected: &[f32], what: &str) {
+        assert_eq!(actual.len(), expected.len(), "{what}: length");
+        for (i, (&a, &e)) in actual.iter().zip(expected).enumerate() {
+            let ok = a == e || (a - e).abs() <= 1e-5 * e.abs().max(1.0);
+            assert!(ok, "{what}: element {i}: got {a}, expected {e}");
+        }
+    }
+}
