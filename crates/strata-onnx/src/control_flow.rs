@@ -58,11 +58,7 @@ pub(crate) fn control_flow_op(
 ) -> Result<(Arc<dyn Operator>, Vec<String>)> {
     let op_type = node.op_type.as_deref().unwrap_or("");
     let name = node.name.clone().unwrap_or_default();
-    let op_err = |source: OpError| OnnxError::Operator {
-        node: name.clone(),
-        op: op_type.to_string(),
-        source,
-    };
+    let op_err = |source: OpError| OnnxError::operator(&name, op_type, source);
     let subgraph = |attr: &str| -> Result<(Subgraph, Vec<String>)> {
         let g = node
             .attribute

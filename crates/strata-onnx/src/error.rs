@@ -54,14 +54,10 @@ pub enum OnnxError {
         message: String,
     },
 
-    /// A node's operator rejected its attributes or is not implemented in this form.
-    #[error("node {node:?} ({op}): {source}")]
-    Operator {
-        node: String,
-        op: String,
-        #[source]
-        source: strata_ops::OpError,
-    },
+    /// A node's operator rejected its attributes or is not implemented in this form (boxed to
+    /// keep `Result`s small).
+    #[error(transparent)]
+    Operator(Box<OperatorError>),
 
     /// Boxed: `RuntimeError` is large, and every `Result` here would carry its size.
     #[error(transparent)]
@@ -103,5 +99,26 @@ impl OnnxError {
         OnnxError::Builder {
             message: message.into(),
         }
+    }
+}
+
+/// An operator that could not be built for a node, with the operator's error as source.
+#[derive(Debug, thiserror::Error)]
+#[error("node {node:?} ({op}): {source}")]
+pub struct OperatorError {
+    pub node: String,
+    pub op: String,
+    #[source]
+    pub source: strata_ops::OpError,
+}
+
+impl OnnxError {
+    /// The error of building `op` for node `node`.
+    pub fn operator(node: &str, op: &str, source: strata_ops::OpError) -> Self {
+        OnnxError::Operator(Box::new(OperatorError {
+            node: node.to_string(),
+            op: op.to_string(),
+            source,
+        }))
     }
 }

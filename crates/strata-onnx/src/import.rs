@@ -14,6 +14,7 @@ use crate::proto::{
     attribute_proto::AttributeType, tensor_shape_proto::dimension, type_proto, GraphProto,
     ModelProto, NodeProto, ValueInfoProto,
 };
+use crate::sequences::{is_sequence_op, lower_sequence_op};
 use crate::{dtype_from_onnx, open_model, tensor_from_proto, OnnxError, Result, WeightSource};
 
 /// Loads an ONNX model file and builds its plan: the one call most users need.
@@ -83,6 +84,7 @@ pub(crate) fn import_graph(
     let mut b = GraphBuilder {
         graph: Graph::new(),
         ids: HashMap::new(),
+        sequences: HashMap::new(),
         outer,
         captures: Vec::new(),
     };
@@ -140,11 +142,29 @@ pub(crate) fn import_graph(
 pub(crate) struct GraphBuilder<'s> {
     pub graph: Graph,
     ids: HashMap<String, ValueId>,
+    /// Sequence values resolved while importing: the values of their tensors, in order.
+    sequences: HashMap<String, Vec<ValueId>>,
     outer: Option<&'s Scope<'s>>,
     captures: Vec<String>,
 }
 
 impl GraphBuilder<'_> {
+    /// Names `id` (a node output) for the nodes that follow.
+    pub fn define(&mut self, name: &str, id: ValueId) {
+        if !name.is_empty() {
+            self.ids.insert(name.to_string(), id);
+        }
+    }
+
+    /// The tensors of the sequence value `name`, if it is one.
+    pub fn sequence(&self, name: &str) -> Option<Vec<ValueId>> {
+        self.sequences.get(name).cloned()
+    }
+
+    pub fn set_sequence(&mut self, name: &str, items: Vec<ValueId>) {
+        self.sequences.insert(name.to_string(), items);
+    }
+
     /// The value named `name`: defined here, or captured from an outer graph.
     pub fn resolve(&mut self, name: &str) -> Option<ValueId> {
         if let Some(&id) = self.ids.get(name) {
@@ -280,7 +300,7 @@ fn collect_unsupported(graph: &GraphProto, missing: &mut BTreeMap<(String, Strin
         for sub in node.attribute.iter().filter_map(|a| a.g.as_ref()) {
             collect_unsupported(sub, missing);
         }
-        let control = domain.is_empty() && is_control_flow(op_type);
+        let control = domain.is_empty() && (is_control_flow(op_type) || is_sequence_op(op_type));
         if !control && !is_supported(domain, op_type) {
             let name = node
                 .name
@@ -396,11 +416,17 @@ fn add_node(
     };
     let attrs = attributes(node).map_err(node_err)?;
     let opset = ctx.opsets.get(domain).copied().unwrap_or(1);
-    let op_err = |source| OnnxError::Operator {
-        node: name.clone(),
-        op: op_type.to_string(),
-        source,
-    };
+    let op_err = |source| OnnxError::operator(&name, op_type, source);
+    if domain.is_empty() && is_sequence_op(op_type) {
+        return lower_sequence_op(b, node, &attrs);
+    }
+    if let Some(seq) = node.input.iter().find(|n| b.sequence(n).is_some()) {
+        return Err(op_err(strata_ops::OpError::Unsupported {
+            op_type: format!("{op_type} reading the sequence {seq:?}"),
+            domain: domain.to_string(),
+            opset,
+        }));
+    }
     let (op, captures): (Arc<dyn strata_ops::Operator>, Vec<String>) =
         if domain.is_empty() && is_control_flow(op_type) {
             control_flow_op(node, opset, &attrs, ctx, scope)?

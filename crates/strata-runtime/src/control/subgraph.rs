@@ -139,6 +139,13 @@ impl Subgraph {
 /// Input dtypes and dims a plan was made for.
 type Signature = Vec<(DType, Vec<usize>)>;
 
+/// One plan with the contexts not in use right now.
+struct PlanEntry {
+    signature: Signature,
+    plan: Arc<InferencePlan>,
+    idle: Vec<ExecutionContext>,
+}
+
 /// Plans kept per runner; a loop whose values change shape every iteration evicts the oldest.
 const MAX_PLANS: usize = 16;
 
@@ -147,7 +154,7 @@ const MAX_PLANS: usize = 16;
 pub struct SubgraphRunner {
     subgraph: Subgraph,
     threads: usize,
-    plans: Mutex<Vec<(Signature, Arc<InferencePlan>, Vec<ExecutionContext>)>>,
+    plans: Mutex<Vec<PlanEntry>>,
 }
 
 impl std::fmt::Debug for SubgraphRunner {
@@ -171,8 +178,8 @@ impl SubgraphRunner {
             let mut plans = self.plans.lock().unwrap_or_else(|p| p.into_inner());
             plans
                 .iter_mut()
-                .find(|(s, _, _)| *s == signature)
-                .map(|(_, plan, idle)| (plan.clone(), idle.pop()))
+                .find(|e| e.signature == signature)
+                .map(|e| (e.plan.clone(), e.idle.pop()))
         };
         let (plan, ctx) = match found {
             Some(found) => found,
@@ -191,13 +198,17 @@ impl SubgraphRunner {
             .and_then(|views| views.iter().map(|v| v.to_tensor()).collect())
             .map_err(wrap)?;
         let mut plans = self.plans.lock().unwrap_or_else(|p| p.into_inner());
-        match plans.iter_mut().find(|(s, _, _)| *s == signature) {
-            Some((_, _, idle)) => idle.push(ctx),
+        match plans.iter_mut().find(|e| e.signature == signature) {
+            Some(entry) => entry.idle.push(ctx),
             None => {
                 if plans.len() == MAX_PLANS {
                     plans.remove(0);
                 }
-                plans.push((signature, plan, vec![ctx]));
+                plans.push(PlanEntry {
+                    signature,
+                    plan,
+                    idle: vec![ctx],
+                });
             }
         }
         Ok(outputs)
