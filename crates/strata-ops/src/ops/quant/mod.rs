@@ -2,7 +2,27 @@
 
 use crate::Constructor;
 
+pub mod dequantize_linear;
+pub mod dynamic_quantize_linear;
+mod integer_matmul;
 pub mod low_float;
+pub mod matmul_integer;
+mod params;
+pub mod qlinear_matmul;
+pub mod quantize_linear;
+mod values;
 
 /// The family's operators, registered in `registry::ONNX_FAMILIES`.
-pub const OPS: &[(&str, Constructor)] = &[];
+pub const OPS: &[(&str, Constructor)] = &[
+    ("QuantizeLinear", quantize_linear::QuantizeLinear::build),
+    (
+        "DequantizeLinear",
+        dequantize_linear::DequantizeLinear::build,
+    ),
+    (
+        "DynamicQuantizeLinear",
+        dynamic_quantize_linear::DynamicQuantizeLinear::build,
+    ),
+    ("MatMulInteger", matmul_integer::MatMulInteger::build),
+    ("QLinearMatMul", qlinear_matmul::QLinearMatMul::build),
+];

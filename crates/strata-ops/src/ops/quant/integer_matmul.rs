@@ -1,0 +1,146 @@
+//! The integer matrix product behind MatMulInteger and QLinearMatMul: `(A - a_zero_point) @
+//! (B - b_zero_point)` with numpy batch broadcasting, where A's zero point is a scalar or one per
+//! row (M) and B's a scalar or one per column (N).
+//!
+//! The centered operands are at most 9-bit integers, so every product and every sum of them (for
+//! any K below 2^35) is exact in f64: the product runs on the project's f64 GEMM and the result
+//! is the exact i32-accumulated value.
+
+use strata_core::{DType, Tensor};
+
+use super::values::read_f64;
+use crate::kernels::matmul::batched_matmul;
+use crate::{Fact, OpError, OpResult};
+
+/// Checks that `x` is uint8 or int8 and its zero point (if any) has its type.
+pub(crate) fn check_operand(
+    op: &str,
+    x: &Fact,
+    index: usize,
+    zero_point: Option<&Fact>,
+    zero_index: usize,
+) -> OpResult<()> {
+    if !matches!(x.dtype, DType::U8 | DType::I8) {
+        return Err(OpError::DType {
+            op: op.into(),
+            index,
+            expected: "uint8 or int8".into(),
+            actual: x.dtype,
+        });
+    }
+    match zero_point {
+        Some(zp) if zp.dtype != x.dtype => Err(OpError::DType {
+            op: op.into(),
+            index: zero_index,
+            expected: format!("{} like input {index}", x.dtype),
+            actual: zp.dtype,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// One value per row (`along_rows`) or column of a matrix operand: a scalar or a 1-D tensor of
+/// that length, read as f64. `None` when `param` is absent.
+pub(crate) fn per_line(
+    op: &str,
+    what: &str,
+    param: &Tensor,
+    lines: usize,
+) -> OpResult<Option<Vec<f64>>> {
+    if !param.is_defined() {
+        return Ok(None);
+    }
+    let values = read_f64(op, param)?;
+    let ok =
+        param.rank() == 0 || (param.rank() == 1 && (values.len() == 1 || values.len() == lines));
+    if !ok {
+        return Err(OpError::shape(
+            op,
+            format!(
+                "{what} must be a scalar or a 1-D tensor of {lines}, got dims {:?}",
+                param.dims()
+            ),
+        ));
+    }
+    Ok(Some(values))
+}
+
+/// The value of a per-line parameter for line `line`.
+pub(crate) fn line_value(values: &[f64], line: usize) -> f64 {
+    if values.len() == 1 {
+        values[0]
+    } else {
+        values[line]
+    }
+}
+
+/// Rows (M) of a matmul operand A and columns (N) of B, after numpy's rank-1 promotion.
+fn rows_and_cols(a_dims: &[usize], b_dims: &[usize]) -> (usize, usize) {
+    let m = if a_dims.len() >= 2 {
+        a_dims[a_dims.len() - 2]
+    } else {
+        1
+    };
+    let n = if b_dims.len() >= 2 {
+        b_dims[b_dims.len() - 1]
+    } else {
+        1
+    };
+    (m, n)
+}
+
+/// `(A - a_zp) @ (B - b_zp)` exactly, in row-major order of the matmul output; also returns M
+/// and N so callers can apply per-row/per-column factors.
+pub(crate) fn centered_product(
+    op: &str,
+    a: &Tensor,
+    a_zero_point: &Tensor,
+    b: &Tensor,
+    b_zero_point: &Tensor,
+    out_len: usize,
+    threads: usize,
+) -> OpResult<(Vec<f64>, usize, usize)> {
+    let (m, n) = rows_and_cols(a.dims(), b.dims());
+    let k = a.dims().last().copied().unwrap_or(0);
+    let mut av = read_f64(op, a)?;
+    let mut bv = read_f64(op, b)?;
+    if let Some(zp) = per_line(op, "A's zero point", a_zero_point, m)? {
+        for (i, v) in av.iter_mut().enumerate() {
+            // Element i of A sits in row (i / K) mod M.
+            *v -= line_value(&zp, (i / k.max(1)) % m.max(1));
+        }
+    }
+    if let Some(zp) = per_line(op, "B's zero point", b_zero_point, n)? {
+        for (j, v) in bv.iter_mut().enumerate() {
+            *v -= line_value(&zp, j % n.max(1));
+        }
+    }
+    let mut out = vec![0.0f64; out_len];
+    batched_matmul(&av, a.dims(), &bv, b.dims(), &mut out, threads)?;
+    Ok((out, m, n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn centered_product_with_row_and_column_zero_points() {
+        // A = [[1, 2], [3, 4]] - [1, 2] per row; B = [[1, 0], [0, 1]] - 1 per tensor.
+        let a = Tensor::from_slice(&[1u8, 2, 3, 4], &[2, 2]).unwrap();
+        let a_zp = Tensor::from_slice(&[1u8, 2], &[2]).unwrap();
+        let b = Tensor::from_slice(&[1u8, 0, 0, 1], &[2, 2]).unwrap();
+        let b_zp = Tensor::from_slice(&[1u8], &[]).unwrap();
+        let (out, m, n) = centered_product("T", &a, &a_zp, &b, &b_zp, 4, 1).unwrap();
+        // A' = [[0, 1], [1, 2]], B' = [[0, -1], [-1, 0]].
+        assert_eq!((out, m, n), (vec![-1.0, 0.0, -2.0, -1.0], 2, 2));
+    }
+
+    #[test]
+    fn zero_points_of_the_wrong_length_are_errors() {
+        let a = Tensor::from_slice(&[1u8, 2, 3, 4], &[2, 2]).unwrap();
+        let zp = Tensor::from_slice(&[1u8, 2, 3], &[3]).unwrap();
+        let err = centered_product("T", &a, &zp, &a, &Tensor::undefined(), 4, 1).unwrap_err();
+        assert!(matches!(err, OpError::Shape { .. }), "{err}");
+    }
+}

@@ -1,0 +1,167 @@
+//! QLinearMatMul (opsets 10, 21): quantized matrix product. The exact integer product of the
+//! centered operands is rescaled by `a_scale * b_scale / y_scale` (computed in the scales' type,
+//! as the ONNX reference does), rounded half to even, offset by `y_zero_point` and saturated to
+//! the output type (uint8/int8, the type of `y_zero_point`). A's scale and zero point may be one
+//! per row, B's one per column.
+
+use strata_core::{bf16, f16, DType, Device};
+
+use super::integer_matmul::{centered_product, check_operand, line_value, per_line};
+use super::values::{read_f64, write_quantized, QuantTarget};
+use crate::ops::axes::required;
+use crate::ops::matmul::matmul_dims;
+use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+
+const OP: &str = "QLinearMatMul";
+
+#[derive(Debug, Clone, Copy)]
+pub struct QLinearMatMul;
+
+impl QLinearMatMul {
+    pub fn build(_ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
+        Ok(Box::new(QLinearMatMul))
+    }
+}
+
+impl Operator for QLinearMatMul {
+    fn op_type(&self) -> &str {
+        OP
+    }
+
+    fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
+        let a = required(OP, inputs, 0)?;
+        let b = required(OP, inputs, 3)?;
+        check_operand(OP, a, 0, Some(required(OP, inputs, 2)?), 2)?;
+        check_operand(OP, b, 3, Some(required(OP, inputs, 5)?), 5)?;
+        for index in [1, 4, 6] {
+            let scale = required(OP, inputs, index)?;
+            if !scale.dtype.is_float() {
+                return Err(OpError::DType {
+                    op: OP.into(),
+                    index,
+                    expected: "a float scale".into(),
+                    actual: scale.dtype,
+                });
+            }
+        }
+        let y_zero_point = required(OP, inputs, 7)?;
+        if !matches!(y_zero_point.dtype, DType::U8 | DType::I8) {
+            return Err(OpError::DType {
+                op: OP.into(),
+                index: 7,
+                expected: "uint8 or int8".into(),
+                actual: y_zero_point.dtype,
+            });
+        }
+        Ok(vec![Fact::new(
+            y_zero_point.dtype,
+            matmul_dims(&a.dims, &b.dims)?,
+        )])
+    }
+
+    fn kernel(
+        &self,
+        inputs: &[&Fact],
+        _outputs: &[&Fact],
+        device: Device,
+    ) -> OpResult<Box<dyn Kernel>> {
+        if device != Device::Cpu {
+            return Err(OpError::NoKernel {
+                op: OP.into(),
+                dtype: required(OP, inputs, 0)?.dtype,
+                device,
+            });
+        }
+        Ok(Box::new(QLinearMatMul))
+    }
+}
+
+/// `value` rounded to `dtype`'s precision (f16/bf16 scales compute in their own type).
+fn round_to(dtype: DType, value: f64) -> f64 {
+    match dtype {
+        DType::F16 => f16::from_f64(value).to_f64(),
+        DType::BF16 => bf16::from_f64(value).to_f64(),
+        DType::F32 => f64::from(value as f32),
+        _ => value,
+    }
+}
+
+impl Kernel for QLinearMatMul {
+    fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
+        let out = io.output(0);
+        let (product, m, n) = centered_product(
+            OP,
+            io.input(0),
+            io.input(2),
+            io.input(3),
+            io.input(5),
+            out.numel(),
+            io.threads,
+        )?;
+        let a_scale = per_line(OP, "a_scale", io.input(1), m)?.unwrap_or_default();
+        let b_scale = per_line(OP, "b_scale", io.input(4), n)?.unwrap_or_default();
+        let y_scale = read_f64(OP, io.input(6))?;
+        let y_zero_point = read_f64(OP, io.input(7))?;
+        if y_scale.len() != 1 || y_zero_point.len() != 1 || a_scale.is_empty() || b_scale.is_empty()
+        {
+            return Err(OpError::shape(
+                OP,
+                "y_scale and y_zero_point must be scalars and every scale present",
+            ));
+        }
+        let target = QuantTarget::of(out.dtype())
+            .ok_or_else(|| OpError::kernel(OP, format!("cannot write {}", out.dtype())))?;
+        let scale_type = io.input(1).dtype();
+        let (rows, cols) = (m.max(1), n.max(1));
+        let values = product.iter().enumerate().map(|(i, &acc)| {
+            let (row, col) = ((i / cols) % rows, i % cols);
+            let ab = round_to(
+                scale_type,
+                line_value(&a_scale, row) * line_value(&b_scale, col),
+            );
+            let multiplier = round_to(scale_type, ab / y_scale[0]);
+            let scaled = acc * multiplier;
+            // Round half to even, add the zero point and saturate, like QuantizeLinear.
+            target.quantize(scaled, y_zero_point[0], true)
+        });
+        write_quantized(OP, out, values)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::elementwise_test_util::run_op;
+    use crate::OpError;
+    use strata_core::Tensor;
+
+    fn scalar(v: f32) -> Tensor {
+        Tensor::from_slice(&[v], &[]).unwrap()
+    }
+
+    #[test]
+    fn requantizes_the_integer_product() {
+        let a = Tensor::from_slice(&[2u8, 4], &[1, 2]).unwrap();
+        let b = Tensor::from_slice(&[1u8, 3], &[2, 1]).unwrap();
+        let zp = |v: u8| Tensor::from_slice(&[v], &[]).unwrap();
+        // (2*1 + 4*3) * 0.5 * 1.0 / 2.0 = 3.5 -> 4 (half to even) + 10.
+        let inputs = [
+            a,
+            scalar(0.5),
+            zp(0),
+            b,
+            scalar(1.0),
+            zp(0),
+            scalar(2.0),
+            zp(10),
+        ];
+        let y = run_op("QLinearMatMul", 10, &[], &inputs).unwrap();
+        assert_eq!(y[0].to_vec::<u8>().unwrap(), [14]);
+    }
+
+    #[test]
+    fn missing_zero_point_is_an_error() {
+        let a = Tensor::from_slice(&[2u8], &[1, 1]).unwrap();
+        let err = run_op("QLinearMatMul", 10, &[], &[a.clone(), scalar(1.0)]).unwrap_err();
+        assert!(matches!(err, OpError::MissingInput { .. }), "{err}");
+    }
+}
