@@ -28,7 +28,7 @@ enum Specials {
     /// "Finite, unsigned zero": no infinity, no -0; the -0 pattern (sign bit alone) is NaN.
     FiniteNanNegZero,
     /// No infinity and no NaN at all (E2M1).
-    NoSpecials,
+    Neither,
 }
 
 impl MiniFloat {
@@ -36,7 +36,7 @@ impl MiniFloat {
     pub const E4M3FNUZ: MiniFloat = MiniFloat::new(4, 3, 8, Specials::FiniteNanNegZero);
     pub const E5M2: MiniFloat = MiniFloat::new(5, 2, 15, Specials::Ieee);
     pub const E5M2FNUZ: MiniFloat = MiniFloat::new(5, 2, 16, Specials::FiniteNanNegZero);
-    pub const E2M1: MiniFloat = MiniFloat::new(2, 1, 1, Specials::NoSpecials);
+    pub const E2M1: MiniFloat = MiniFloat::new(2, 1, 1, Specials::Neither);
 
     const fn new(exponent_bits: u32, mantissa_bits: u32, bias: i32, kind: Specials) -> Self {
         MiniFloat {
@@ -75,7 +75,7 @@ impl MiniFloat {
             Specials::Ieee => all_ones & !((1 << self.mantissa_bits) as u8),
             // All ones is NaN; one below it is the largest value.
             Specials::FiniteNanAllOnes => all_ones - 1,
-            Specials::FiniteNanNegZero | Specials::NoSpecials => all_ones,
+            Specials::FiniteNanNegZero | Specials::Neither => all_ones,
         }
     }
 
@@ -84,7 +84,7 @@ impl MiniFloat {
         match self.kind {
             Specials::Ieee => ((self.max_exponent_field() << self.mantissa_bits) as u8) | 0b10,
             Specials::FiniteNanAllOnes => self.sign_bit() - 1,
-            Specials::FiniteNanNegZero | Specials::NoSpecials => self.sign_bit(),
+            Specials::FiniteNanNegZero | Specials::Neither => self.sign_bit(),
         }
     }
 
@@ -137,7 +137,7 @@ impl MiniFloat {
             0
         };
         let overflow = || {
-            let saturates = saturate || self.kind == Specials::NoSpecials;
+            let saturates = saturate || self.kind == Specials::Neither;
             match self.kind {
                 _ if saturates => sign | self.max_code(),
                 Specials::Ieee => sign | ((self.max_exponent_field() << self.mantissa_bits) as u8),

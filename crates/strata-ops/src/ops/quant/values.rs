@@ -87,9 +87,7 @@ impl QuantTarget {
                 rounded.clamp(f64::from(min), f64::from(max)) as i32
             }
             QuantTarget::Float8(format) => i32::from(format.encode(scaled, saturate)),
-            QuantTarget::Float4 => {
-                i32::from(MiniFloat::E2M1.encode(f64::from(scaled) + zero_point, true))
-            }
+            QuantTarget::Float4 => i32::from(MiniFloat::E2M1.encode(scaled + zero_point, true)),
         }
     }
 }
