@@ -370,7 +370,7 @@ impl Kernel for SequenceKernel {
 mod tests {
     use strata_core::Tensor;
 
-    use crate::{Attr, Attributes, Fact, KernelIo, OpContext, Operator};
+    use crate::{Attr, Attributes, Fact, KernelIo, OpContext};
 
     fn t(values: &[f32], dims: &[usize]) -> Tensor {
         Tensor::from_slice(values, dims).unwrap()

@@ -1,6 +1,20 @@
 //! Signal processing: DFT, STFT, window functions, MelWeightMatrix.
 
+mod dft;
+mod fft;
+mod mel_weight_matrix;
+mod stft;
+mod values;
+mod window;
+
 use crate::Constructor;
 
 /// The family's operators, registered in `registry::ONNX_FAMILIES`.
-pub const OPS: &[(&str, Constructor)] = &[];
+pub const OPS: &[(&str, Constructor)] = &[
+    ("DFT", dft::Dft::build),
+    ("STFT", stft::Stft::build),
+    ("HannWindow", window::Window::build_hann),
+    ("HammingWindow", window::Window::build_hamming),
+    ("BlackmanWindow", window::Window::build_blackman),
+    ("MelWeightMatrix", mel_weight_matrix::MelWeightMatrix::build),
+];
