@@ -6,7 +6,7 @@
 //! any K below 2^35) is exact in f64: the product runs on the project's f64 GEMM and the result
 //! is the exact i32-accumulated value.
 
-use strata_core::{DType, Tensor};
+use strata_core::{bf16, f16, DType, Tensor};
 
 use super::values::read_f64;
 use crate::kernels::matmul::batched_matmul;
@@ -118,6 +118,17 @@ pub(crate) fn centered_product(
     let mut out = vec![0.0f64; out_len];
     batched_matmul(&av, a.dims(), &bv, b.dims(), &mut out, threads)?;
     Ok((out, m, n))
+}
+
+/// `value` rounded to `dtype`'s precision: requantization multipliers are computed in the
+/// scales' own type, as the ONNX reference does.
+pub(crate) fn round_to(dtype: DType, value: f64) -> f64 {
+    match dtype {
+        DType::F16 => f16::from_f64(value).to_f64(),
+        DType::BF16 => bf16::from_f64(value).to_f64(),
+        DType::F32 => f64::from(value as f32),
+        _ => value,
+    }
 }
 
 #[cfg(test)]

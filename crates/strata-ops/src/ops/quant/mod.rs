@@ -2,12 +2,15 @@
 
 use crate::Constructor;
 
+pub mod conv_integer;
 pub mod dequantize_linear;
 pub mod dynamic_quantize_linear;
+mod integer_conv;
 mod integer_matmul;
 pub mod low_float;
 pub mod matmul_integer;
 mod params;
+pub mod qlinear_conv;
 pub mod qlinear_matmul;
 pub mod quantize_linear;
 mod values;
@@ -24,5 +27,7 @@ pub const OPS: &[(&str, Constructor)] = &[
         dynamic_quantize_linear::DynamicQuantizeLinear::build,
     ),
     ("MatMulInteger", matmul_integer::MatMulInteger::build),
+    ("ConvInteger", conv_integer::ConvInteger::build),
+    ("QLinearConv", qlinear_conv::QLinearConv::build),
     ("QLinearMatMul", qlinear_matmul::QLinearMatMul::build),
 ];

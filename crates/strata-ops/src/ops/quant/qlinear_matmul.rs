@@ -4,9 +4,9 @@
 //! the output type (uint8/int8, the type of `y_zero_point`). A's scale and zero point may be one
 //! per row, B's one per column.
 
-use strata_core::{bf16, f16, DType, Device};
+use strata_core::{DType, Device};
 
-use super::integer_matmul::{centered_product, check_operand, line_value, per_line};
+use super::integer_matmul::{centered_product, check_operand, line_value, per_line, round_to};
 use super::values::{read_f64, write_quantized, QuantTarget};
 use crate::ops::axes::required;
 use crate::ops::matmul::matmul_dims;
@@ -73,16 +73,6 @@ impl Operator for QLinearMatMul {
             });
         }
         Ok(Box::new(QLinearMatMul))
-    }
-}
-
-/// `value` rounded to `dtype`'s precision (f16/bf16 scales compute in their own type).
-fn round_to(dtype: DType, value: f64) -> f64 {
-    match dtype {
-        DType::F16 => f16::from_f64(value).to_f64(),
-        DType::BF16 => bf16::from_f64(value).to_f64(),
-        DType::F32 => f64::from(value as f32),
-        _ => value,
     }
 }
 
