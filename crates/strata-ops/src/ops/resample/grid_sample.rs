@@ -2,18 +2,18 @@
 //! `grid` (N, H1..Hr, r), whose last axis lists coordinates innermost-axis first (x, y, z).
 //! Modes nearest (round half to even), linear and cubic (Keys, a = -0.75), named
 //! bilinear/bicubic before opset 20; padding zeros, border or reflection; `align_corners`.
-//! Any number of spatial axes (opset 16 only defines 2-D; the arithmetic is the same).
+//! Any number of spatial axes (opset 16 only defines 2-D; the arithmetic is the same). Float
+//! and integer images (integers round half to even on store).
 //!
 //! Interpolation is separable: per sample point each axis gets up to four (index, weight) taps,
 //! computed once and applied to every channel.
 
-use num_traits::ToPrimitive;
 use smallvec::SmallVec;
 use strata_core::{Device, Tensor};
 
-use crate::numeric::{Real, WideFloat};
+use super::sample::{dispatch_sample, is_sampled, Sample};
 use crate::ops::axes::required;
-use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "GridSample";
 
@@ -201,12 +201,15 @@ impl Operator for GridSample {
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
         let x = required(OP, inputs, 0)?;
         let grid = required(OP, inputs, 1)?;
-        for (i, f) in [x, grid].into_iter().enumerate() {
-            if !f.dtype.is_float() {
+        for (i, f, ok, expected) in [
+            (0, x, is_sampled(x.dtype), "a float or integer type"),
+            (1, grid, grid.dtype.is_float(), "a float type"),
+        ] {
+            if !ok {
                 return Err(OpError::DType {
                     op: OP.into(),
                     index: i,
-                    expected: "a float type".into(),
+                    expected: expected.into(),
                     actual: f.dtype,
                 });
             }
@@ -254,7 +257,7 @@ impl Operator for GridSample {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(OP, inputs, 0)?.dtype;
-        if device != Device::Cpu || !dtype.is_float() {
+        if device != Device::Cpu || !is_sampled(dtype) {
             return Err(OpError::NoKernel {
                 op: OP.into(),
                 dtype,
@@ -262,6 +265,11 @@ impl Operator for GridSample {
             });
         }
         Ok(Box::new(*self))
+    }
+
+    fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
+        let grid = required(OP, inputs, 1)?;
+        Ok(grid.numel().map_or(0, |n| n * std::mem::size_of::<f64>()))
     }
 }
 
@@ -291,24 +299,43 @@ impl Kernel for GridSample {
         if out.numel() == 0 {
             return Ok(());
         }
-        let grid_values = dispatch_float!(grid.dtype(), G => read_f64::<G>(grid),
+        // The grid as f64 coordinates, in planned scratch when there is enough.
+        let len = grid.numel();
+        let mut guard = match io.scratch {
+            Some(s) if s.numel() >= len * std::mem::size_of::<f64>() => Some(s.write_bytes(OP)?),
+            _ => None,
+        };
+        let mut owned = Vec::new();
+        let coords: &mut [f64] = match guard.as_mut() {
+            Some(g) => bytemuck::try_cast_slice_mut(&mut g.bytes()[..len * 8])
+                .map_err(|e| OpError::kernel(OP, format!("scratch is misaligned: {e}")))?,
+            None => {
+                owned.resize(len, 0.0);
+                &mut owned
+            }
+        };
+        dispatch_sample!(grid.dtype(), G => load_all::<G>(grid, coords),
             _ => Err(OpError::kernel(OP, format!("grid must be float, got {}", grid.dtype()))))?;
-        dispatch_float!(x.dtype(), T => self.sample::<T>(x, &grid_values, out),
+        dispatch_sample!(x.dtype(), T => self.sample::<T>(x, coords, out),
             _ => Err(OpError::kernel(OP, format!("no kernel for dtype {}", x.dtype()))))
     }
 }
 
-/// Reads a float tensor (any layout) into row-major f64 values.
-fn read_f64<T: Real>(t: &Tensor) -> OpResult<Vec<f64>> {
-    Ok(t.read::<T>()?
-        .to_vec()
-        .into_iter()
-        .map(|v| v.widen().to_f64().unwrap_or(f64::NAN))
-        .collect())
+/// Loads a tensor (any layout) into `dst` as row-major f64 values.
+fn load_all<T: Sample>(t: &Tensor, dst: &mut [f64]) -> OpResult<()> {
+    let r = t.read::<T>()?;
+    match r.as_slice() {
+        Some(s) => dst.iter_mut().zip(s).for_each(|(d, v)| *d = v.load()),
+        None => dst
+            .iter_mut()
+            .zip(r.to_vec())
+            .for_each(|(d, v)| *d = v.load()),
+    }
+    Ok(())
 }
 
 impl GridSample {
-    fn sample<T: Real>(&self, x: &Tensor, grid: &[f64], out: &Tensor) -> OpResult<()> {
+    fn sample<T: Sample>(&self, x: &Tensor, grid: &[f64], out: &Tensor) -> OpResult<()> {
         let dims = x.dims();
         let spatial = &dims[2..];
         let r = spatial.len();
@@ -346,7 +373,7 @@ impl GridSample {
                             offset += i as isize * strides[a + 2];
                         }
                         if w != 0.0 {
-                            acc += w * src[offset as usize].widen().to_f64().unwrap_or(f64::NAN);
+                            acc += w * src[offset as usize].load();
                         }
                         let mut a = r;
                         let done = loop {
@@ -364,8 +391,7 @@ impl GridSample {
                             break;
                         }
                     }
-                    dst[(n * channels + c) * points + p] =
-                        T::narrow(<T::Wide as WideFloat>::lit(acc));
+                    dst[(n * channels + c) * points + p] = T::store(acc);
                 }
             }
         }

@@ -1,14 +1,13 @@
 //! The Resize/Upsample kernel: builds one tap table per axis (see `geometry`) in planned
 //! scratch, then writes every output element as the weighted sum over the product of its
-//! axes' taps, accumulated in f64 like the ONNX reference and rounded once on store.
+//! axes' taps, accumulated in f64 like the ONNX reference and rounded once on store (see `sample`).
 
-use num_traits::ToPrimitive;
 use smallvec::SmallVec;
 use strata_core::Tensor;
 
 use super::geometry::{AxisGeometry, ResizeSpec, EXTRAPOLATE};
-use crate::numeric::{Real, WideFloat};
-use crate::{dispatch_float, OpError, OpResult};
+use super::sample::{dispatch_sample, Sample};
+use crate::{OpError, OpResult};
 
 /// Bytes of scratch the tap tables of `geo` take: one `usize` index and one `f64` weight per tap.
 pub(crate) fn tap_table_bytes(spec: &ResizeSpec, geo: &[AxisGeometry]) -> usize {
@@ -64,7 +63,7 @@ pub(crate) fn resize_into(
         weight,
         axes: &tables,
     };
-    dispatch_float!(x.dtype(), T => apply::<T>(spec, &tables, x, out),
+    dispatch_sample!(x.dtype(), T => apply::<T>(spec, &tables, x, out),
         _ => Err(OpError::kernel(op, format!("no kernel for dtype {}", x.dtype()))))
 }
 
@@ -75,7 +74,7 @@ struct Tables<'a> {
     axes: &'a [(usize, usize)],
 }
 
-fn apply<T: Real>(spec: &ResizeSpec, t: &Tables, x: &Tensor, out: &Tensor) -> OpResult<()> {
+fn apply<T: Sample>(spec: &ResizeSpec, t: &Tables, x: &Tensor, out: &Tensor) -> OpResult<()> {
     let op = spec.op;
     let rank = t.axes.len();
     let xr = x.read::<T>()?;
@@ -87,7 +86,7 @@ fn apply<T: Real>(spec: &ResizeSpec, t: &Tables, x: &Tensor, out: &Tensor) -> Op
         .as_mut_slice()
         .ok_or_else(|| OpError::kernel(op, "output is not contiguous"))?;
     let out_dims = out.dims();
-    let fill = T::narrow(<T::Wide as WideFloat>::lit(spec.extrapolation));
+    let fill = T::store(spec.extrapolation);
     let mut coord: SmallVec<[usize; 8]> = SmallVec::from_elem(0, rank);
     let mut tap: SmallVec<[usize; 8]> = SmallVec::from_elem(0, rank);
     for slot in dst.iter_mut() {
@@ -107,7 +106,7 @@ fn apply<T: Real>(spec: &ResizeSpec, t: &Tables, x: &Tensor, out: &Tensor) -> Op
                     offset += t.index[k] as isize * strides[a];
                 }
                 if w != 0.0 {
-                    let v = src[offset as usize].widen().to_f64().unwrap_or(f64::NAN);
+                    let v = src[offset as usize].load();
                     acc += w * v;
                 }
                 // Next tap combination (odometer, last axis fastest); done after the last.
@@ -127,7 +126,7 @@ fn apply<T: Real>(spec: &ResizeSpec, t: &Tables, x: &Tensor, out: &Tensor) -> Op
                     break;
                 }
             }
-            *slot = T::narrow(<T::Wide as WideFloat>::lit(acc));
+            *slot = T::store(acc);
         }
         // Next output coordinate.
         for a in (0..rank).rev() {

@@ -7,6 +7,7 @@ mod geometry;
 mod grid_sample;
 mod interpolate;
 mod resize;
+mod sample;
 mod upsample;
 
 use crate::Constructor;

@@ -1,7 +1,8 @@
 //! Resize (opsets 10, 11, 13, 18, 19): nearest (every `nearest_mode`), n-D linear and cubic
 //! (`cubic_coeff_a`, `exclude_outside`) interpolation, every `coordinate_transformation_mode`
 //! (tf_crop_and_resize with `roi` and `extrapolation_value`), output from `scales` or `sizes`,
-//! and the opset 18 `axes`, `antialias` and `keep_aspect_ratio_policy`. Opset 10 has inputs
+//! and the opset 18 `axes`, `antialias` and `keep_aspect_ratio_policy`. Float and integer
+//! element types (integers round half to even, saturating). Opset 10 has inputs
 //! (X, scales) and resizes like Upsample (asymmetric coordinates, nearest rounds down).
 //!
 //! The output dims depend on the values of `scales`/`sizes`: known at plan time when those are
@@ -13,6 +14,7 @@ use strata_core::{DType, Device, Tensor};
 
 use super::geometry::{AspectPolicy, AxisGeometry, CoordMode, Filter, NearestMode, ResizeSpec};
 use super::interpolate::{resize_into, tap_table_bytes};
+use super::sample::is_sampled;
 use crate::numeric::Real;
 use crate::ops::axes::{optional, required};
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
@@ -194,7 +196,14 @@ impl Operator for Resize {
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
         let op = self.spec.op;
         let x = required(op, inputs, 0)?;
-        self.check_float("X", 0, x.dtype)?;
+        if !is_sampled(x.dtype) {
+            return Err(OpError::DType {
+                op: op.into(),
+                index: 0,
+                expected: "a float or integer type".into(),
+                actual: x.dtype,
+            });
+        }
         if let ScalesFrom::Input(i) = self.scales {
             if let Some(f) = optional(inputs, i) {
                 self.check_float("scales", i, f.dtype)?;
@@ -230,7 +239,7 @@ impl Operator for Resize {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(self.spec.op, inputs, 0)?.dtype;
-        if device != Device::Cpu || !dtype.is_float() {
+        if device != Device::Cpu || !is_sampled(dtype) {
             return Err(OpError::NoKernel {
                 op: self.spec.op.into(),
                 dtype,
@@ -383,6 +392,22 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn integers_round_half_to_even() {
+        let x = Some(Tensor::from_slice(&[0u8, 5, 255, 0], &[4]).unwrap());
+        let mode = ("mode", Attr::String("linear".into()));
+        let ct = (
+            "coordinate_transformation_mode",
+            Attr::String("asymmetric".into()),
+        );
+        let y = resize(&[mode, ct], &[x, None, t(&[2.], &[1])]).unwrap();
+        // Midpoints 2.5 -> 2, 130 -> 130, 127.5 -> 128; the last clamps to the edge.
+        assert_eq!(
+            y.to_vec::<u8>().unwrap(),
+            vec![0, 2, 5, 130, 255, 128, 0, 0]
+        );
+    }
+
+    #[test]
     fn bad_inputs_are_errors() {
         let x = t(&[1., 2., 3., 4.], &[2, 2]);
         let err = resize(&[], &[x.clone(), None, t(&[2.], &[1])]).unwrap_err();
@@ -395,8 +420,8 @@ pub(crate) mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("mode"), "{err}");
-        let ints = Some(Tensor::from_slice(&[1i32, 2, 3, 4], &[2, 2]).unwrap());
-        assert!(resize(&[], &[ints, None, t(&[1., 1.], &[2])]).is_err());
+        let bools = Some(Tensor::from_bools(&[true, false], &[1, 2]).unwrap());
+        assert!(resize(&[], &[bools, None, t(&[1., 1.], &[2])]).is_err());
         let huge = t(&[1e30, 1.], &[2]);
         assert!(resize(&[], &[x, None, huge]).is_err());
     }
