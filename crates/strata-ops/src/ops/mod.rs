@@ -1,6 +1,7 @@
 //! Operator implementations, one file per operator family.
 
 pub mod batchnorm;
+pub mod batchnorm_training;
 pub mod concat;
 pub mod constant;
 pub mod conv;
