@@ -1,5 +1,6 @@
 //! Conv (N-d, groups, dilations, pads, auto_pad) through im2col + GEMM; the im2col buffer is
-//! planned scratch space.
+//! planned scratch space. f32 and f64 compute natively; f16 and bf16 are widened to f32 in
+//! scratch, convolved there and rounded once on store.
 
 use std::marker::PhantomData;
 
@@ -8,6 +9,7 @@ use strata_core::{DType, Device, Element};
 use crate::kernels::{
     conv, conv_output_dims, conv_scratch_len, resolve_auto_pad, Activation, ConvParams, GemmFloat,
 };
+use crate::numeric::Real;
 use crate::ops::identity::first_input;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -161,7 +163,20 @@ impl Operator for Conv {
             return Ok(0);
         };
         let p = self.params(&x, &w)?;
-        Ok(conv_scratch_len(&x, &w, &p) * inputs[0].dtype.size_in_bytes())
+        let unfold = conv_scratch_len(&x, &w, &p);
+        match inputs[0].dtype {
+            DType::F16 | DType::BF16 => {
+                let bias = inputs.get(2).and_then(|b| b.numel()).unwrap_or(0);
+                let out = conv_output_dims(&x, &w, &p)?.iter().product::<usize>();
+                let len = [unfold, x.iter().product(), w.iter().product(), bias, out]
+                    .iter()
+                    .try_fold(0usize, |acc, &n| acc.checked_add(n))
+                    .and_then(|n| n.checked_mul(std::mem::size_of::<f32>()))
+                    .ok_or_else(|| OpError::shape("Conv", "f32 working set size overflows"))?;
+                Ok(len)
+            }
+            dtype => Ok(unfold * dtype.size_in_bytes()),
+        }
     }
 
     fn kernel(
@@ -185,6 +200,14 @@ impl Operator for Conv {
             (DType::F64, Device::Cpu) => Ok(Box::new(ConvKernel::<f64> {
                 op: self.clone(),
                 planned,
+                _t: PhantomData,
+            })),
+            (DType::F16, Device::Cpu) => Ok(Box::new(WidenedConvKernel::<strata_core::f16> {
+                op: self.clone(),
+                _t: PhantomData,
+            })),
+            (DType::BF16, Device::Cpu) => Ok(Box::new(WidenedConvKernel::<strata_core::bf16> {
+                op: self.clone(),
                 _t: PhantomData,
             })),
             (dtype, device) => Err(OpError::NoKernel {
@@ -255,6 +278,85 @@ impl<T: Element + GemmFloat> Kernel for ConvKernel<T> {
             scratch,
             io.threads,
         )?;
+        Ok(())
+    }
+}
+
+/// Planned scratch bytes viewed as `T`s (whole elements only).
+fn scratch_as<'a, T: bytemuck::Pod>(bytes: &'a mut [u8]) -> OpResult<&'a mut [T]> {
+    let whole = bytes.len() / std::mem::size_of::<T>() * std::mem::size_of::<T>();
+    bytemuck::try_cast_slice_mut(&mut bytes[..whole])
+        .map_err(|e| OpError::kernel("Conv", format!("scratch: {e}")))
+}
+
+/// Takes the first `len` elements off the front of `rest`, or says the scratch is too small.
+fn carve<'a>(rest: &mut &'a mut [f32], len: usize) -> OpResult<&'a mut [f32]> {
+    if rest.len() < len {
+        return Err(OpError::kernel(
+            "Conv",
+            format!("scratch is {} f32 short", len - rest.len()),
+        ));
+    }
+    let (head, tail) = std::mem::take(rest).split_at_mut(len);
+    *rest = tail;
+    Ok(head)
+}
+
+/// Conv for 16-bit floats: operands widened to f32 in scratch (after the im2col tile), the
+/// f32 convolution, then one rounding per output element.
+#[derive(Debug)]
+struct WidenedConvKernel<H> {
+    op: Conv,
+    _t: PhantomData<H>,
+}
+
+impl<H: Element + Real<Wide = f32>> Kernel for WidenedConvKernel<H> {
+    fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
+        let (x, w, b, out) = (io.input(0), io.input(1), io.input(2), io.output(0));
+        let params = self.op.params(x.dims(), w.dims())?;
+        let not_contiguous = || OpError::kernel("Conv", "operands must be contiguous");
+        let (rx, rw) = (x.read::<H>()?, w.read::<H>()?);
+        let rb = if b.is_defined() {
+            Some(b.read::<H>()?)
+        } else {
+            None
+        };
+        let mut wo = out.write::<H>()?;
+        let mut guard = match io.scratch {
+            Some(s) => s.write_bytes("Conv")?,
+            None => return Err(OpError::kernel("Conv", "f16 convolution needs scratch")),
+        };
+        let mut rest: &mut [f32] = scratch_as(guard.bytes())?;
+        let unfold = carve(&mut rest, conv_scratch_len(x.dims(), w.dims(), &params))?;
+        let mut widen = |src: &[H]| -> OpResult<&mut [f32]> {
+            let dst = carve(&mut rest, src.len())?;
+            for (d, &v) in dst.iter_mut().zip(src) {
+                *d = v.widen();
+            }
+            Ok(dst)
+        };
+        let xf = widen(rx.as_slice().ok_or_else(not_contiguous)?)?;
+        let wf = widen(rw.as_slice().ok_or_else(not_contiguous)?)?;
+        let bf = match &rb {
+            Some(r) => Some(&*widen(r.as_slice().ok_or_else(not_contiguous)?)?),
+            None => None,
+        };
+        let out_h = wo.as_mut_slice().ok_or_else(not_contiguous)?;
+        let out_f = carve(&mut rest, out_h.len())?;
+        conv(
+            xf,
+            x.dims(),
+            wf,
+            w.dims(),
+            bf,
+            &params,
+            out_f,
+            unfold,
+            io.threads,
+        )?;
+        for (d, &v) in out_h.iter_mut().zip(out_f.iter()) {
+            *d = H::narrow(v);
+        }
         Ok(())
     }
 }

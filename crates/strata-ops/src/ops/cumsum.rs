@@ -1,6 +1,7 @@
-//! CumSum along the axis given by a scalar input, with `exclusive` and `reverse`. Running sums
-//! are kept for a stack chunk of inner lanes at a time (rows are read contiguously), widened
-//! where the element type needs it (f16, bf16).
+//! CumSum (opsets 11-14) and CumProd (opset 26): running sums or products along the axis given
+//! by a scalar input, with `exclusive` and `reverse`. Running values are kept for a stack chunk
+//! of inner lanes at a time (rows are read contiguously), widened where the element type needs
+//! it (f16, bf16); integers wrap.
 
 use strata_core::{DType, Device};
 
@@ -8,35 +9,57 @@ use super::accumulate::{dispatch_accumulate, Accumulate};
 use super::axes::{check_int_input, cpu_plain, normalize_axis, read_ints, required};
 use crate::{Constructor, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
-pub const OPS: &[(&str, Constructor)] = &[("CumSum", CumSum::build)];
+pub const OPS: &[(&str, Constructor)] = &[
+    ("CumSum", |c| Cumulative::build(Running::Sum, c)),
+    ("CumProd", |c| Cumulative::build(Running::Product, c)),
+];
+
+/// What the running value is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Running {
+    Sum,
+    Product,
+}
+
+impl Running {
+    fn op(self) -> &'static str {
+        match self {
+            Running::Sum => "CumSum",
+            Running::Product => "CumProd",
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy)]
-pub struct CumSum {
+pub struct Cumulative {
+    kind: Running,
     exclusive: bool,
     reverse: bool,
 }
 
-impl CumSum {
-    pub fn build(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
-        Ok(Box::new(CumSum {
+impl Cumulative {
+    pub fn build(kind: Running, ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
+        Ok(Box::new(Cumulative {
+            kind,
             exclusive: ctx.attrs.int_or("exclusive", 0)? != 0,
             reverse: ctx.attrs.int_or("reverse", 0)? != 0,
         }))
     }
 }
 
-impl Operator for CumSum {
+impl Operator for Cumulative {
     fn op_type(&self) -> &str {
-        "CumSum"
+        self.kind.op()
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let x = required("CumSum", inputs, 0)?;
-        let axis = required("CumSum", inputs, 1)?;
-        check_int_input("CumSum", inputs, 1)?;
+        let op = self.kind.op();
+        let x = required(op, inputs, 0)?;
+        let axis = required(op, inputs, 1)?;
+        check_int_input(op, inputs, 1)?;
         if x.dtype == DType::Bool || x.dtype.is_quantized() {
             return Err(OpError::DType {
-                op: "CumSum".into(),
+                op: op.into(),
                 index: 0,
                 expected: "a numeric type".into(),
                 actual: x.dtype,
@@ -44,7 +67,7 @@ impl Operator for CumSum {
         }
         if axis.numel().is_some_and(|n| n != 1) {
             return Err(OpError::shape(
-                "CumSum",
+                op,
                 format!("axis must hold one value, got dims {:?}", axis.dims),
             ));
         }
@@ -57,14 +80,17 @@ impl Operator for CumSum {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        cpu_plain("CumSum", required("CumSum", inputs, 0)?.dtype, device)?;
+        let op = self.kind.op();
+        cpu_plain(op, required(op, inputs, 0)?.dtype, device)?;
         Ok(Box::new(*self))
     }
 }
 
 const CHUNK: usize = 64;
 
-fn cumsum<T: Accumulate>(
+/// The running `kind` over `n` steps of `inner` lanes, for every outer block of `x`.
+fn running<T: Accumulate>(
+    kind: Running,
     x: &[T],
     out: &mut [T],
     n: usize,
@@ -72,13 +98,17 @@ fn cumsum<T: Accumulate>(
     exclusive: bool,
     reverse: bool,
 ) {
+    let (start, combine): (T::Acc, fn(T::Acc, T::Acc) -> T::Acc) = match kind {
+        Running::Sum => (T::zero(), T::add),
+        Running::Product => (T::one(), T::mul),
+    };
     let outer = x.len().checked_div(n * inner).unwrap_or(0);
     for o in 0..outer {
         let base = o * n * inner;
         let mut c = 0;
         while c < inner {
             let w = CHUNK.min(inner - c);
-            let mut acc = [T::zero(); CHUNK];
+            let mut acc = [start; CHUNK];
             for step in 0..n {
                 let k = if reverse { n - 1 - step } else { step };
                 let at = base + k * inner + c;
@@ -86,9 +116,9 @@ fn cumsum<T: Accumulate>(
                 for ((a, &v), d) in acc.iter_mut().zip(src).zip(dst) {
                     if exclusive {
                         *d = T::narrow(*a);
-                        *a = T::add(*a, v.widen());
+                        *a = combine(*a, v.widen());
                     } else {
-                        *a = T::add(*a, v.widen());
+                        *a = combine(*a, v.widen());
                         *d = T::narrow(*a);
                     }
                 }
@@ -98,35 +128,36 @@ fn cumsum<T: Accumulate>(
     }
 }
 
-impl Kernel for CumSum {
+impl Kernel for Cumulative {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
+        let op = self.kind.op();
         let (x, out) = (io.input(0), io.output(0));
-        let axis = read_ints("CumSum", io.input(1))?;
+        let axis = read_ints(op, io.input(1))?;
         let &[axis] = axis.as_slice() else {
             return Err(OpError::kernel(
-                "CumSum",
+                op,
                 format!("axis must hold one value, got {axis:?}"),
             ));
         };
-        let axis = normalize_axis("CumSum", "axis", axis, x.rank())?;
+        let axis = normalize_axis(op, "axis", axis, x.rank())?;
         if out.dims() != x.dims() || out.dtype() != x.dtype() {
             return Err(OpError::kernel(
-                "CumSum",
+                op,
                 format!("output {:?} differs from input {:?}", out.dims(), x.dims()),
             ));
         }
         let dims = x.dims();
         let (n, inner) = (dims[axis], dims[axis + 1..].iter().product::<usize>());
-        let not_contiguous = || OpError::kernel("CumSum", "input or output is not contiguous");
-        let (exclusive, reverse) = (self.exclusive, self.reverse);
+        let not_contiguous = || OpError::kernel(op, "input or output is not contiguous");
+        let (kind, exclusive, reverse) = (self.kind, self.exclusive, self.reverse);
         dispatch_accumulate!(x.dtype(), bool: false, T => {
             let xr = x.read::<T>()?;
             let xs = xr.as_slice().ok_or_else(not_contiguous)?;
             let mut ow = out.write::<T>()?;
             let os = ow.as_mut_slice().ok_or_else(not_contiguous)?;
-            cumsum(xs, os, n, inner, exclusive, reverse);
+            running(kind, xs, os, n, inner, exclusive, reverse);
             Ok(())
-        }, _ => Err(OpError::NoKernel { op: "CumSum".into(), dtype: x.dtype(), device: Device::Cpu }))
+        }, _ => Err(OpError::NoKernel { op: op.into(), dtype: x.dtype(), device: Device::Cpu }))
     }
 }
 
@@ -135,7 +166,7 @@ mod tests {
     use super::*;
     use strata_core::Tensor;
 
-    fn run(op: CumSum, x: &Tensor, axis: i64) -> Vec<i32> {
+    fn run(op: Cumulative, x: &Tensor, axis: i64) -> Vec<i32> {
         let axis = Tensor::from_slice(&[axis], &[]).unwrap();
         let o = Tensor::zeros(x.dims(), x.dtype()).unwrap();
         op.run(&KernelIo {
@@ -152,12 +183,56 @@ mod tests {
     #[test]
     fn forward_reverse_exclusive_on_both_axes() {
         let x = Tensor::from_slice(&[1i32, 2, 3, 4, 5, 6], &[2, 3]).unwrap();
-        let op = |exclusive, reverse| CumSum { exclusive, reverse };
+        let op = |exclusive, reverse| Cumulative {
+            kind: Running::Sum,
+            exclusive,
+            reverse,
+        };
         assert_eq!(run(op(false, false), &x, 1), vec![1, 3, 6, 4, 9, 15]);
         assert_eq!(run(op(true, false), &x, -1), vec![0, 1, 3, 0, 4, 9]);
         assert_eq!(run(op(false, true), &x, 1), vec![6, 5, 3, 15, 11, 6]);
         assert_eq!(run(op(true, true), &x, 1), vec![5, 3, 0, 11, 6, 0]);
         assert_eq!(run(op(false, false), &x, 0), vec![1, 2, 3, 5, 7, 9]);
         assert_eq!(run(op(true, true), &x, 0), vec![4, 5, 6, 0, 0, 0]);
+    }
+
+    #[test]
+    fn products_forward_reverse_exclusive() {
+        let x = Tensor::from_slice(&[1i32, 2, 3, 4, 5, 6], &[2, 3]).unwrap();
+        let op = |exclusive, reverse| Cumulative {
+            kind: Running::Product,
+            exclusive,
+            reverse,
+        };
+        assert_eq!(run(op(false, false), &x, 1), vec![1, 2, 6, 4, 20, 120]);
+        assert_eq!(run(op(true, false), &x, 1), vec![1, 1, 2, 1, 4, 20]);
+        assert_eq!(run(op(false, true), &x, -1), vec![6, 6, 3, 120, 30, 6]);
+        assert_eq!(run(op(true, true), &x, 1), vec![6, 3, 1, 30, 6, 1]);
+        assert_eq!(run(op(false, false), &x, 0), vec![1, 2, 3, 4, 10, 18]);
+        // Integer products wrap instead of panicking.
+        let big = Tensor::from_slice(&[i32::MAX, 2], &[2]).unwrap();
+        assert_eq!(run(op(false, false), &big, 0), vec![i32::MAX, -2]);
+    }
+
+    #[test]
+    fn bad_axis_is_an_error() {
+        let x = Tensor::from_slice(&[1i32, 2, 3], &[3]).unwrap();
+        let o = Tensor::zeros(x.dims(), x.dtype()).unwrap();
+        let axis = Tensor::from_slice(&[1i64], &[]).unwrap();
+        let op = Cumulative {
+            kind: Running::Product,
+            exclusive: false,
+            reverse: false,
+        };
+        let err = op
+            .run(&KernelIo {
+                inputs: &[&x, &axis],
+                outputs: &[&o],
+                scratch: None,
+                in_place: None,
+                threads: 1,
+            })
+            .unwrap_err();
+        assert!(err.to_string().starts_with("CumProd"), "{err}");
     }
 }
