@@ -17,8 +17,9 @@ use strata_core::{bf16, f16, DType, Device, Element};
 
 use super::quant::low_float::{decode_e8m0, encode_e8m0, E8m0Rounding, MiniFloat};
 use super::unary::{map_kernel, one_input};
-use crate::Attr;
-use crate::{dispatch_arith, dispatch_plain, Fact, Kernel, OpContext, OpError, OpResult, Operator};
+use crate::{
+    dispatch_arith, dispatch_plain, Attr, Fact, Kernel, OpContext, OpError, OpResult, Operator,
+};
 
 /// The ONNX `TensorProto.DataType` name of a code, for messages.
 pub(crate) fn onnx_type_name(code: i64) -> &'static str {

@@ -3,7 +3,8 @@
 //! values written into an output of any quantized dtype.
 //!
 //! The operators convert each input once into an f64 buffer, which holds every quantized value,
-//! scale and 32-bit accumulator exactly.
+//! scale and 32-bit accumulator exactly. These buffers are allocated per run: the quantization
+//! kernels do not yet take planned scratch space.
 
 use num_traits::AsPrimitive;
 use strata_core::{DType, Tensor};
