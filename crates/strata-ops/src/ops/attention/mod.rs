@@ -1,6 +1,27 @@
 //! Attention family: Attention, RotaryEmbedding, LinearAttention, SwiGLU, CausalConvWithState.
 
+mod attention_bias;
+mod attention_core;
+mod attention_geometry;
+mod attention_op;
+mod causal_conv_with_state;
+mod linear_attention;
+mod rotary_embedding;
+mod swiglu;
+
 use crate::Constructor;
 
+pub use attention_op::Attention;
+pub use causal_conv_with_state::CausalConvWithState;
+pub use linear_attention::LinearAttention;
+pub use rotary_embedding::RotaryEmbedding;
+pub use swiglu::SwiGlu;
+
 /// The family's operators, registered in `registry::ONNX_FAMILIES`.
-pub const OPS: &[(&str, Constructor)] = &[];
+pub const OPS: &[(&str, Constructor)] = &[
+    ("Attention", Attention::build),
+    ("RotaryEmbedding", RotaryEmbedding::build),
+    ("SwiGLU", SwiGlu::build),
+    ("LinearAttention", LinearAttention::build),
+    ("CausalConvWithState", CausalConvWithState::build),
+];
