@@ -1,6 +1,9 @@
 //! Linear algebra beyond MatMul/Gemm: Einsum, Det.
 
+pub mod einsum;
+mod einsum_plan;
+
 use crate::Constructor;
 
 /// The family's operators, registered in `registry::ONNX_FAMILIES`.
-pub const OPS: &[(&str, Constructor)] = &[];
+pub const OPS: &[(&str, Constructor)] = &[("Einsum", einsum::Einsum::build)];

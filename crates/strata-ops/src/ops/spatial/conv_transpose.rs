@@ -807,7 +807,7 @@ mod tests {
         let err = run(&[], (&[1, 1, 9], &x), (&[1, 2, 3, 3], &w), None).unwrap_err();
         assert!(err.to_string().contains("same rank"), "{err}");
         // Pads that eat the whole output.
-        let attrs = [("pads", Attr::Ints(vec![4, 4, 0, 0]))];
+        let attrs = [("pads", Attr::Ints(vec![3, 3, 3, 3]))];
         let err = run(&attrs, (&[1, 1, 3, 3], &x), (&[1, 2, 3, 3], &w), None).unwrap_err();
         assert!(err.to_string().contains("not a valid size"), "{err}");
         // Wrong attribute arity, bad values, bad bias.
