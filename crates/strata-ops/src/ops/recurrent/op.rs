@@ -166,7 +166,7 @@ impl Recurrent {
             ));
         }
         let clip = match ctx.attrs.float("clip")? {
-            Some(c) if !(c > 0.0) => {
+            Some(c) if c.is_nan() || c <= 0.0 => {
                 return Err(OpError::attribute(
                     op,
                     "clip",
