@@ -283,7 +283,7 @@ impl<T: Element + GemmFloat> Kernel for ConvKernel<T> {
 }
 
 /// Planned scratch bytes viewed as `T`s (whole elements only).
-fn scratch_as<'a, T: bytemuck::Pod>(bytes: &'a mut [u8]) -> OpResult<&'a mut [T]> {
+fn scratch_as<T: bytemuck::Pod>(bytes: &mut [u8]) -> OpResult<&mut [T]> {
     let whole = bytes.len() / std::mem::size_of::<T>() * std::mem::size_of::<T>();
     bytemuck::try_cast_slice_mut(&mut bytes[..whole])
         .map_err(|e| OpError::kernel("Conv", format!("scratch: {e}")))

@@ -98,7 +98,8 @@ fn running<T: Accumulate>(
     exclusive: bool,
     reverse: bool,
 ) {
-    let (start, combine): (T::Acc, fn(T::Acc, T::Acc) -> T::Acc) = match kind {
+    type Combine<A> = fn(A, A) -> A;
+    let (start, combine): (T::Acc, Combine<T::Acc>) = match kind {
         Running::Sum => (T::zero(), T::add),
         Running::Product => (T::one(), T::mul),
     };

@@ -371,9 +371,9 @@ mod tests {
         let y = run("ij,jk->ik", &[a.clone(), b]).unwrap();
         assert_eq!(y.dims(), &[2, 2]);
         assert_eq!(y.to_vec::<f32>().unwrap(), [4.0, 5.0, 10.0, 11.0]);
-        let y = run("ij->ji", &[a.clone()]).unwrap();
+        let y = run("ij->ji", std::slice::from_ref(&a)).unwrap();
         assert_eq!(y.to_vec::<f32>().unwrap(), [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
-        let y = run("ij -> i", &[a.clone()]).unwrap();
+        let y = run("ij -> i", std::slice::from_ref(&a)).unwrap();
         assert_eq!(y.to_vec::<f32>().unwrap(), [6.0, 15.0]);
         // Implicit output "ij,ij" sums everything: 1+4+9+16+25+36.
         let y = run("ij,ij", &[a.clone(), a]).unwrap();
@@ -390,10 +390,10 @@ mod tests {
         // "...ii->...i": the diagonals of two 2x2 matrices.
         let x =
             Tensor::from_slice(&[1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], &[2, 2, 2]).unwrap();
-        let y = run("...ii->...i", &[x.clone()]).unwrap();
+        let y = run("...ii->...i", std::slice::from_ref(&x)).unwrap();
         assert_eq!(y.to_vec::<f64>().unwrap(), [1.0, 4.0, 5.0, 8.0]);
         // Trace per batch.
-        let y = run("bii->b", &[x.clone()]).unwrap();
+        let y = run("bii->b", std::slice::from_ref(&x)).unwrap();
         assert_eq!(y.to_vec::<f64>().unwrap(), [5.0, 13.0]);
         // Batch matmul against itself: [[1,2],[3,4]]^2 = [[7,10],[15,22]], second [[67,78],[91,106]].
         let y = run("bij,bjk->bik", &[x.clone(), x.clone()]).unwrap();

@@ -691,7 +691,15 @@ mod tests {
 
     #[test]
     fn matches_the_definition_over_many_configurations() {
-        let configs: &[(&[usize], &[usize], usize, &[usize], &[usize], &[usize])] = &[
+        type Config<'a> = (
+            &'a [usize],
+            &'a [usize],
+            usize,
+            &'a [usize],
+            &'a [usize],
+            &'a [usize],
+        );
+        let configs: &[Config] = &[
             // (x dims, w dims, group, strides, dilations, pads)
             (&[2, 2, 4], &[2, 3, 3], 1, &[2], &[1], &[1, 0]),
             (
