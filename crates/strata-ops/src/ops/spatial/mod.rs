@@ -1,4 +1,5 @@
-//! Spatial operators beyond Conv and pools: ConvTranspose, DeformConv, MaxUnpool, RoiAlign, Einsum.
+//! Spatial operators beyond Conv and pools: ConvTranspose (with its col2im fold); DeformConv,
+//! MaxUnpool and RoiAlign are not implemented yet.
 
 mod col2im;
 pub mod conv_transpose;
