@@ -183,9 +183,10 @@ pub(crate) fn apply_lanes<T: Real>(
                     let sum = lane
                         .clone()
                         .fold(T::Wide::zero(), |s, p| s + (data[p].widen() - max).exp());
-                    let shift = max + sum.ln();
+                    // Subtract the max first: `x - (max + ln Σ)` would round at the scale of x.
+                    let ln_sum = sum.ln();
                     for p in lane {
-                        data[p] = T::narrow(data[p].widen() - shift);
+                        data[p] = T::narrow((data[p].widen() - max) - ln_sum);
                     }
                 }
             }
