@@ -61,6 +61,9 @@ impl<K: BinaryKind> Binary<K> {
     pub fn build(kind: K, ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
         let legacy_axis = if ctx.opset < 7 && ctx.attrs.int_or("broadcast", 0)? == 1 {
             Some(ctx.attrs.int_or("axis", -1)?)
+        } else if ctx.opset < 7 && kind.name() == "PRelu" {
+            // PRelu-1/6: the slope is per channel ([C], or [C, 1, …]): it lines up with axis 1.
+            Some(1)
         } else {
             None
         };
@@ -377,6 +380,20 @@ mod tests {
 
     fn t<T: Element>(data: &[T], dims: &[usize]) -> Tensor {
         Tensor::from_slice(data, dims).unwrap()
+    }
+
+    #[test]
+    fn prelu_before_opset_7_applies_a_vector_slope_per_channel() {
+        // x [1, 2, 3]; slope [2] belongs to axis 1 (channels), not to the last axis.
+        let x = t(&[-1.0f32, -2.0, 3.0, -4.0, 5.0, -6.0], &[1, 2, 3]);
+        let slope = t(&[0.5f32, 0.25], &[2]);
+        let y = run_op("PRelu", 6, &[], &[x.clone(), slope.clone()]).unwrap();
+        assert_eq!(
+            y[0].to_vec::<f32>().unwrap(),
+            [-0.5, -1.0, 3.0, -1.0, 5.0, -1.5]
+        );
+        // From opset 7 it is numpy broadcasting: [2] against a last axis of 3 is an error.
+        assert!(run_op("PRelu", 9, &[], &[x, slope]).is_err());
     }
 
     #[test]
