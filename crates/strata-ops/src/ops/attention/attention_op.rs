@@ -671,3 +671,95 @@ where
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Attr, Attributes};
+
+    /// Runs Attention (opset 23) and returns Y and qk_matmul_output.
+    fn run(attrs: Attributes, inputs: &[&Tensor]) -> OpResult<(Vec<f32>, Vec<f32>)> {
+        let op = Attention::build(&OpContext {
+            op_type: OP,
+            domain: "",
+            opset: 23,
+            attrs: &attrs,
+            num_inputs: inputs.len(),
+            num_outputs: 4,
+        })?;
+        let facts: Vec<Fact> = inputs
+            .iter()
+            .map(|t| Fact::constant((*t).clone()))
+            .collect();
+        let refs: Vec<&Fact> = facts.iter().collect();
+        let outs = op.infer(&refs)?;
+        let bind = |f: &Fact| Tensor::zeros(&f.concrete().unwrap(), DType::F32).unwrap();
+        let (y, qk) = (bind(&outs[0]), bind(&outs[3]));
+        let none = Tensor::undefined();
+        let out_refs: Vec<&Fact> = outs.iter().collect();
+        op.kernel(&refs, &out_refs, Device::Cpu)?.run(&KernelIo {
+            inputs,
+            outputs: &[&y, &none, &none, &qk],
+            scratch: None,
+            in_place: None,
+            threads: 1,
+        })?;
+        Ok((y.to_vec::<f32>()?, qk.to_vec::<f32>()?))
+    }
+
+    fn t(values: &[f32], dims: &[usize]) -> Tensor {
+        Tensor::from_slice(values, dims).unwrap()
+    }
+
+    #[test]
+    fn weights_values_by_softmax_of_scores_and_applies_causal_mask() {
+        // One head, head size 1, scale 1: scores (q = 1) are [0, ln 3] -> weights [1/4, 3/4].
+        let q = t(&[1.0, 1.0], &[1, 1, 2, 1]);
+        let k = t(&[0.0, 3.0f32.ln()], &[1, 1, 2, 1]);
+        let v = t(&[4.0, 8.0], &[1, 1, 2, 1]);
+        let attrs = Attributes::new(OP)
+            .with("scale", Attr::Float(1.0))
+            .with("qk_matmul_output_mode", Attr::Int(3));
+        let (y, p) = run(attrs.clone(), &[&q, &k, &v]).unwrap();
+        assert!(
+            (y[0] - 7.0).abs() < 1e-5 && (y[1] - 7.0).abs() < 1e-5,
+            "{y:?}"
+        );
+        assert!(
+            (p[0] - 0.25).abs() < 1e-6 && (p[1] - 0.75).abs() < 1e-6,
+            "{p:?}"
+        );
+        // Causal: query 0 sees key 0 only.
+        let (y, _) = run(attrs.with("is_causal", Attr::Int(1)), &[&q, &k, &v]).unwrap();
+        assert!(
+            (y[0] - 4.0).abs() < 1e-6 && (y[1] - 7.0).abs() < 1e-5,
+            "{y:?}"
+        );
+    }
+
+    #[test]
+    fn fully_masked_rows_give_zeros() {
+        let q = t(&[1.0], &[1, 1, 1, 1]);
+        let k = t(&[1.0, 2.0], &[1, 1, 2, 1]);
+        let v = t(&[4.0, 8.0], &[1, 1, 2, 1]);
+        let mask = t(&[f32::NEG_INFINITY, f32::NEG_INFINITY], &[1, 2]);
+        let (y, _) = run(Attributes::new(OP), &[&q, &k, &v, &mask]).unwrap();
+        assert_eq!(y, vec![0.0]);
+    }
+
+    #[test]
+    fn bad_inputs_are_errors() {
+        let q = t(&[1.0, 1.0], &[1, 1, 2, 1]);
+        let k = t(&[1.0, 2.0], &[1, 1, 1, 2]);
+        // Head sizes differ.
+        assert!(run(Attributes::new(OP), &[&q, &k, &q]).is_err());
+        // An integer mask.
+        let mask = Tensor::from_slice(&[1i64, 0], &[1, 2]).unwrap();
+        assert!(run(Attributes::new(OP), &[&q, &q, &q, &mask]).is_err());
+        // 3-D inputs without head counts; a bad output mode.
+        let q3 = t(&[1.0, 1.0], &[1, 2, 1]);
+        assert!(run(Attributes::new(OP), &[&q3, &q3, &q3]).is_err());
+        let attrs = Attributes::new(OP).with("qk_matmul_output_mode", Attr::Int(4));
+        assert!(run(attrs, &[&q, &q, &q]).is_err());
+    }
+}
