@@ -40,7 +40,7 @@ fn shape_err(message: String) -> OpError {
 
 /// `hidden / heads`, which must divide exactly.
 fn split_heads(what: &str, hidden: usize, heads: usize) -> OpResult<usize> {
-    if heads == 0 || hidden % heads != 0 {
+    if heads == 0 || !hidden.is_multiple_of(heads) {
         return Err(shape_err(format!(
             "{what} hidden size {hidden} is not a multiple of {heads} heads"
         )));
@@ -124,7 +124,7 @@ impl Geometry {
                 "K {k:?} and V {v:?} disagree on heads or sequence length"
             )));
         }
-        if g.kv_heads == 0 || g.q_heads % g.kv_heads != 0 {
+        if g.kv_heads == 0 || !g.q_heads.is_multiple_of(g.kv_heads) {
             return Err(shape_err(format!(
                 "{} query heads are not a multiple of {} key/value heads",
                 g.q_heads, g.kv_heads

@@ -63,7 +63,7 @@ impl LinearAttention {
                 .ok_or_else(|| OpError::attribute(OP, name, format!("must be positive, got {v}")))
         };
         let (q_heads, kv_heads) = (heads("q_num_heads")?, heads("kv_num_heads")?);
-        if q_heads % kv_heads != 0 {
+        if !q_heads.is_multiple_of(kv_heads) {
             return Err(OpError::attribute(
                 OP,
                 "q_num_heads",
@@ -116,14 +116,14 @@ impl LinearAttention {
             )));
         };
         let (hq, hk) = (self.q_heads, self.kv_heads);
-        if q_hidden % hq != 0 {
+        if !q_hidden.is_multiple_of(hq) {
             return Err(shape_err(format!(
                 "query hidden size {q_hidden} is not a multiple of q_num_heads {hq}"
             )));
         }
         let d_k = q_hidden / hq;
         let d_v = match *v {
-            [b, s, h] if b == batch && s == seq && h % hk == 0 => h / hk,
+            [b, s, h] if b == batch && s == seq && h.is_multiple_of(hk) => h / hk,
             _ => {
                 return Err(shape_err(format!(
                     "value {v:?} must be (batch, seq, kv_num_heads * d_v) with batch {batch}, seq {seq}"

@@ -82,7 +82,7 @@ impl RotaryEmbedding {
                 let h = self.num_heads.ok_or_else(|| {
                     OpError::attribute(OP, "num_heads", "a 3-D input needs a positive num_heads")
                 })?;
-                if hidden % h != 0 {
+                if !hidden.is_multiple_of(h) {
                     return Err(shape_err(format!(
                         "hidden size {hidden} is not a multiple of num_heads {h}"
                     )));
@@ -96,7 +96,7 @@ impl RotaryEmbedding {
         } else {
             self.rotary_dim
         };
-        if rotary_dim > head_size || rotary_dim % 2 != 0 {
+        if rotary_dim > head_size || !rotary_dim.is_multiple_of(2) {
             return Err(OpError::attribute(
                 OP,
                 "rotary_embedding_dim",
@@ -261,7 +261,7 @@ impl<T: Real> Kernel for RotaryKernel<T> {
         let mut out_w = out_t.write::<T>()?;
         let out = out_w.as_mut_slice().ok_or_else(not_contiguous)?;
         let half = g.rotary_dim / 2;
-        let max_position = if half == 0 { 0 } else { cos.len() / half };
+        let max_position = cos.len().checked_div(half).unwrap_or(0);
         let d = g.head_size;
         for b in 0..g.batch {
             for s in 0..g.seq {
