@@ -233,7 +233,7 @@ mod tests {
         let t = Tensor::from_bools(&[true], &[]).unwrap();
         let err = run("Dropout", 22, &[], &[x.clone(), r, t.clone()], 1).unwrap_err();
         assert!(err.to_string().contains("training mode"), "{err}");
-        let err = run("Dropout", 6, &[], &[x.clone()], 1).unwrap_err();
+        let err = run("Dropout", 6, &[], std::slice::from_ref(&x), 1).unwrap_err();
         assert!(err.to_string().contains("training mode"), "{err}");
         let r = Tensor::scalar(1.5f32).unwrap();
         let err = run("Dropout", 22, &[], &[x.clone(), r, t], 1).unwrap_err();

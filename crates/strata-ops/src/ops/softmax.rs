@@ -251,7 +251,14 @@ mod tests {
     #[test]
     fn before_opset_13_the_trailing_dims_form_one_lane() {
         let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[1, 2, 2]).unwrap();
-        let out = run("LogSoftmax", 11, &[("axis", Attr::Int(1))], &[x.clone()], 1).unwrap();
+        let out = run(
+            "LogSoftmax",
+            11,
+            &[("axis", Attr::Int(1))],
+            std::slice::from_ref(&x),
+            1,
+        )
+        .unwrap();
         let l = ln_sum_exp(&[1.0, 2.0, 3.0, 4.0]);
         assert_close(
             &out[0].to_vec::<f32>().unwrap(),
@@ -295,7 +302,14 @@ mod tests {
     #[test]
     fn bad_axis_and_dtype_are_errors() {
         let x = Tensor::from_slice(&[1.0f32; 4], &[2, 2]).unwrap();
-        let err = run("LogSoftmax", 13, &[("axis", Attr::Int(2))], &[x.clone()], 1).unwrap_err();
+        let err = run(
+            "LogSoftmax",
+            13,
+            &[("axis", Attr::Int(2))],
+            std::slice::from_ref(&x),
+            1,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("LogSoftmax") && err.to_string().contains("axis"));
         let err = run("Hardmax", 13, &[("axis", Attr::Int(-3))], &[x], 1).unwrap_err();
         assert!(err.to_string().contains("axis"), "{err}");

@@ -156,6 +156,8 @@ impl LossConfig {
         }
         with_indices(op, target, |targets: Indices<'_>| {
             let (mut total, mut weight_sum) = (T::Wide::zero(), T::Wide::zero());
+            // `i` indexes the targets, the log-probs (via n, class, d) and, unreduced, the output.
+            #[allow(clippy::needless_range_loop)]
             for i in 0..n * spatial {
                 let t = targets.get(i);
                 let (loss, w) = if Some(t) == self.ignore_index {

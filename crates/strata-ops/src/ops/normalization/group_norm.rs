@@ -69,7 +69,7 @@ impl GroupNorm {
     fn groups(&self, channels: usize) -> OpResult<usize> {
         match self.grouping {
             Grouping::PerChannel => Ok(channels),
-            Grouping::Groups(g) if channels % g == 0 => Ok(g),
+            Grouping::Groups(g) if channels.is_multiple_of(g) => Ok(g),
             Grouping::Groups(g) => Err(OpError::attribute(
                 self.op,
                 "num_groups",

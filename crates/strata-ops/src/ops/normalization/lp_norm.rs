@@ -117,7 +117,7 @@ mod tests {
     #[test]
     fn l2_along_last_axis_and_l1_along_first() {
         let x = Tensor::from_slice(&[3.0f32, 4.0, 0.0, 0.0], &[2, 2]).unwrap();
-        let out = run("LpNormalization", 22, &[], &[x.clone()], 1).unwrap();
+        let out = run("LpNormalization", 22, &[], std::slice::from_ref(&x), 1).unwrap();
         assert_close(
             &out[0].to_vec::<f32>().unwrap(),
             &[0.6, 0.8, 0.0, 0.0],
@@ -146,7 +146,7 @@ mod tests {
             "LpNormalization",
             22,
             &[("p", Attr::Int(3))],
-            &[x.clone()],
+            std::slice::from_ref(&x),
             1,
         )
         .unwrap_err();

@@ -149,9 +149,16 @@ mod tests {
     #[test]
     fn bad_size_and_rank_are_errors() {
         let x = Tensor::from_slice(&[1.0f32; 3], &[3]).unwrap();
-        let err = run("LRN", 13, &[], &[x.clone()], 1).unwrap_err();
+        let err = run("LRN", 13, &[], std::slice::from_ref(&x), 1).unwrap_err();
         assert!(err.to_string().contains("size"), "{err}");
-        let err = run("LRN", 13, &[("size", Attr::Int(0))], &[x.clone()], 1).unwrap_err();
+        let err = run(
+            "LRN",
+            13,
+            &[("size", Attr::Int(0))],
+            std::slice::from_ref(&x),
+            1,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("size"), "{err}");
         let err = run("LRN", 13, &[("size", Attr::Int(3))], &[x], 1).unwrap_err();
         assert!(err.to_string().contains("rank"), "{err}");

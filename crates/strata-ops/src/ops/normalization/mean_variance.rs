@@ -157,7 +157,14 @@ mod tests {
     fn bad_axes_are_errors() {
         let x = Tensor::from_slice(&[1.0f32; 4], &[2, 2]).unwrap();
         // The default axes need rank 4.
-        let err = run("MeanVarianceNormalization", 13, &[], &[x.clone()], 1).unwrap_err();
+        let err = run(
+            "MeanVarianceNormalization",
+            13,
+            &[],
+            std::slice::from_ref(&x),
+            1,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("axes"), "{err}");
         let err = run(
             "MeanVarianceNormalization",
