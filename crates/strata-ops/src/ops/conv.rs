@@ -6,6 +6,7 @@ use std::marker::PhantomData;
 
 use strata_core::{DType, Device, Element};
 
+use super::scratch::{carve, scratch_as};
 use crate::kernels::{
     conv, conv_output_dims, conv_scratch_len, resolve_auto_pad, Activation, ConvParams, GemmFloat,
 };
@@ -282,26 +283,6 @@ impl<T: Element + GemmFloat> Kernel for ConvKernel<T> {
     }
 }
 
-/// Planned scratch bytes viewed as `T`s (whole elements only).
-fn scratch_as<T: bytemuck::Pod>(bytes: &mut [u8]) -> OpResult<&mut [T]> {
-    let whole = bytes.len() / std::mem::size_of::<T>() * std::mem::size_of::<T>();
-    bytemuck::try_cast_slice_mut(&mut bytes[..whole])
-        .map_err(|e| OpError::kernel("Conv", format!("scratch: {e}")))
-}
-
-/// Takes the first `len` elements off the front of `rest`, or says the scratch is too small.
-fn carve<'a>(rest: &mut &'a mut [f32], len: usize) -> OpResult<&'a mut [f32]> {
-    if rest.len() < len {
-        return Err(OpError::kernel(
-            "Conv",
-            format!("scratch is {} f32 short", len - rest.len()),
-        ));
-    }
-    let (head, tail) = std::mem::take(rest).split_at_mut(len);
-    *rest = tail;
-    Ok(head)
-}
-
 /// Conv for 16-bit floats: operands widened to f32 in scratch (after the im2col tile), the
 /// f32 convolution, then one rounding per output element.
 #[derive(Debug)]
@@ -326,10 +307,14 @@ impl<H: Element + Real<Wide = f32>> Kernel for WidenedConvKernel<H> {
             Some(s) => s.write_bytes("Conv")?,
             None => return Err(OpError::kernel("Conv", "f16 convolution needs scratch")),
         };
-        let mut rest: &mut [f32] = scratch_as(guard.bytes())?;
-        let unfold = carve(&mut rest, conv_scratch_len(x.dims(), w.dims(), &params))?;
+        let mut rest: &mut [f32] = scratch_as("Conv", guard.bytes())?;
+        let unfold = carve(
+            "Conv",
+            &mut rest,
+            conv_scratch_len(x.dims(), w.dims(), &params),
+        )?;
         let mut widen = |src: &[H]| -> OpResult<&mut [f32]> {
-            let dst = carve(&mut rest, src.len())?;
+            let dst = carve("Conv", &mut rest, src.len())?;
             for (d, &v) in dst.iter_mut().zip(src) {
                 *d = v.widen();
             }
@@ -342,7 +327,7 @@ impl<H: Element + Real<Wide = f32>> Kernel for WidenedConvKernel<H> {
             None => None,
         };
         let out_h = wo.as_mut_slice().ok_or_else(not_contiguous)?;
-        let out_f = carve(&mut rest, out_h.len())?;
+        let out_f = carve("Conv", &mut rest, out_h.len())?;
         conv(
             xf,
             x.dims(),

@@ -39,6 +39,7 @@ pub mod range;
 pub mod reduce;
 pub(crate) mod scalar;
 pub mod scatter;
+pub(crate) mod scratch;
 pub mod size;
 pub mod slice;
 pub mod split;
