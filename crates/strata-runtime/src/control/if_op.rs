@@ -6,7 +6,7 @@ use std::ops::Range;
 use strata_core::{Device, Tensor};
 use strata_ops::{Dim, Fact, Kernel, KernelIo, OpError, OpResult, Operator};
 
-use super::{capture_facts, read_condition, Subgraph, SubgraphRunner};
+use super::{capture_facts, copy_into, read_condition, Subgraph, SubgraphRunner};
 
 #[derive(Debug)]
 pub struct If {
@@ -60,7 +60,7 @@ impl Operator for If {
         let then_facts = capture_facts("If", inputs, self.then_inputs())?;
         let else_facts = capture_facts("If", inputs, self.else_inputs())?;
         if let Some(value) = &cond.value {
-            let branch = if read_condition("If", "cond", value)? {
+            let branch = if read_condition("If", "cond", 0, value)? {
                 self.then_branch.infer("If", &then_facts)?
             } else {
                 self.else_branch.infer("If", &else_facts)?
@@ -105,19 +105,13 @@ impl Operator for If {
         // The branches' captures must all be there; their plans are made per signature.
         capture_facts("If", inputs, self.then_inputs())?;
         capture_facts("If", inputs, self.else_inputs())?;
-        let threads = strata_runtime_threads();
         Ok(Box::new(IfKernel {
-            then_runner: self.then_branch.runner(threads),
-            else_runner: self.else_branch.runner(threads),
+            then_runner: self.then_branch.runner(),
+            else_runner: self.else_branch.runner(),
             then_inputs: self.then_inputs(),
             else_inputs: self.else_inputs(),
         }))
     }
-}
-
-/// Intra-op threads for bodies: the machine's, as `PlanConfig::default` would choose.
-fn strata_runtime_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 #[derive(Debug)]
@@ -129,12 +123,12 @@ struct IfKernel {
 }
 
 impl IfKernel {
-    fn outputs(&self, inputs: &[&Tensor]) -> OpResult<Vec<Tensor>> {
+    fn outputs(&self, inputs: &[&Tensor], threads: usize) -> OpResult<Vec<Tensor>> {
         let cond = inputs.first().ok_or(OpError::MissingInput {
             op: "If".into(),
             index: 0,
         })?;
-        let (runner, range) = if read_condition("If", "cond", cond)? {
+        let (runner, range) = if read_condition("If", "cond", 0, cond)? {
             (&self.then_runner, self.then_inputs.clone())
         } else {
             (&self.else_runner, self.else_inputs.clone())
@@ -142,20 +136,16 @@ impl IfKernel {
         let args = inputs.get(range).ok_or_else(|| {
             OpError::shape("If", "the node has fewer inputs than its branches capture")
         })?;
-        runner.run("If", args)
+        runner.run("If", args, threads)
     }
 }
 
 impl Kernel for IfKernel {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
-        let outputs = self.outputs(io.inputs)?;
-        for (dst, src) in io.outputs.iter().zip(&outputs) {
-            dst.copy_from(src)?;
-        }
-        Ok(())
+        copy_into(io, &self.outputs(io.inputs, io.threads)?)
     }
 
-    fn run_to_outputs(&self, inputs: &[&Tensor], _threads: usize) -> Option<OpResult<Vec<Tensor>>> {
-        Some(self.outputs(inputs))
+    fn run_to_outputs(&self, inputs: &[&Tensor], threads: usize) -> Option<OpResult<Vec<Tensor>>> {
+        Some(self.outputs(inputs, threads))
     }
 }

@@ -7,7 +7,7 @@ use strata_core::{DType, Device, Tensor};
 use strata_ops::{Dim, Fact, Kernel, KernelIo, OpError, OpResult, Operator};
 
 use super::stack::stack;
-use super::{capture_facts, read_condition, Subgraph, SubgraphRunner};
+use super::{capture_facts, copy_into, read_condition, Subgraph, SubgraphRunner};
 
 #[derive(Debug)]
 pub struct Loop {
@@ -91,7 +91,6 @@ impl Operator for Loop {
         _device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         self.body_facts(inputs)?;
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let scan_facts = outputs
             .iter()
             .skip(self.carried)
@@ -106,7 +105,7 @@ impl Operator for Loop {
             })
             .collect();
         Ok(Box::new(LoopKernel {
-            runner: self.body.runner(threads),
+            runner: self.body.runner(),
             carried: self.carried,
             scan_facts,
         }))
@@ -122,7 +121,7 @@ struct LoopKernel {
 }
 
 impl LoopKernel {
-    fn outputs(&self, inputs: &[&Tensor]) -> OpResult<Vec<Tensor>> {
+    fn outputs(&self, inputs: &[&Tensor], threads: usize) -> OpResult<Vec<Tensor>> {
         let defined = |i: usize| inputs.get(i).copied().filter(|t| t.is_defined());
         let max_trips = match defined(0) {
             Some(m) => {
@@ -138,7 +137,7 @@ impl LoopKernel {
             None => i64::MAX,
         };
         let mut cond = match defined(1) {
-            Some(c) => read_condition("Loop", "cond", c)?,
+            Some(c) => read_condition("Loop", "cond", 1, c)?,
             None => true,
         };
         let mut carried: Vec<Tensor> = (0..self.carried)
@@ -158,11 +157,11 @@ impl LoopKernel {
             let mut args: Vec<&Tensor> = vec![&iteration, &cond_in];
             args.extend(carried.iter());
             args.extend(captures.iter().copied());
-            let mut out = self.runner.run("Loop", &args)?.into_iter();
+            let mut out = self.runner.run("Loop", &args, threads)?.into_iter();
             let cond_out = out
                 .next()
                 .ok_or_else(|| OpError::shape("Loop", "the body produced no condition"))?;
-            cond = read_condition("Loop", "the body's condition output", &cond_out)?;
+            cond = read_condition("Loop", "the body's condition output", 1, &cond_out)?;
             for slot in carried.iter_mut() {
                 *slot = out
                     .next()
@@ -187,14 +186,10 @@ impl LoopKernel {
 
 impl Kernel for LoopKernel {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
-        let outputs = self.outputs(io.inputs)?;
-        for (dst, src) in io.outputs.iter().zip(&outputs) {
-            dst.copy_from(src)?;
-        }
-        Ok(())
+        copy_into(io, &self.outputs(io.inputs, io.threads)?)
     }
 
-    fn run_to_outputs(&self, inputs: &[&Tensor], _threads: usize) -> Option<OpResult<Vec<Tensor>>> {
-        Some(self.outputs(inputs))
+    fn run_to_outputs(&self, inputs: &[&Tensor], threads: usize) -> Option<OpResult<Vec<Tensor>>> {
+        Some(self.outputs(inputs, threads))
     }
 }

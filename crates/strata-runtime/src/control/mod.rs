@@ -17,7 +17,7 @@ pub use scan_op::Scan;
 pub use subgraph::{Subgraph, SubgraphRunner};
 
 use strata_core::{DType, Tensor};
-use strata_ops::{Fact, OpError, OpResult};
+use strata_ops::{Fact, KernelIo, OpError, OpResult};
 
 /// The facts of the node inputs `range` (captures; constants keep their values), absent ones
 /// rejected.
@@ -33,8 +33,16 @@ fn capture_facts(op: &str, inputs: &[&Fact], range: std::ops::Range<usize>) -> O
         .collect()
 }
 
-/// Reads a scalar (or one-element) bool or integer tensor as a condition.
-fn read_condition(op: &str, what: &str, t: &Tensor) -> OpResult<bool> {
+/// Copies outputs computed by running a body into the node's planned outputs.
+fn copy_into(io: &KernelIo<'_>, outputs: &[Tensor]) -> OpResult<()> {
+    for (dst, src) in io.outputs.iter().zip(outputs) {
+        dst.copy_from(src)?;
+    }
+    Ok(())
+}
+
+/// Reads a scalar (or one-element) bool or integer tensor, node input `index`, as a condition.
+fn read_condition(op: &str, what: &str, index: usize, t: &Tensor) -> OpResult<bool> {
     if t.numel() != 1 {
         return Err(OpError::shape(
             op,
@@ -49,7 +57,7 @@ fn read_condition(op: &str, what: &str, t: &Tensor) -> OpResult<bool> {
         other => {
             return Err(OpError::DType {
                 op: op.to_string(),
-                index: 0,
+                index,
                 expected: "bool".into(),
                 actual: other,
             })

@@ -8,7 +8,7 @@ use strata_core::{DType, Device, Tensor};
 use strata_ops::{Attributes, Dim, Fact, Kernel, KernelIo, OpError, OpResult, Operator};
 
 use super::stack::stack;
-use super::{capture_facts, Subgraph, SubgraphRunner};
+use super::{capture_facts, copy_into, Subgraph, SubgraphRunner};
 
 /// Attribute-derived layout of one Scan node.
 #[derive(Debug, Clone)]
@@ -246,10 +246,9 @@ impl Operator for Scan {
         _device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         self.body_facts(inputs)?;
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let output_dtypes = outputs.iter().map(|f| f.dtype).collect();
         Ok(Box::new(ScanKernel {
-            runner: self.body.runner(threads),
+            runner: self.body.runner(),
             layout: self.layout.clone(),
             output_dtypes,
         }))
@@ -270,6 +269,7 @@ impl ScanKernel {
         states: Vec<Tensor>,
         scans: &[Tensor],
         captures: &[&Tensor],
+        threads: usize,
     ) -> OpResult<Vec<Tensor>> {
         let l = &self.layout;
         let mut axes = Vec::with_capacity(l.scans);
@@ -304,7 +304,7 @@ impl ScanKernel {
             let mut args: Vec<&Tensor> = states.iter().collect();
             args.extend(slices.iter());
             args.extend(captures.iter().copied());
-            let mut out = self.runner.run("Scan", &args)?.into_iter();
+            let mut out = self.runner.run("Scan", &args, threads)?.into_iter();
             for s in states.iter_mut() {
                 *s = out
                     .next()
@@ -349,7 +349,7 @@ impl ScanKernel {
         self.output_dtypes.len()
     }
 
-    fn outputs(&self, inputs: &[&Tensor]) -> OpResult<Vec<Tensor>> {
+    fn outputs(&self, inputs: &[&Tensor], threads: usize) -> OpResult<Vec<Tensor>> {
         let l = &self.layout;
         let first = usize::from(l.batched);
         let get = |i: usize| -> OpResult<Tensor> {
@@ -370,7 +370,7 @@ impl ScanKernel {
             .collect::<OpResult<_>>()?;
         let captures = inputs.get(first + l.states + l.scans..).unwrap_or(&[]);
         if !l.batched {
-            return self.scan(states, &scans, captures);
+            return self.scan(states, &scans, captures, threads);
         }
         // Opset 8: batch by batch.
         let batch = scans
@@ -395,7 +395,7 @@ impl ScanKernel {
             let pick = |t: &Tensor| t.select(0, b as isize);
             let s: Vec<Tensor> = states.iter().map(pick).collect::<Result<_, _>>()?;
             let x: Vec<Tensor> = scans.iter().map(pick).collect::<Result<_, _>>()?;
-            for (k, t) in self.scan(s, &x, captures)?.into_iter().enumerate() {
+            for (k, t) in self.scan(s, &x, captures, threads)?.into_iter().enumerate() {
                 per_batch[k].push(t);
             }
         }
@@ -409,14 +409,10 @@ impl ScanKernel {
 
 impl Kernel for ScanKernel {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
-        let outputs = self.outputs(io.inputs)?;
-        for (dst, src) in io.outputs.iter().zip(&outputs) {
-            dst.copy_from(src)?;
-        }
-        Ok(())
+        copy_into(io, &self.outputs(io.inputs, io.threads)?)
     }
 
-    fn run_to_outputs(&self, inputs: &[&Tensor], _threads: usize) -> Option<OpResult<Vec<Tensor>>> {
-        Some(self.outputs(inputs))
+    fn run_to_outputs(&self, inputs: &[&Tensor], threads: usize) -> Option<OpResult<Vec<Tensor>>> {
+        Some(self.outputs(inputs, threads))
     }
 }

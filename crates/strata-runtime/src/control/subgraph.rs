@@ -102,10 +102,9 @@ impl Subgraph {
     }
 
     /// A runner for this subgraph: plans are made per input signature on first use.
-    pub fn runner(&self, threads: usize) -> SubgraphRunner {
+    pub fn runner(&self) -> SubgraphRunner {
         SubgraphRunner {
             subgraph: self.clone(),
-            threads,
             plans: Mutex::new(Vec::new()),
         }
     }
@@ -153,7 +152,6 @@ const MAX_PLANS: usize = 16;
 /// concurrent runs never share a context and repeated runs reuse arenas.
 pub struct SubgraphRunner {
     subgraph: Subgraph,
-    threads: usize,
     plans: Mutex<Vec<PlanEntry>>,
 }
 
@@ -161,14 +159,14 @@ impl std::fmt::Debug for SubgraphRunner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SubgraphRunner")
             .field("subgraph", &self.subgraph.name)
-            .field("threads", &self.threads)
             .finish()
     }
 }
 
 impl SubgraphRunner {
-    /// Runs the subgraph once; outputs are copied out of the context's arena.
-    pub fn run(&self, op: &str, inputs: &[&Tensor]) -> OpResult<Vec<Tensor>> {
+    /// Runs the subgraph once with the outer node's intra-op `threads` (a plan made on first
+    /// use keeps them); outputs are copied out of the context's arena.
+    pub fn run(&self, op: &str, inputs: &[&Tensor], threads: usize) -> OpResult<Vec<Tensor>> {
         let wrap = |e: crate::RuntimeError| self.subgraph.error(op, e);
         let signature: Signature = inputs
             .iter()
@@ -183,7 +181,7 @@ impl SubgraphRunner {
         };
         let (plan, ctx) = match found {
             Some(found) => found,
-            None => (self.subgraph.plan_for(op, inputs, self.threads)?, None),
+            None => (self.subgraph.plan_for(op, inputs, threads)?, None),
         };
         let mut ctx = match ctx {
             Some(ctx) => ctx,
