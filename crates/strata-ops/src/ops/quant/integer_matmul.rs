@@ -10,7 +10,41 @@ use strata_core::{bf16, f16, DType, Tensor};
 
 use super::values::read_f64;
 use crate::kernels::matmul::batched_matmul;
+use crate::ops::axes::required;
 use crate::{Fact, OpError, OpResult};
+
+/// Checks the eight inputs shared by QLinearMatMul and QLinearConv — (x, x_scale, x_zero_point,
+/// w, w_scale, w_zero_point, y_scale, y_zero_point) — and returns x, w and the output dtype.
+pub(crate) fn check_qlinear_inputs<'a>(
+    op: &str,
+    inputs: &[&'a Fact],
+) -> OpResult<(&'a Fact, &'a Fact, DType)> {
+    let x = required(op, inputs, 0)?;
+    let w = required(op, inputs, 3)?;
+    check_operand(op, x, 0, Some(required(op, inputs, 2)?), 2)?;
+    check_operand(op, w, 3, Some(required(op, inputs, 5)?), 5)?;
+    for index in [1, 4, 6] {
+        let scale = required(op, inputs, index)?;
+        if !scale.dtype.is_float() {
+            return Err(OpError::DType {
+                op: op.into(),
+                index,
+                expected: "a float scale".into(),
+                actual: scale.dtype,
+            });
+        }
+    }
+    let y_zero_point = required(op, inputs, 7)?;
+    if !matches!(y_zero_point.dtype, DType::U8 | DType::I8) {
+        return Err(OpError::DType {
+            op: op.into(),
+            index: 7,
+            expected: "uint8 or int8".into(),
+            actual: y_zero_point.dtype,
+        });
+    }
+    Ok((x, w, y_zero_point.dtype))
+}
 
 /// Checks that `x` is uint8 or int8 and its zero point (if any) has its type.
 pub(crate) fn check_operand(

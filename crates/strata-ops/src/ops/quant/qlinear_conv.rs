@@ -3,10 +3,10 @@
 //! per output channel; computed in the scales' type, as the ONNX reference does), rounded half
 //! to even, offset by `y_zero_point` and saturated to uint8/int8.
 
-use strata_core::{DType, Device};
+use strata_core::Device;
 
 use super::integer_conv::{centered_conv, ConvAttrs};
-use super::integer_matmul::{check_operand, line_value, per_line, round_to};
+use super::integer_matmul::{check_qlinear_inputs, line_value, per_line, round_to};
 use super::values::{read_f64, write_quantized, QuantTarget};
 use crate::ops::axes::required;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
@@ -32,34 +32,8 @@ impl Operator for QLinearConv {
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let x = required(OP, inputs, 0)?;
-        let w = required(OP, inputs, 3)?;
-        check_operand(OP, x, 0, Some(required(OP, inputs, 2)?), 2)?;
-        check_operand(OP, w, 3, Some(required(OP, inputs, 5)?), 5)?;
-        for index in [1, 4, 6] {
-            let scale = required(OP, inputs, index)?;
-            if !scale.dtype.is_float() {
-                return Err(OpError::DType {
-                    op: OP.into(),
-                    index,
-                    expected: "a float scale".into(),
-                    actual: scale.dtype,
-                });
-            }
-        }
-        let y_zero_point = required(OP, inputs, 7)?;
-        if !matches!(y_zero_point.dtype, DType::U8 | DType::I8) {
-            return Err(OpError::DType {
-                op: OP.into(),
-                index: 7,
-                expected: "uint8 or int8".into(),
-                actual: y_zero_point.dtype,
-            });
-        }
-        Ok(vec![Fact::new(
-            y_zero_point.dtype,
-            self.attrs.output_dims(OP, x, w)?,
-        )])
+        let (x, w, dtype) = check_qlinear_inputs(OP, inputs)?;
+        Ok(vec![Fact::new(dtype, self.attrs.output_dims(OP, x, w)?)])
     }
 
     fn kernel(

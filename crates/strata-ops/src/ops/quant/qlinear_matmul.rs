@@ -4,9 +4,11 @@
 //! the output type (uint8/int8, the type of `y_zero_point`). A's scale and zero point may be one
 //! per row, B's one per column.
 
-use strata_core::{DType, Device};
+use strata_core::Device;
 
-use super::integer_matmul::{centered_product, check_operand, line_value, per_line, round_to};
+use super::integer_matmul::{
+    centered_product, check_qlinear_inputs, line_value, per_line, round_to,
+};
 use super::values::{read_f64, write_quantized, QuantTarget};
 use crate::ops::axes::required;
 use crate::ops::matmul::matmul_dims;
@@ -29,34 +31,8 @@ impl Operator for QLinearMatMul {
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let a = required(OP, inputs, 0)?;
-        let b = required(OP, inputs, 3)?;
-        check_operand(OP, a, 0, Some(required(OP, inputs, 2)?), 2)?;
-        check_operand(OP, b, 3, Some(required(OP, inputs, 5)?), 5)?;
-        for index in [1, 4, 6] {
-            let scale = required(OP, inputs, index)?;
-            if !scale.dtype.is_float() {
-                return Err(OpError::DType {
-                    op: OP.into(),
-                    index,
-                    expected: "a float scale".into(),
-                    actual: scale.dtype,
-                });
-            }
-        }
-        let y_zero_point = required(OP, inputs, 7)?;
-        if !matches!(y_zero_point.dtype, DType::U8 | DType::I8) {
-            return Err(OpError::DType {
-                op: OP.into(),
-                index: 7,
-                expected: "uint8 or int8".into(),
-                actual: y_zero_point.dtype,
-            });
-        }
-        Ok(vec![Fact::new(
-            y_zero_point.dtype,
-            matmul_dims(&a.dims, &b.dims)?,
-        )])
+        let (a, b, dtype) = check_qlinear_inputs(OP, inputs)?;
+        Ok(vec![Fact::new(dtype, matmul_dims(&a.dims, &b.dims)?)])
     }
 
     fn kernel(
