@@ -84,7 +84,11 @@ const ONNX_FAMILIES: &[&[(&str, Constructor)]] = &[
     crate::ops::linalg::OPS,
     crate::ops::dropout::OPS,
     crate::ops::softmax::OPS,
+    crate::ops::ngram::OPS,
 ];
+
+/// The operator tables of the `ai.onnx.ml` domain.
+const ML_FAMILIES: &[&[(&str, Constructor)]] = &[crate::ops::ml::OPS];
 
 /// The first operators: arithmetic, activations, CNN and transformer building blocks.
 const CORE_OPS: &[(&str, Constructor)] = &[
@@ -118,10 +122,14 @@ fn is_default_domain(domain: &str) -> bool {
 }
 
 fn constructor(domain: &str, op_type: &str) -> Option<Constructor> {
-    if !is_default_domain(domain) {
+    let families = if is_default_domain(domain) {
+        ONNX_FAMILIES
+    } else if domain == "ai.onnx.ml" {
+        ML_FAMILIES
+    } else {
         return None;
-    }
-    ONNX_FAMILIES
+    };
+    families
         .iter()
         .flat_map(|family| family.iter())
         .find(|(name, _)| *name == op_type)

@@ -71,6 +71,8 @@ pub mod attention;
 pub mod dropout;
 pub mod linalg;
 pub mod loss;
+pub mod ml;
+pub mod ngram;
 pub mod normalization;
 pub mod quant;
 pub mod recurrent;
