@@ -1,6 +1,27 @@
-//! The `ai.onnx.ml` domain: classic machine-learning operators (not implemented yet).
+//! The `ai.onnx.ml` domain: classic machine-learning operators. Binarizer and
+//! ArrayFeatureExtractor (opset 1); TreeEnsemble (opset 5) and TreeEnsembleRegressor (opsets 1
+//! and 3), whose trees compile into the shared flat [`tree_forest::Forest`] walker, with the
+//! shared score transforms in `post_transform`.
+
+mod array_feature_extractor;
+mod binarizer;
+mod post_transform;
+mod tree_ensemble;
+mod tree_ensemble_regressor;
+mod tree_forest;
 
 use crate::Constructor;
 
 /// The domain's operators, registered in `registry::ML_FAMILIES`.
-pub const OPS: &[(&str, Constructor)] = &[];
+pub const OPS: &[(&str, Constructor)] = &[
+    (
+        "ArrayFeatureExtractor",
+        array_feature_extractor::ArrayFeatureExtractor::build,
+    ),
+    ("Binarizer", binarizer::Binarizer::build),
+    ("TreeEnsemble", tree_ensemble::TreeEnsemble::build),
+    (
+        "TreeEnsembleRegressor",
+        tree_ensemble_regressor::TreeEnsembleRegressor::build,
+    ),
+];
