@@ -341,7 +341,11 @@ impl Operator for TreeEnsemble {
 
     /// One row of f64 scores.
     fn scratch_bytes(&self, _inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
-        Ok(self.model.forest.targets() * std::mem::size_of::<f64>())
+        self.model
+            .forest
+            .targets()
+            .checked_mul(std::mem::size_of::<f64>())
+            .ok_or_else(|| OpError::shape(OP, "too many targets"))
     }
 }
 

@@ -7,8 +7,10 @@
 //! f32 [N, n_targets]: leaves aggregated per target (SUM, AVERAGE over the trees, MIN, MAX),
 //! plus `base_values`, then `post_transform` (NONE, SOFTMAX, LOGISTIC, SOFTMAX_ZERO, PROBIT).
 //!
-//! A NaN feature follows `nodes_missing_value_tracks_true` whatever the comparison. MIN and MAX
-//! start from f32's largest / smallest finite value, as in the ONNX reference. The trees compile
+//! A NaN feature follows `nodes_missing_value_tracks_true` whatever the comparison (the spec and
+//! the ONNX reference; onnxruntime sends NaN down BRANCH_NEQ's true branch). MIN and MAX start
+//! from the largest / smallest finite value of X's float type (f32 for integer X), as in the
+//! ONNX reference, so a target no leaf reaches keeps it (f64's becomes ±inf in the f32 output). The trees compile
 //! into the shared [`Forest`] walker.
 
 use std::collections::{BTreeMap, HashMap};
@@ -335,7 +337,11 @@ impl Operator for TreeEnsembleRegressor {
 
     /// One row of f64 scores.
     fn scratch_bytes(&self, _inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
-        Ok(self.model.forest.targets() * std::mem::size_of::<f64>())
+        self.model
+            .forest
+            .targets()
+            .checked_mul(std::mem::size_of::<f64>())
+            .ok_or_else(|| OpError::shape(OP, "too many targets"))
     }
 }
 
@@ -356,6 +362,7 @@ impl Model {
         features: usize,
         out: &mut [f32],
         scores: &mut [f64],
+        largest: f64,
     ) -> OpResult<()> {
         let r = x.read::<T>()?;
         let src = r
@@ -367,8 +374,8 @@ impl Model {
         }
         let start = match self.aggregate {
             Aggregate::Average | Aggregate::Sum => 0.0,
-            Aggregate::Min => f64::from(f32::MAX),
-            Aggregate::Max => -f64::from(f32::MAX),
+            Aggregate::Min => largest,
+            Aggregate::Max => -largest,
         };
         for (row, out_row) in out.chunks_exact_mut(targets).enumerate() {
             let features_row = &src[row * features..(row + 1) * features];
@@ -429,11 +436,12 @@ impl Kernel for TreeEnsembleRegressor {
         let scores = scores
             .get_mut(..targets)
             .ok_or_else(|| OpError::kernel(OP, "scratch is too small"))?;
+        let f32_max = f64::from(f32::MAX);
         match x.dtype() {
-            DType::F32 => m.evaluate::<f32>(x, f, out, scores),
-            DType::F64 => m.evaluate::<f64>(x, f, out, scores),
-            DType::I32 => m.evaluate::<i32>(x, f, out, scores),
-            DType::I64 => m.evaluate::<i64>(x, f, out, scores),
+            DType::F32 => m.evaluate::<f32>(x, f, out, scores, f32_max),
+            DType::F64 => m.evaluate::<f64>(x, f, out, scores, f64::MAX),
+            DType::I32 => m.evaluate::<i32>(x, f, out, scores, f32_max),
+            DType::I64 => m.evaluate::<i64>(x, f, out, scores, f32_max),
             other => check_dtype(other),
         }
     }
@@ -514,6 +522,15 @@ mod tests {
         assert_eq!(run(&base, &xi).unwrap(), vec![102.0, 5.5]);
         let min = run(&model("MIN"), &xi).unwrap();
         assert_eq!(min, vec![2.0, 5.0]);
+        // No leaf contributes to target 2.
+        let unreached = model("MAX").with("n_targets", Attr::Int(3));
+        let xd = Tensor::from_slice(&[2.0f64], &[1, 1]).unwrap();
+        assert_eq!(
+            run(&unreached, &xd).unwrap(),
+            vec![2.0, 5.0, f32::NEG_INFINITY]
+        );
+        let xf = Tensor::from_slice(&[2.0f32], &[1, 1]).unwrap();
+        assert_eq!(run(&unreached, &xf).unwrap(), vec![2.0, 5.0, -f32::MAX]);
         let logistic = model("SUM").with("post_transform", Attr::String("LOGISTIC".into()));
         let y = run(&logistic, &xi).unwrap();
         assert!((y[0] - 1.0 / (1.0 + (-2.0f32).exp())).abs() < 1e-6, "{y:?}");

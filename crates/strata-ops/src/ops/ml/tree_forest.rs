@@ -160,6 +160,7 @@ impl Forest {
         targets: usize,
     ) -> OpResult<Forest> {
         index_u32(op, "nodes", branches.len())?;
+        index_u32(op, "n_targets", targets)?;
         index_u32(op, "leaves", leaves.len())?;
         let check_next = |next: Next, what: &str| -> OpResult<u32> {
             match next {
