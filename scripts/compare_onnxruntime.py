@@ -11,6 +11,7 @@ same thread count. Prints one line per model and exits non-zero on a mismatch.
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -20,7 +21,8 @@ import numpy as np
 import onnxruntime as ort
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STRATA = os.path.join(ROOT, "target", "release", "strata")
+TARGET = os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target")
+STRATA = os.path.join(TARGET, "release", "strata")
 DEFAULT_SHAPES = {"resnet_like_batch.onnx": 4, "mlp.onnx": 8}
 
 
@@ -41,11 +43,28 @@ def random_input(inp, shape, rng):
     raise SystemExit(f"no generator for input type {kind}")
 
 
-def strata_bench(model, shapes, threads, runs):
-    cmd = [STRATA, "bench", model, "--threads", str(threads), "--runs", str(runs), "--json"]
+def strata_bench(model, shapes, threads, runs, warmup=5):
+    cmd = [STRATA, "bench", model, "--threads", str(threads), "--runs", str(runs), "--warmup", str(warmup), "--json"]
     for name, shape in shapes.items():
         cmd += ["--shape", f"{name}={','.join(map(str, shape))}"]
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+
+
+def children_cpu_s():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def strata_cpu_ms(model, shapes, threads, runs):
+    """CPU time per run of `strata bench`: (CPU of 1 + runs runs) - (CPU of 1 run), over runs.
+    Unlike wall time, it barely moves when other processes compete for the cores."""
+    start = children_cpu_s()
+    strata_bench(model, shapes, threads, 1, warmup=0)
+    one = children_cpu_s() - start
+    start = children_cpu_s()
+    strata_bench(model, shapes, threads, runs + 1, warmup=0)
+    many = children_cpu_s() - start
+    return (many - one) * 1e3 / runs
 
 
 def main():
@@ -53,8 +72,16 @@ def main():
     ap.add_argument("models", nargs="*")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--no-build", action="store_true", help="use the strata binary already built")
+    ap.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="also compare CPU time per run (steadier than wall time on a busy machine; with "
+        "several threads it sums them, spinning included)",
+    )
     args = ap.parse_args()
-    build()
+    if not args.no_build:
+        build()
     work = tempfile.mkdtemp(prefix="strata-compare-")
     models = args.models
     if not models:
@@ -99,10 +126,18 @@ def main():
         ort_ms = float(np.median(times))
         strata_ms = strata_bench(model, shapes, args.threads, args.runs)["median_ms"]
         status = "match" if worst <= 1e-4 or not failed else "MISMATCH"
+        cpu = ""
+        if args.cpu_time:
+            start = time.process_time()
+            for _ in range(args.runs):
+                sess.run(None, feeds)
+            ort_cpu = (time.process_time() - start) * 1e3 / args.runs
+            strata_cpu = strata_cpu_ms(model, shapes, args.threads, args.runs)
+            cpu = f"  cpu strata {strata_cpu:8.3f} ms  onnxruntime {ort_cpu:8.3f} ms  ratio {strata_cpu / ort_cpu:5.2f}x"
         print(
             f"{os.path.basename(model):28s} {status:8s} max|diff| {worst:.2e}   "
             f"median strata {strata_ms:8.3f} ms  onnxruntime {ort_ms:8.3f} ms  ratio {strata_ms / ort_ms:5.2f}x  "
-            f"({args.threads} thread{'s' if args.threads > 1 else ''})"
+            f"({args.threads} thread{'s' if args.threads > 1 else ''}){cpu}"
         )
     sys.exit(1 if failed else 0)
 

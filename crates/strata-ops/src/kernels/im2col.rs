@@ -85,6 +85,16 @@ fn unfold_row<T: Float>(plane: &[T], g: &WindowGeometry, tap: usize, first: usiz
     }
     .clamp(lo, ow);
 
+    if rank <= 2 && g.strides.iter().all(|&s| s == 1) && ow == iw as usize {
+        let (in_rows, out_rows, dy) = if rank == 2 {
+            (g.in_dims[0], g.out_dims[0], offset[0])
+        } else {
+            (1, 1, 0)
+        };
+        unfold_row_same_width(plane, ow, in_rows, out_rows, dy, off, lo..hi, first, dst);
+        return;
+    }
+
     // Plain slices: indexing a SmallVec re-checks inline vs heap on every access.
     let (in_dims, out_dims, strides) =
         (&g.in_dims[..last], &g.out_dims[..last], &g.strides[..last]);
@@ -149,6 +159,62 @@ fn unfold_row<T: Float>(plane: &[T], g: &WindowGeometry, tap: usize, first: usiz
     }
 }
 
+/// [`unfold_row`] for 1-D and 2-D windows with stride 1 whose output rows are as wide (`width`)
+/// as the input rows (the usual "same" padding): output position `p` (row `y = p / width`,
+/// column `x = p % width`) reads `plane[p + dy * width + dx]` whenever it is inside, so the
+/// inside rows are one contiguous copy, after which the few columns outside `columns` (which
+/// picked up a neighbouring row's elements) are zeroed. One `memcpy` per row of the unfolded
+/// matrix instead of one per output row.
+#[allow(clippy::too_many_arguments)]
+fn unfold_row_same_width<T: Float>(
+    plane: &[T],
+    width: usize,
+    in_rows: usize,
+    out_rows: usize,
+    dy: isize,
+    dx: isize,
+    columns: Range<usize>,
+    first: usize,
+    dst: &mut [T],
+) {
+    let end = first + dst.len();
+    // Output rows whose input row y + dy exists.
+    let row_lo = dy.min(0).unsigned_abs().min(out_rows);
+    let row_hi = (in_rows as isize - dy).clamp(row_lo as isize, out_rows as isize) as usize;
+    let (copy_lo, copy_hi) = (first.max(row_lo * width), end.min(row_hi * width));
+    if copy_lo >= copy_hi {
+        dst.fill(T::ZERO);
+        return;
+    }
+    dst[..copy_lo - first].fill(T::ZERO);
+    dst[copy_hi - first..].fill(T::ZERO);
+    // Source index of position p is p + delta. Positions whose source falls outside the plane
+    // are columns outside `columns` (an inside row and column is always in the plane), zeroed
+    // below with the rest of them.
+    let delta = dy * width as isize + dx;
+    let src_lo = ((copy_lo as isize).max(-delta) as usize).min(copy_hi);
+    let src_hi = (copy_hi as isize)
+        .min(plane.len() as isize - delta)
+        .max(src_lo as isize) as usize;
+    if src_lo < src_hi {
+        // Non-negative: src_lo >= -delta here.
+        let start = (src_lo as isize + delta) as usize;
+        dst[src_lo - first..src_hi - first]
+            .copy_from_slice(&plane[start..start + (src_hi - src_lo)]);
+    }
+    // One element per row and outside column: a strided walk, no per-row range arithmetic.
+    for x in (0..columns.start).chain(columns.end..width) {
+        let mut p = copy_lo - copy_lo % width + x;
+        if p < copy_lo {
+            p += width;
+        }
+        while p < copy_hi {
+            dst[p - first] = T::ZERO;
+            p += width;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,6 +255,94 @@ mod tests {
                         part[row * width..(row + 1) * width],
                         expected[row * 4 + start..row * 4 + end]
                     );
+                }
+            }
+        }
+    }
+
+    /// im2col straight from the definition: row (c, tap), column p.
+    fn naive(input: &[f32], channels: usize, g: &WindowGeometry) -> Vec<f32> {
+        let rank = g.in_dims.len();
+        let mut col = Vec::new();
+        for c in 0..channels {
+            for tap in 0..g.kernel_len {
+                for p in 0..g.out_len {
+                    let (mut t, mut q, mut at, mut inside) = (tap, p, 0usize, true);
+                    let mut coords = vec![0isize; rank];
+                    for axis in (0..rank).rev() {
+                        let (k, o) = (t % g.kernel[axis], q % g.out_dims[axis]);
+                        t /= g.kernel[axis];
+                        q /= g.out_dims[axis];
+                        coords[axis] = (o * g.strides[axis] + k * g.dilations[axis]) as isize
+                            - g.pads_begin[axis] as isize;
+                    }
+                    for (&i, &extent) in coords.iter().zip(&g.in_dims) {
+                        inside &= i >= 0 && (i as usize) < extent;
+                        at = at * extent + i.max(0) as usize;
+                    }
+                    col.push(if inside {
+                        input[c * g.in_len + at]
+                    } else {
+                        0.0
+                    });
+                }
+            }
+        }
+        col
+    }
+
+    #[test]
+    fn same_width_fast_path_matches_the_definition() {
+        // Stride 1 with output rows as wide as input rows, 1-D and 2-D, odd and even kernels,
+        // dilations, asymmetric pads, and every column range of a few widths.
+        // (input dims, kernel, pads begin, pads end, dilations)
+        type Case = (
+            &'static [usize],
+            &'static [usize],
+            &'static [usize],
+            &'static [usize],
+            &'static [usize],
+        );
+        let cases: [Case; 6] = [
+            (&[5, 4], &[3, 3], &[1, 1], &[1, 1], &[1, 1]),
+            (&[4, 6], &[3, 3], &[0, 1], &[0, 1], &[1, 1]),
+            (&[6, 5], &[2, 4], &[1, 2], &[0, 1], &[1, 1]),
+            (&[5, 7], &[3, 3], &[2, 2], &[2, 2], &[2, 2]),
+            (&[3, 2], &[5, 5], &[2, 2], &[2, 2], &[1, 1]),
+            (&[9], &[3], &[1], &[1], &[1]),
+        ];
+        for (in_dims, kernel, pads_begin, pads_end, dilations) in cases {
+            let attrs = WindowAttrs {
+                kernel,
+                strides: &[],
+                pads_begin,
+                pads_end,
+                dilations,
+                ceil_mode: false,
+            };
+            let g = WindowGeometry::new("test", in_dims, &attrs).unwrap();
+            assert_eq!(
+                g.out_dims.last(),
+                g.in_dims.last(),
+                "{in_dims:?} {kernel:?}"
+            );
+            let channels = 2;
+            let input: Vec<f32> = (0..channels * g.in_len).map(|v| v as f32 + 1.0).collect();
+            let expected = naive(&input, channels, &g);
+            let rows = channels * g.kernel_len;
+            for start in 0..g.out_len {
+                for end in [start + 1, (start + 5).min(g.out_len), g.out_len] {
+                    let width = end - start;
+                    let mut col = vec![f32::NAN; rows * width];
+                    im2col(&input, channels, &g, start..end, &mut col, 1);
+                    for row in 0..rows {
+                        assert_eq!(
+                            col[row * width..(row + 1) * width],
+                            expected[row * g.out_len + start..row * g.out_len + end],
+                            "{in_dims:?} kernel {kernel:?} pads {pads_begin:?}/{pads_end:?} \
+                             row {row} columns {start}..{end}"
+                        );
+                    }
                 }
             }
         }

@@ -1,8 +1,12 @@
 //! Pooling: MaxPool (with optional argmax indices), AveragePool, LpPool, and their global
-//! forms, N-d, with pads, auto_pad, strides, dilations and ceil_mode.
+//! forms, N-d, with pads, auto_pad, strides, dilations and ceil_mode. All compute in f32;
+//! MaxPool also in i8 and u8 (opset 12+).
 
-use strata_core::{DType, Device};
+use std::marker::PhantomData;
 
+use strata_core::{DType, Device, Element};
+
+use crate::kernels::pool::MaxPoolElement;
 use crate::kernels::{
     average_pool, global_average_pool, global_lp_pool, global_max_pool, lp_pool, max_pool,
     pool_output_dims, resolve_auto_pad, PoolParams, StorageOrder,
@@ -157,12 +161,20 @@ impl Operator for Pool {
             Some(x) => Some((x.clone(), self.params(&x)?)),
             None => None,
         };
-        match (inputs[0].dtype, device) {
-            (DType::F32, Device::Cpu) => Ok(Box::new(PoolKernel {
-                op: self.clone(),
+        let op = self.clone();
+        match (self.kind, inputs[0].dtype, device) {
+            (_, DType::F32, Device::Cpu) => Ok(Box::new(PoolKernel { op, planned })),
+            (PoolKind::Max, DType::I8, Device::Cpu) => Ok(Box::new(MaxPoolKernel::<i8> {
+                op,
                 planned,
+                _t: PhantomData,
             })),
-            (dtype, device) => Err(OpError::NoKernel {
+            (PoolKind::Max, DType::U8, Device::Cpu) => Ok(Box::new(MaxPoolKernel::<u8> {
+                op,
+                planned,
+                _t: PhantomData,
+            })),
+            (_, dtype, device) => Err(OpError::NoKernel {
                 op: pool_name(self.kind).into(),
                 dtype,
                 device,
@@ -177,51 +189,90 @@ struct PoolKernel {
     planned: Option<(Vec<usize>, PoolParams)>,
 }
 
+/// The parameters planned for `dims`, or recomputed when the input dims changed.
+fn run_params<'a>(
+    op: &Pool,
+    planned: &'a Option<(Vec<usize>, PoolParams)>,
+    dims: &[usize],
+    fresh: &'a mut Option<PoolParams>,
+) -> OpResult<&'a PoolParams> {
+    match planned {
+        Some((planned_dims, p)) if planned_dims.as_slice() == dims => Ok(p),
+        _ => Ok(fresh.insert(op.params(dims)?)),
+    }
+}
+
+/// MaxPool over `T` with the optional argmax indices output.
+fn run_max_pool<T: Element + MaxPoolElement>(
+    op: &Pool,
+    planned: &Option<(Vec<usize>, PoolParams)>,
+    io: &KernelIo<'_>,
+) -> OpResult<()> {
+    let (x, out) = (io.input(0), io.output(0));
+    let mut fresh = None;
+    let params = run_params(op, planned, x.dims(), &mut fresh)?;
+    let not_contiguous = || OpError::kernel("MaxPool", "operands must be contiguous");
+    let rx = x.read::<T>()?;
+    let input = rx.as_slice().ok_or_else(not_contiguous)?;
+    let mut wo = out.write::<T>()?;
+    let output = wo.as_mut_slice().ok_or_else(not_contiguous)?;
+    let order = if op.column_major_indices {
+        StorageOrder::ColumnMajor
+    } else {
+        StorageOrder::RowMajor
+    };
+    let indices_tensor = io.output(1);
+    if indices_tensor.is_defined() {
+        let mut wi = indices_tensor.write::<i64>()?;
+        max_pool(
+            input,
+            x.dims(),
+            params,
+            output,
+            Some(wi.as_mut_slice().ok_or_else(not_contiguous)?),
+            order,
+        )?;
+    } else {
+        max_pool(input, x.dims(), params, output, None, order)?;
+    }
+    Ok(())
+}
+
 impl Kernel for PoolKernel {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
+        if self.op.kind == PoolKind::Max {
+            return run_max_pool::<f32>(&self.op, &self.planned, io);
+        }
+        // AveragePool or LpPool.
         let name = pool_name(self.op.kind);
         let (x, out) = (io.input(0), io.output(0));
-        let fresh;
-        let params = match &self.planned {
-            Some((dims, p)) if dims.as_slice() == x.dims() => p,
-            _ => {
-                fresh = self.op.params(x.dims())?;
-                &fresh
-            }
-        };
+        let mut fresh = None;
+        let params = run_params(&self.op, &self.planned, x.dims(), &mut fresh)?;
         let not_contiguous = || OpError::kernel(name, "operands must be contiguous");
         let rx = x.read::<f32>()?;
         let input = rx.as_slice().ok_or_else(not_contiguous)?;
         let mut wo = out.write::<f32>()?;
         let output = wo.as_mut_slice().ok_or_else(not_contiguous)?;
-        match self.op.kind {
-            PoolKind::Max => {
-                let indices_tensor = io.output(1);
-                let order = if self.op.column_major_indices {
-                    StorageOrder::ColumnMajor
-                } else {
-                    StorageOrder::RowMajor
-                };
-                if indices_tensor.is_defined() {
-                    let mut wi = indices_tensor.write::<i64>()?;
-                    max_pool(
-                        input,
-                        x.dims(),
-                        params,
-                        output,
-                        Some(wi.as_mut_slice().ok_or_else(not_contiguous)?),
-                        order,
-                    )?;
-                } else {
-                    max_pool(input, x.dims(), params, output, None, order)?;
-                }
-            }
-            PoolKind::Average => {
-                average_pool(input, x.dims(), params, self.op.count_include_pad, output)?
-            }
-            PoolKind::Lp => lp_pool(input, x.dims(), params, self.op.p, output)?,
+        if self.op.kind == PoolKind::Average {
+            average_pool(input, x.dims(), params, self.op.count_include_pad, output)?;
+        } else {
+            lp_pool(input, x.dims(), params, self.op.p, output)?;
         }
         Ok(())
+    }
+}
+
+/// MaxPool over the 8-bit integers (ONNX opset 12+).
+#[derive(Debug)]
+struct MaxPoolKernel<T> {
+    op: Pool,
+    planned: Option<(Vec<usize>, PoolParams)>,
+    _t: PhantomData<T>,
+}
+
+impl<T: Element + MaxPoolElement> Kernel for MaxPoolKernel<T> {
+    fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
+        run_max_pool::<T>(&self.op, &self.planned, io)
     }
 }
 

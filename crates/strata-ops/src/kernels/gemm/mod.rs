@@ -17,6 +17,8 @@ mod x86;
 use bytemuck::Pod;
 
 use self::driver::{MatMut, Problem};
+#[cfg(target_arch = "x86_64")]
+use self::microkernel::Microkernel;
 use self::microkernel::Portable;
 use self::pack::MatRef;
 use super::error::{KernelError, KernelResult};
@@ -83,9 +85,16 @@ mod isa {
 
 use self::isa::Isa;
 
-/// Generates the per-type dispatch: `$avx512` / `$avx2` / `$portable` are the microkernels.
+/// Generates the per-type dispatch: `$avx512` / `$avx2` / `$portable` are the microkernels. The
+/// AVX-512 list offers several register-tile heights; [`tile_rows`] picks the one that wastes
+/// the least on the product's row count.
 macro_rules! dispatch {
-    ($t:ty, avx512 = $avx512:ty, avx2 = $avx2:ty, portable = $portable:ty) => {
+    (
+        $t:ty,
+        avx512 = [$tallest:ty $(, $avx512:ty)*],
+        avx2 = $avx2:ty,
+        portable = $portable:ty
+    ) => {
         impl sealed::Sealed for $t {
             fn dispatch(p: &Problem<'_, Self>, isa: Isa, threads: usize) {
                 let isa = if isa.is_available() {
@@ -95,9 +104,22 @@ macro_rules! dispatch {
                 };
                 match isa {
                     #[cfg(target_arch = "x86_64")]
-                    // SAFETY: `gemm` validated the operands (see `run`'s contract), and AVX-512F
-                    // was detected on this CPU just above.
-                    Isa::Avx512 => unsafe { driver::run::<$t, $avx512>(p, threads) },
+                    Isa::Avx512 => {
+                        let heights = [
+                            <$tallest as Microkernel<$t>>::MR,
+                            $(<$avx512 as Microkernel<$t>>::MR),*
+                        ];
+                        let rows = tile_rows(p.m, &heights);
+                        $(
+                            if rows == <$avx512 as Microkernel<$t>>::MR {
+                                // SAFETY: `gemm` validated the operands (see `run`'s contract),
+                                // and AVX-512F was detected on this CPU just above.
+                                return unsafe { driver::run::<$t, $avx512>(p, threads) };
+                            }
+                        )*
+                        // SAFETY: as above.
+                        unsafe { driver::run::<$t, $tallest>(p, threads) }
+                    }
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: as above, with AVX2 and FMA detected.
                     Isa::Avx2 => unsafe { driver::run::<$t, $avx2>(p, threads) },
@@ -109,8 +131,36 @@ macro_rules! dispatch {
     };
 }
 
-dispatch!(f32, avx512 = x86::Avx512F32<14>, avx2 = x86::Avx2F32<6>, portable = Portable<4, 8>);
-dispatch!(f64, avx512 = x86::Avx512F64<14>, avx2 = x86::Avx2F64<6>, portable = Portable<4, 4>);
+dispatch!(
+    f32,
+    avx512 = [
+        x86::Avx512F32<14>,
+        x86::Avx512F32<13>,
+        x86::Avx512F32<11>,
+        x86::Avx512F32<8>
+    ],
+    avx2 = x86::Avx2F32<6>,
+    portable = Portable<4, 8>
+);
+dispatch!(
+    f64,
+    avx512 = [x86::Avx512F64<14>, x86::Avx512F64<8>],
+    avx2 = x86::Avx2F64<6>,
+    portable = Portable<4, 4>
+);
+
+/// The register-tile height (one of `heights`, largest first) for a product with `m` rows: a
+/// tile always computes all its rows, so 32 rows in tiles of 14 compute 42. Each tile also pays
+/// a fixed cost (loading B, the loop, storing C) worth about two rows, so the smallest
+/// `tiles * (height + 2)` wins; ties go to the taller tile.
+fn tile_rows(m: usize, heights: &[usize]) -> usize {
+    let cost = |h: usize| m.div_ceil(h) * (h + 2);
+    heights
+        .iter()
+        .copied()
+        .reduce(|best, h| if cost(h) < cost(best) { h } else { best })
+        .unwrap_or(1)
+}
 
 /// `C = alpha * A * B + beta * C` in `f32`. See [`gemm`].
 #[allow(clippy::too_many_arguments)]
@@ -552,6 +602,18 @@ mod tests {
         // B with strides (1, k) is B^T stored row-major: check one element by hand.
         let dot: f32 = (0..k).map(|p| a[3 * k + p] * b[5 * k + p]).sum();
         assert!((c1[3 * n + 5] - dot).abs() < 1e-4 * dot.abs().max(1.0));
+    }
+
+    #[test]
+    fn tile_height_fits_the_row_count() {
+        let heights = [14, 13, 11, 8];
+        assert_eq!(tile_rows(32, &heights), 11); // 3 tiles of 11, not 3 of 14
+        assert_eq!(tile_rows(64, &heights), 13); // 5 tiles of 13
+        assert_eq!(tile_rows(8, &heights), 8);
+        assert_eq!(tile_rows(1, &heights), 8);
+        assert_eq!(tile_rows(14, &heights), 14);
+        assert_eq!(tile_rows(28, &heights), 14);
+        assert_eq!(tile_rows(1000, &[14]), 14);
     }
 
     #[test]
