@@ -11,7 +11,6 @@
 
 use std::marker::PhantomData;
 
-use num_traits::{Float as _, ToPrimitive as _};
 use rayon::prelude::*;
 use strata_core::{DType, Device};
 
@@ -325,11 +324,18 @@ impl Operator for DeformConv {
                 });
             }
         }
-        // The batch dim may be symbolic: check with 1 and put it back.
-        let with_batch_1 = |f: &Fact| -> OpResult<Vec<usize>> {
+        // The batch dim may be symbolic: check with the one known batch size (or 1) and put the
+        // original back.
+        let offset = required(OP, inputs, 2)?;
+        let batch = [x, offset]
+            .iter()
+            .chain(optional(inputs, 4).as_ref())
+            .find_map(|f| f.dims.first().and_then(Dim::known))
+            .unwrap_or(1);
+        let with_batch = |f: &Fact| -> OpResult<Vec<usize>> {
             let mut dims = f.dims.clone();
             if let Some(first) = dims.first_mut().filter(|d| d.known().is_none()) {
-                *first = Dim::Known(1);
+                *first = Dim::Known(batch);
             }
             Fact::new(f.dtype, dims).concrete_or_err(OP)
         };
@@ -338,11 +344,11 @@ impl Operator for DeformConv {
             Some(b) => Some(b.concrete_or_err(OP)?),
             None => None,
         };
-        let mask = optional(inputs, 4).map(with_batch_1).transpose()?;
+        let mask = optional(inputs, 4).map(with_batch).transpose()?;
         let g = self.checked_geometry(
-            &with_batch_1(x)?,
+            &with_batch(x)?,
             &w,
-            &with_batch_1(required(OP, inputs, 2)?)?,
+            &with_batch(offset)?,
             bias.as_deref(),
             mask.as_deref(),
         )?;
@@ -389,35 +395,68 @@ struct DeformConvKernel<T> {
     _t: PhantomData<T>,
 }
 
-/// Bilinear interpolation of `plane` (`h × w`) at `(y, x)`, corners outside the plane read as 0
-/// (GridSample with `align_corners` and zero padding, which the ONNX reference uses).
-#[inline]
-fn sample_zero_padded<T: Real>(plane: &[T], h: usize, w: usize, y: T::Wide, x: T::Wide) -> T::Wide {
-    let zero = T::Wide::lit(0.0);
-    let (hf, wf) = (T::Wide::lit(h as f64), T::Wide::lit(w as f64));
-    let minus_one = T::Wide::lit(-1.0);
-    // Nothing within reach (NaN lands here too).
-    if !(y > minus_one && y < hf && x > minus_one && x < wf) {
-        return zero;
-    }
-    let (y0, x0) = (y.floor(), x.floor());
-    let (ly, lx) = (y - y0, x - x0);
-    let one = T::Wide::lit(1.0);
-    // y0 in -1..h and x0 in -1..w: exact as isize.
-    let (row0, col0) = (y0.to_isize().unwrap_or(-1), x0.to_isize().unwrap_or(-1));
-    let mut value = zero;
-    for (row, wy) in [(row0, one - ly), (row0 + 1, ly)] {
-        if row < 0 || row as usize >= h {
-            continue;
+/// One bilinear read at a real position of an `h × w` plane: the four corners' flat indices and
+/// weights. Corners outside the plane read as 0 (GridSample with `align_corners` and zero
+/// padding, which the ONNX reference uses); they are skipped rather than weighted by 0 so that
+/// a non-finite value elsewhere in the plane cannot leak in.
+#[derive(Debug, Clone, Copy)]
+struct Corners<W> {
+    index: [usize; 4],
+    weight: [W; 4],
+    inside: [bool; 4],
+    all_inside: bool,
+}
+
+impl<W: WideFloat> Corners<W> {
+    fn at(h: usize, w: usize, y: W, x: W) -> Self {
+        let zero = W::lit(0.0);
+        let mut corners = Corners {
+            index: [0; 4],
+            weight: [zero; 4],
+            inside: [false; 4],
+            all_inside: false,
+        };
+        let (hf, wf, minus_one) = (W::lit(h as f64), W::lit(w as f64), W::lit(-1.0));
+        // Nothing within reach (NaN lands here too).
+        if !(y > minus_one && y < hf && x > minus_one && x < wf) {
+            return corners;
         }
-        for (col, wx) in [(col0, one - lx), (col0 + 1, lx)] {
-            if col < 0 || col as usize >= w {
-                continue;
+        let (y0, x0) = (y.floor(), x.floor());
+        let (ly, lx) = (y - y0, x - x0);
+        let one = W::lit(1.0);
+        // y0 in -1..h and x0 in -1..w: exact as isize.
+        let (row0, col0) = (y0.to_isize().unwrap_or(-1), x0.to_isize().unwrap_or(-1));
+        let rows = [(row0, one - ly), (row0 + 1, ly)];
+        let cols = [(col0, one - lx), (col0 + 1, lx)];
+        for (k, ((row, wy), (col, wx))) in [
+            (rows[0], cols[0]),
+            (rows[0], cols[1]),
+            (rows[1], cols[0]),
+            (rows[1], cols[1]),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            if row >= 0 && col >= 0 && (row as usize) < h && (col as usize) < w {
+                corners.index[k] = row as usize * w + col as usize;
+                corners.weight[k] = wy * wx;
+                corners.inside[k] = true;
             }
-            value = value + wy * wx * plane[row as usize * w + col as usize].widen();
         }
+        corners.all_inside = corners.inside.iter().all(|&i| i);
+        corners
     }
-    value
+
+    #[inline(always)]
+    fn read<T: Real<Wide = W>>(&self, plane: &[T]) -> W {
+        let term = |k: usize| self.weight[k] * plane[self.index[k]].widen();
+        if self.all_inside {
+            return term(0) + term(1) + term(2) + term(3);
+        }
+        (0..4)
+            .filter(|&k| self.inside[k])
+            .fold(W::lit(0.0), |acc, k| acc + term(k))
+    }
 }
 
 /// Input slices of one image, each contiguous.
@@ -427,23 +466,18 @@ struct Image<'a, T> {
     mask: Option<&'a [T]>,
 }
 
-/// Fills `col` (`C/group * kH * kW` rows of `oH * oW`) for group `grp` of one image.
-fn deformable_im2col<T: Real>(
+/// Fills the column rows of input channels `channels` (all in offset group `og`; `dst` starts at
+/// the first one's rows). Each sample's corners are found once and read for every channel.
+fn fill_channels<T: Real>(
     g: &Geometry,
     image: &Image<'_, T>,
-    grp: usize,
-    col: &mut [T::Wide],
-    threads: usize,
+    og: usize,
+    channels: std::ops::Range<usize>,
+    dst: &mut [T::Wide],
 ) {
     let (taps, out_len, plane) = (g.taps(), g.out_len(), g.in_h * g.in_w);
-    let channels_per_offset_group = g.in_channels / g.offset_groups;
-    let cg = g.in_per_group();
-    let fill_row = |(row, dst): (usize, &mut [T::Wide])| {
-        let (c_local, tap) = (row / taps, row % taps);
+    for tap in 0..taps {
         let (ki, kj) = (tap / g.kernel_w, tap % g.kernel_w);
-        let channel = grp * cg + c_local;
-        let og = channel / channels_per_offset_group;
-        let src = &image.x[channel * plane..][..plane];
         let dy = &image.offset[((og * taps + tap) * 2) * out_len..][..out_len];
         let dx = &image.offset[((og * taps + tap) * 2 + 1) * out_len..][..out_len];
         let mask = image
@@ -457,23 +491,54 @@ fn deformable_im2col<T: Real>(
             for ow in 0..g.out_w {
                 let p = oh * g.out_w + ow;
                 let x0 = T::Wide::lit(base_x + (ow * g.stride_w) as f64);
-                let v =
-                    sample_zero_padded(src, g.in_h, g.in_w, y0 + dy[p].widen(), x0 + dx[p].widen());
-                dst[p] = match mask {
-                    Some(m) => v * m[p].widen(),
-                    None => v,
-                };
+                let corners = Corners::at(g.in_h, g.in_w, y0 + dy[p].widen(), x0 + dx[p].widen());
+                let scale = mask.map_or(T::Wide::lit(1.0), |m| m[p].widen());
+                for (i, channel) in channels.clone().enumerate() {
+                    let src = &image.x[channel * plane..][..plane];
+                    dst[(i * taps + tap) * out_len + p] = corners.read(src) * scale;
+                }
             }
         }
+    }
+}
+
+/// Fills `col` (`C/group * kH * kW` rows of `oH * oW`, row `(channel, tap)`) for group `grp` of
+/// one image. Threads take blocks of channels.
+fn deformable_im2col<T: Real>(
+    g: &Geometry,
+    image: &Image<'_, T>,
+    grp: usize,
+    col: &mut [T::Wide],
+    threads: usize,
+) {
+    let cg = g.in_per_group();
+    let rows_per_channel = g.taps() * g.out_len();
+    let per_offset_group = g.in_channels / g.offset_groups;
+    let col = &mut col[..cg * rows_per_channel];
+    // Channels `first..` of the group into `dst`, split where the offset group changes.
+    let fill_block = |first: usize, dst: &mut [T::Wide]| {
+        let end = first + dst.len() / rows_per_channel;
+        let mut c = first;
+        while c < end {
+            let og = (grp * cg + c) / per_offset_group;
+            let segment_end = end.min((og + 1) * per_offset_group - grp * cg);
+            fill_channels(
+                g,
+                image,
+                og,
+                grp * cg + c..grp * cg + segment_end,
+                &mut dst[(c - first) * rows_per_channel..(segment_end - first) * rows_per_channel],
+            );
+            c = segment_end;
+        }
     };
-    let col = &mut col[..cg * taps * out_len];
-    if threads > 1 && col.len() >= PARALLEL_MIN_ELEMENTS {
-        col.par_chunks_mut(out_len)
+    if threads > 1 && cg > 1 && col.len() >= PARALLEL_MIN_ELEMENTS {
+        let block = cg.div_ceil(threads);
+        col.par_chunks_mut(block * rows_per_channel)
             .enumerate()
-            .with_min_len((cg * taps).div_ceil(threads))
-            .for_each(fill_row);
+            .for_each(|(b, dst)| fill_block(b * block, dst));
     } else {
-        col.chunks_mut(out_len).enumerate().for_each(fill_row);
+        fill_block(0, col);
     }
 }
 
@@ -615,7 +680,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::super::test_util::{assert_close, run_op};
-    use crate::{Attr, OpError};
+    use super::*;
+    use crate::{Attr, Attributes};
     use strata_core::{f16, Tensor};
 
     struct Case<'a> {
@@ -858,6 +924,36 @@ mod tests {
             .map(|v| v.to_f32())
             .collect();
         assert_eq!(values, [1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 3.0, 3.5, 4.0]);
+    }
+
+    #[test]
+    fn a_symbolic_batch_is_carried_through() {
+        let a = Attributes::new("DeformConv");
+        let op = DeformConv::build(&OpContext {
+            op_type: "DeformConv",
+            domain: "",
+            opset: 19,
+            attrs: &a,
+            num_inputs: 3,
+            num_outputs: 1,
+        })
+        .unwrap();
+        let n = Dim::Sym("N".into());
+        let with_batch = |batch: &Dim, rest: &[usize]| {
+            let mut dims = vec![batch.clone()];
+            dims.extend(rest.iter().map(|&d| Dim::Known(d)));
+            Fact::new(DType::F32, dims)
+        };
+        let w = Fact::known(DType::F32, &[4, 1, 2, 2]);
+        // Batch symbolic everywhere, then known on X only.
+        for x_batch in [n.clone(), Dim::Known(2)] {
+            let x = with_batch(&x_batch, &[1, 3, 3]);
+            let offset = with_batch(&n, &[8, 2, 2]);
+            let out = op.infer(&[&x, &w, &offset]).unwrap().remove(0);
+            let mut expected = vec![x_batch.clone()];
+            expected.extend([4, 2, 2].map(Dim::Known));
+            assert_eq!(out.dims, expected);
+        }
     }
 
     #[test]
