@@ -203,7 +203,7 @@ pub const OPS: &[(&str, crate::Constructor)] = &[
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::elementwise_test_util::{run_op, run_op_in_place};
+    use crate::ops::test_util::{run_op, run_op_in_place};
     use crate::Attr;
     use strata_core::Tensor;
 

@@ -150,22 +150,10 @@ mod tests {
     use strata_core::Tensor;
 
     use super::*;
+    use crate::ops::test_util::OpRun;
     use crate::{build_operator, Attr, Attributes};
 
     fn run(x: &[f32], dims: &[usize], momentum: f32) -> Vec<Vec<f32>> {
-        let attrs = Attributes::new("BatchNormalization")
-            .with("training_mode", Attr::Int(1))
-            .with("momentum", Attr::Float(momentum))
-            .with("epsilon", Attr::Float(0.0));
-        let op = build_operator(&OpContext {
-            op_type: "BatchNormalization",
-            domain: "",
-            opset: 15,
-            attrs: &attrs,
-            num_inputs: 5,
-            num_outputs: 3,
-        })
-        .unwrap();
         let c = dims[1];
         let inputs = [
             Tensor::from_slice(x, dims).unwrap(),
@@ -174,27 +162,17 @@ mod tests {
             Tensor::from_slice(&vec![10f32; c], &[c]).unwrap(),
             Tensor::from_slice(&vec![4f32; c], &[c]).unwrap(),
         ];
-        let facts: Vec<Fact> = inputs.iter().map(|t| Fact::constant(t.clone())).collect();
-        let refs: Vec<&Fact> = facts.iter().collect();
-        let outs = op.infer(&refs).unwrap();
-        let tensors: Vec<Tensor> = outs
-            .iter()
-            .map(|f| Tensor::zeros(&f.concrete().unwrap(), DType::F32).unwrap())
-            .collect();
-        let out_refs: Vec<&Fact> = outs.iter().collect();
-        let kernel = op.kernel(&refs, &out_refs, Device::Cpu).unwrap();
-        let ins: Vec<&Tensor> = inputs.iter().collect();
-        let o: Vec<&Tensor> = tensors.iter().collect();
-        kernel
-            .run(&KernelIo {
-                inputs: &ins,
-                outputs: &o,
-                scratch: None,
-                in_place: None,
-                threads: 1,
-            })
+        let outputs = OpRun::new("BatchNormalization", 15)
+            .attrs(&[
+                ("training_mode", Attr::Int(1)),
+                ("momentum", Attr::Float(momentum)),
+                ("epsilon", Attr::Float(0.0)),
+            ])
+            .outputs(3)
+            .constant_inputs()
+            .run(&inputs)
             .unwrap();
-        tensors.iter().map(|t| t.to_vec::<f32>().unwrap()).collect()
+        outputs.iter().map(|t| t.to_vec::<f32>().unwrap()).collect()
     }
 
     #[test]

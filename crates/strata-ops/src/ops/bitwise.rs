@@ -116,7 +116,7 @@ pub const OPS: &[(&str, crate::Constructor)] = &[
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::elementwise_test_util::run_op;
+    use crate::ops::test_util::run_op;
     use crate::{Attr, OpError};
     use strata_core::Tensor;
 

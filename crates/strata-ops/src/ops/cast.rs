@@ -327,7 +327,7 @@ pub const OPS: &[(&str, crate::Constructor)] =
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::elementwise_test_util::run_op;
+    use crate::ops::test_util::run_op;
     use crate::{Attr, OpError};
     use strata_core::{bf16, f16, DType, Tensor};
 

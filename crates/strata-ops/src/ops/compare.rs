@@ -134,7 +134,7 @@ pub const OPS: &[(&str, crate::Constructor)] = &[
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::elementwise_test_util::run_op;
+    use crate::ops::test_util::run_op;
     use strata_core::{DType, Tensor};
 
     #[test]

@@ -201,7 +201,7 @@ impl Kernel for DropoutKernel {
 
 #[cfg(test)]
 mod tests {
-    use super::super::normalization::common::test_util::run;
+    use crate::ops::test_util::run_outputs as run;
     use crate::Attr;
     use strata_core::Tensor;
 

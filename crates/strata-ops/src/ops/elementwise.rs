@@ -375,7 +375,7 @@ pub const OPS: &[(&str, crate::Constructor)] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::elementwise_test_util::{run_op, run_op_in_place};
+    use crate::ops::test_util::{run_op, run_op_in_place};
     use crate::Attr;
 
     fn t<T: Element>(data: &[T], dims: &[usize]) -> Tensor {

@@ -56,7 +56,7 @@ pub mod cast;
 pub mod clip;
 pub mod compare;
 #[cfg(test)]
-pub(crate) mod elementwise_test_util;
+pub(crate) mod test_util;
 pub(crate) mod erf;
 pub(crate) mod f16_bits;
 pub(crate) mod fast_math;

@@ -136,7 +136,7 @@ pub const OPS: &[(&str, crate::Constructor)] = &[("Pow", Pow::build)];
 #[cfg(test)]
 mod tests {
     use super::int_pow;
-    use crate::ops::elementwise_test_util::run_op;
+    use crate::ops::test_util::run_op;
     use strata_core::Tensor;
 
     #[test]

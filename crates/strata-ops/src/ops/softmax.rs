@@ -228,7 +228,7 @@ impl<T: Real> Kernel for SoftmaxKernel<T> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::normalization::common::test_util::{assert_close, run};
+    use crate::ops::test_util::{assert_close, run_outputs as run};
     use crate::Attr;
     use strata_core::{bf16, Tensor};
 

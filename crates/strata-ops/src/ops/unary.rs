@@ -518,7 +518,7 @@ pub const OPS: &[(&str, crate::Constructor)] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::elementwise_test_util::run_op;
+    use crate::ops::test_util::run_op;
     use strata_core::Tensor;
 
     fn unary(op: &str, x: Tensor) -> Tensor {

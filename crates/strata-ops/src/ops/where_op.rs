@@ -157,7 +157,7 @@ pub const OPS: &[(&str, crate::Constructor)] = &[("Where", Where::build)];
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::elementwise_test_util::{run_op, run_op_in_place};
+    use crate::ops::test_util::{run_op, run_op_in_place};
     use crate::OpError;
     use strata_core::Tensor;
 

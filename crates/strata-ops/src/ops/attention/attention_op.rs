@@ -675,36 +675,18 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::test_util::OpRun;
     use crate::{Attr, Attributes};
 
     /// Runs Attention (opset 23) and returns Y and qk_matmul_output.
     fn run(attrs: Attributes, inputs: &[&Tensor]) -> OpResult<(Vec<f32>, Vec<f32>)> {
-        let op = Attention::build(&OpContext {
-            op_type: OP,
-            domain: "",
-            opset: 23,
-            attrs: &attrs,
-            num_inputs: inputs.len(),
-            num_outputs: 4,
-        })?;
-        let facts: Vec<Fact> = inputs
-            .iter()
-            .map(|t| Fact::constant((*t).clone()))
-            .collect();
-        let refs: Vec<&Fact> = facts.iter().collect();
-        let outs = op.infer(&refs)?;
-        let bind = |f: &Fact| Tensor::zeros(&f.concrete().unwrap(), DType::F32).unwrap();
-        let (y, qk) = (bind(&outs[0]), bind(&outs[3]));
-        let none = Tensor::undefined();
-        let out_refs: Vec<&Fact> = outs.iter().collect();
-        op.kernel(&refs, &out_refs, Device::Cpu)?.run(&KernelIo {
-            inputs,
-            outputs: &[&y, &none, &none, &qk],
-            scratch: None,
-            in_place: None,
-            threads: 1,
-        })?;
-        Ok((y.to_vec::<f32>()?, qk.to_vec::<f32>()?))
+        let inputs: Vec<Tensor> = inputs.iter().map(|&t| t.clone()).collect();
+        let out = OpRun::new(OP, 23)
+            .attributes(&attrs)
+            .outputs(4)
+            .constant_inputs()
+            .run(&inputs)?;
+        Ok((out[0].to_vec::<f32>()?, out[3].to_vec::<f32>()?))
     }
 
     fn t(values: &[f32], dims: &[usize]) -> Tensor {

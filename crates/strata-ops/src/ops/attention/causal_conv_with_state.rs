@@ -266,42 +266,18 @@ impl<T: Real> Kernel for CausalConvKernel<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Attr, Attributes};
+    use crate::ops::test_util::OpRun;
+    use crate::Attr;
     use strata_core::Tensor;
 
     fn run(activation: &str, inputs: &[&Tensor]) -> OpResult<(Vec<f32>, Vec<f32>)> {
-        let attrs = Attributes::new(OP).with("activation", Attr::String(activation.to_string()));
-        let op = CausalConvWithState::build(&OpContext {
-            op_type: OP,
-            domain: "",
-            opset: 27,
-            attrs: &attrs,
-            num_inputs: inputs.len(),
-            num_outputs: 2,
-        })?;
-        let facts: Vec<Fact> = inputs
-            .iter()
-            .map(|t| {
-                if t.is_defined() {
-                    Fact::constant((*t).clone())
-                } else {
-                    Fact::absent()
-                }
-            })
-            .collect();
-        let refs: Vec<&Fact> = facts.iter().collect();
-        let outs = op.infer(&refs)?;
-        let y = Tensor::zeros(&outs[0].concrete().unwrap(), DType::F32)?;
-        let s = Tensor::zeros(&outs[1].concrete().unwrap(), DType::F32)?;
-        op.kernel(&refs, &[&outs[0], &outs[1]], Device::Cpu)?
-            .run(&KernelIo {
-                inputs,
-                outputs: &[&y, &s],
-                scratch: None,
-                in_place: None,
-                threads: 1,
-            })?;
-        Ok((y.to_vec::<f32>()?, s.to_vec::<f32>()?))
+        let inputs: Vec<Tensor> = inputs.iter().map(|&t| t.clone()).collect();
+        let out = OpRun::new(OP, 27)
+            .attrs(&[("activation", Attr::String(activation.to_string()))])
+            .outputs(2)
+            .constant_inputs()
+            .run(&inputs)?;
+        Ok((out[0].to_vec::<f32>()?, out[1].to_vec::<f32>()?))
     }
 
     #[test]

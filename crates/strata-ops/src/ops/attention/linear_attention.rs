@@ -446,46 +446,23 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Attr, Attributes};
+    use crate::ops::test_util::OpRun;
+    use crate::Attr;
     use strata_core::Tensor;
 
     fn run(rule: &str, heads: (i64, i64), inputs: &[&Tensor]) -> OpResult<(Vec<f32>, Vec<f32>)> {
-        let attrs = Attributes::new(OP)
-            .with("update_rule", Attr::String(rule.into()))
-            .with("q_num_heads", Attr::Int(heads.0))
-            .with("kv_num_heads", Attr::Int(heads.1))
-            .with("scale", Attr::Float(1.0));
-        let op = LinearAttention::build(&OpContext {
-            op_type: OP,
-            domain: "",
-            opset: 27,
-            attrs: &attrs,
-            num_inputs: inputs.len(),
-            num_outputs: 2,
-        })?;
-        let facts: Vec<Fact> = inputs
-            .iter()
-            .map(|t| {
-                if t.is_defined() {
-                    Fact::constant((*t).clone())
-                } else {
-                    Fact::absent()
-                }
-            })
-            .collect();
-        let refs: Vec<&Fact> = facts.iter().collect();
-        let outs = op.infer(&refs)?;
-        let y = Tensor::zeros(&outs[0].concrete().unwrap(), DType::F32)?;
-        let s = Tensor::zeros(&outs[1].concrete().unwrap(), DType::F32)?;
-        op.kernel(&refs, &[&outs[0], &outs[1]], Device::Cpu)?
-            .run(&KernelIo {
-                inputs,
-                outputs: &[&y, &s],
-                scratch: None,
-                in_place: None,
-                threads: 1,
-            })?;
-        Ok((y.to_vec::<f32>()?, s.to_vec::<f32>()?))
+        let inputs: Vec<Tensor> = inputs.iter().map(|&t| t.clone()).collect();
+        let out = OpRun::new(OP, 27)
+            .attrs(&[
+                ("update_rule", Attr::String(rule.into())),
+                ("q_num_heads", Attr::Int(heads.0)),
+                ("kv_num_heads", Attr::Int(heads.1)),
+                ("scale", Attr::Float(1.0)),
+            ])
+            .outputs(2)
+            .constant_inputs()
+            .run(&inputs)?;
+        Ok((out[0].to_vec::<f32>()?, out[1].to_vec::<f32>()?))
     }
 
     #[test]

@@ -310,34 +310,17 @@ impl<T: Real> Kernel for RotaryKernel<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::test_util::OpRun;
     use crate::Attributes;
     use strata_core::Tensor;
 
     fn run(attrs: Attributes, inputs: &[&Tensor]) -> OpResult<Vec<f32>> {
-        let op = RotaryEmbedding::build(&OpContext {
-            op_type: OP,
-            domain: "",
-            opset: 23,
-            attrs: &attrs,
-            num_inputs: inputs.len(),
-            num_outputs: 1,
-        })?;
-        let facts: Vec<Fact> = inputs
-            .iter()
-            .map(|t| Fact::constant((*t).clone()))
-            .collect();
-        let refs: Vec<&Fact> = facts.iter().collect();
-        let out_fact = op.infer(&refs)?;
-        let out = Tensor::zeros(&out_fact[0].concrete().unwrap(), DType::F32)?;
-        op.kernel(&refs, &[&out_fact[0]], Device::Cpu)?
-            .run(&KernelIo {
-                inputs,
-                outputs: &[&out],
-                scratch: None,
-                in_place: None,
-                threads: 1,
-            })?;
-        Ok(out.to_vec::<f32>()?)
+        let inputs: Vec<Tensor> = inputs.iter().map(|&t| t.clone()).collect();
+        let out = OpRun::new(OP, 23)
+            .attributes(&attrs)
+            .constant_inputs()
+            .run(&inputs)?;
+        Ok(out[0].to_vec::<f32>()?)
     }
 
     #[test]

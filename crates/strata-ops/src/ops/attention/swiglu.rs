@@ -141,34 +141,20 @@ impl<T: Real> Kernel for SwiGluKernel<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Attr, Attributes};
+    use crate::ops::test_util::OpRun;
+    use crate::Attr;
     use strata_core::Tensor;
 
     fn run(alpha: Option<f32>, a: &Tensor, b: &Tensor) -> OpResult<Tensor> {
-        let mut attrs = Attributes::new(OP);
-        if let Some(alpha) = alpha {
-            attrs.insert("alpha", Attr::Float(alpha));
-        }
-        let op = SwiGlu::build(&OpContext {
-            op_type: OP,
-            domain: "",
-            opset: 28,
-            attrs: &attrs,
-            num_inputs: 2,
-            num_outputs: 1,
-        })?;
-        let facts = [Fact::constant(a.clone()), Fact::constant(b.clone())];
-        let out_fact = op.infer(&[&facts[0], &facts[1]])?;
-        let y = Tensor::zeros(&out_fact[0].concrete().unwrap(), a.dtype())?;
-        op.kernel(&[&facts[0], &facts[1]], &[&out_fact[0]], Device::Cpu)?
-            .run(&KernelIo {
-                inputs: &[a, b],
-                outputs: &[&y],
-                scratch: None,
-                in_place: None,
-                threads: 1,
-            })?;
-        Ok(y)
+        let attrs: Vec<(&str, Attr)> = alpha
+            .map(|a| ("alpha", Attr::Float(a)))
+            .into_iter()
+            .collect();
+        let mut out = OpRun::new(OP, 28)
+            .attrs(&attrs)
+            .constant_inputs()
+            .run(&[a.clone(), b.clone()])?;
+        Ok(out.remove(0))
     }
 
     #[test]

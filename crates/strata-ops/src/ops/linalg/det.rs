@@ -214,6 +214,7 @@ mod tests {
 
     #[test]
     fn batched_kernel_and_bad_shapes() {
+        use crate::ops::test_util::OpRun;
         use strata_core::Tensor;
         let x =
             Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 2.0, 0.0, 0.0, 2.0], &[2, 2, 2]).unwrap();
@@ -221,22 +222,7 @@ mod tests {
         let refs: Vec<&Fact> = facts.iter().collect();
         let out_fact = Det.infer(&refs).unwrap().remove(0);
         assert_eq!(out_fact.concrete().unwrap(), [2]);
-        let out = Tensor::zeros(&[2], DType::F32).unwrap();
-        let scratch = Tensor::zeros(
-            &[Det.scratch_bytes(&refs, &[&out_fact]).unwrap()],
-            DType::U8,
-        )
-        .unwrap();
-        let kernel = Det.kernel(&refs, &[&out_fact], Device::Cpu).unwrap();
-        kernel
-            .run(&KernelIo {
-                inputs: &[&x],
-                outputs: &[&out],
-                scratch: Some(&scratch),
-                in_place: None,
-                threads: 1,
-            })
-            .unwrap();
+        let out = OpRun::new(OP, 11).run(&[x]).unwrap().remove(0);
         assert_eq!(out.to_vec::<f32>().unwrap(), [-2.0, 4.0]);
         let bad = [Fact::known(DType::F32, &[2, 3])];
         assert!(Det.infer(&[&bad[0]]).is_err());

@@ -322,6 +322,7 @@ fn advance(idx: &mut [usize], sizes: &[usize], strides: &[usize], mut offset: us
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::test_util::OpRun;
     use crate::{Attr, Attributes};
     use strata_core::Tensor;
 
@@ -339,25 +340,10 @@ mod tests {
 
     /// Runs the operator through infer / scratch / kernel.
     fn run(equation: &str, inputs: &[Tensor]) -> OpResult<Tensor> {
-        let op = build(equation, inputs.len())?;
-        let facts: Vec<Fact> = inputs
-            .iter()
-            .map(|t| Fact::known(t.dtype(), t.dims()))
-            .collect();
-        let refs: Vec<&Fact> = facts.iter().collect();
-        let out_fact = op.infer(&refs)?.remove(0);
-        let out = Tensor::zeros(&out_fact.concrete().expect("known"), out_fact.dtype)?;
-        let scratch = Tensor::zeros(&[op.scratch_bytes(&refs, &[&out_fact])?], DType::U8)?;
-        let kernel = op.kernel(&refs, &[&out_fact], Device::Cpu)?;
-        let input_refs: Vec<&Tensor> = inputs.iter().collect();
-        kernel.run(&KernelIo {
-            inputs: &input_refs,
-            outputs: &[&out],
-            scratch: Some(&scratch),
-            in_place: None,
-            threads: 1,
-        })?;
-        Ok(out)
+        let mut out = OpRun::new(OP, 12)
+            .attrs(&[("equation", Attr::String(equation.into()))])
+            .run(inputs)?;
+        Ok(out.remove(0))
     }
 
     fn t(data: &[f32], dims: &[usize]) -> Tensor {

@@ -134,7 +134,7 @@ impl<T: Real> Kernel for SceKernel<T> {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::normalization::common::test_util::{assert_close, run};
+    use crate::ops::test_util::{assert_close, run_outputs as run};
     use crate::Attr;
     use strata_core::Tensor;
 

@@ -203,7 +203,7 @@ impl<T: Real> Kernel for GroupNormKernel<T> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::common::test_util::{assert_close, run};
+    use crate::ops::test_util::{assert_close, run_outputs};
     use crate::Attr;
     use strata_core::Tensor;
 
@@ -213,7 +213,7 @@ mod tests {
         let x = Tensor::from_slice(&[1.0f32, 3.0, 10.0, 20.0], &[1, 2, 2]).unwrap();
         let s = Tensor::from_slice(&[1.0f32, 2.0], &[2]).unwrap();
         let b = Tensor::from_slice(&[0.0f32, 1.0], &[2]).unwrap();
-        let out = run(
+        let out = run_outputs(
             "InstanceNormalization",
             6,
             &[("epsilon", Attr::Float(0.0))],
@@ -235,7 +235,7 @@ mod tests {
         let attrs = [("num_groups", Attr::Int(2)), ("epsilon", Attr::Float(0.0))];
         let s = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[4]).unwrap();
         let b = Tensor::from_slice(&[0.0f32, 0.0, 0.0, 1.0], &[4]).unwrap();
-        let out = run("GroupNormalization", 21, &attrs, &[x.clone(), s, b], 1).unwrap();
+        let out = run_outputs("GroupNormalization", 21, &attrs, &[x.clone(), s, b], 1).unwrap();
         assert_close(
             &out[0].to_vec::<f32>().unwrap(),
             &[-1.0, 2.0, -3.0, 5.0],
@@ -243,7 +243,7 @@ mod tests {
         );
         let s = Tensor::from_slice(&[2.0f32, 1.0], &[2]).unwrap();
         let b = Tensor::from_slice(&[0.0f32, 1.0], &[2]).unwrap();
-        let out = run("GroupNormalization", 18, &attrs, &[x, s, b], 1).unwrap();
+        let out = run_outputs("GroupNormalization", 18, &attrs, &[x, s, b], 1).unwrap();
         assert_close(
             &out[0].to_vec::<f32>().unwrap(),
             &[-2.0, 2.0, 0.0, 2.0],
@@ -255,7 +255,7 @@ mod tests {
     fn bad_inputs_are_errors() {
         let x = Tensor::from_slice(&[1.0f32; 6], &[1, 3, 2]).unwrap();
         let s = Tensor::from_slice(&[1.0f32; 3], &[3]).unwrap();
-        let err = run(
+        let err = run_outputs(
             "GroupNormalization",
             21,
             &[("num_groups", Attr::Int(2))],
@@ -264,7 +264,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("num_groups"), "{err}");
-        let err = run(
+        let err = run_outputs(
             "GroupNormalization",
             21,
             &[],
@@ -274,7 +274,7 @@ mod tests {
         .unwrap_err();
         assert!(err.to_string().contains("required"), "{err}");
         let s2 = Tensor::from_slice(&[1.0f32; 2], &[2]).unwrap();
-        let err = run(
+        let err = run_outputs(
             "InstanceNormalization",
             6,
             &[],
@@ -284,6 +284,6 @@ mod tests {
         .unwrap_err();
         assert!(err.to_string().contains("scale"), "{err}");
         let v = Tensor::from_slice(&[1.0f32; 3], &[3]).unwrap();
-        assert!(run("InstanceNormalization", 6, &[], &[v, s.clone(), s], 1).is_err());
+        assert!(run_outputs("InstanceNormalization", 6, &[], &[v, s.clone(), s], 1).is_err());
     }
 }

@@ -234,7 +234,7 @@ fn write_stats<W: Float>(op: &str, out: &Tensor, values: &[W], rows: usize) -> O
 
 #[cfg(test)]
 mod tests {
-    use super::super::common::test_util::{assert_close, run};
+    use crate::ops::test_util::{assert_close, run_outputs};
     use crate::Attr;
     use strata_core::{f16, Tensor};
 
@@ -244,7 +244,7 @@ mod tests {
         let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 2.0, 4.0, 6.0], &[2, 3]).unwrap();
         let w = Tensor::from_slice(&[1.0f32, 2.0, 1.0], &[3]).unwrap();
         let b = Tensor::from_slice(&[0.0f32, 0.0, 1.0], &[3]).unwrap();
-        let out = run(
+        let out = run_outputs(
             "LayerNormalization",
             17,
             &[("epsilon", Attr::Float(0.0))],
@@ -271,7 +271,7 @@ mod tests {
     fn layer_norm_axis_zero_normalizes_everything() {
         let x = Tensor::from_slice(&[0.0f32, 2.0, 4.0, 6.0], &[2, 2]).unwrap();
         let w = Tensor::from_slice(&[1.0f32; 4], &[2, 2]).unwrap();
-        let out = run(
+        let out = run_outputs(
             "LayerNormalization",
             17,
             &[("axis", Attr::Int(0)), ("epsilon", Attr::Float(0.0))],
@@ -292,7 +292,7 @@ mod tests {
     fn rms_norm_divides_by_root_mean_square() {
         let x = Tensor::from_slice(&[3.0f32, 4.0], &[1, 2]).unwrap();
         let w = Tensor::from_slice(&[1.0f32, 2.0], &[2]).unwrap();
-        let out = run(
+        let out = run_outputs(
             "RMSNormalization",
             23,
             &[("epsilon", Attr::Float(0.0))],
@@ -309,7 +309,7 @@ mod tests {
     fn half_inputs_compute_in_f32() {
         let x = Tensor::from_slice(&[f16::from_f32(1.0), f16::from_f32(3.0)], &[2]).unwrap();
         let w = Tensor::from_slice(&[f16::from_f32(1.0); 2], &[2]).unwrap();
-        let out = run(
+        let out = run_outputs(
             "LayerNormalization",
             17,
             &[("epsilon", Attr::Float(0.0))],
@@ -332,10 +332,10 @@ mod tests {
     fn bad_inputs_are_errors() {
         let x = Tensor::from_slice(&[1.0f32; 6], &[2, 3]).unwrap();
         let w = Tensor::from_slice(&[1.0f32; 2], &[2]).unwrap();
-        let err = run("LayerNormalization", 17, &[], &[x.clone(), w], 1).unwrap_err();
+        let err = run_outputs("LayerNormalization", 17, &[], &[x.clone(), w], 1).unwrap_err();
         assert!(err.to_string().contains("scale"), "{err}");
         let w = Tensor::from_slice(&[1.0f32; 3], &[3]).unwrap();
-        let err = run(
+        let err = run_outputs(
             "LayerNormalization",
             17,
             &[("axis", Attr::Int(2))],
@@ -344,7 +344,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("axis"), "{err}");
-        let err = run(
+        let err = run_outputs(
             "LayerNormalization",
             17,
             &[("stash_type", Attr::Int(7))],
@@ -353,10 +353,10 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("stash_type"), "{err}");
-        let err = run("RMSNormalization", 23, &[], &[x], 1).unwrap_err();
+        let err = run_outputs("RMSNormalization", 23, &[], &[x], 1).unwrap_err();
         assert!(err.to_string().contains("RMSNormalization"), "{err}");
         let xi = Tensor::from_slice(&[1i32, 2], &[2]).unwrap();
         let wi = Tensor::from_slice(&[1i32, 2], &[2]).unwrap();
-        assert!(run("RMSNormalization", 23, &[], &[xi, wi], 1).is_err());
+        assert!(run_outputs("RMSNormalization", 23, &[], &[xi, wi], 1).is_err());
     }
 }

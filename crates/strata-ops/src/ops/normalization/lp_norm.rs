@@ -110,21 +110,21 @@ impl<T: Real> Kernel for LpNormKernel<T> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::common::test_util::{assert_close, run};
+    use crate::ops::test_util::{assert_close, run_outputs};
     use crate::Attr;
     use strata_core::Tensor;
 
     #[test]
     fn l2_along_last_axis_and_l1_along_first() {
         let x = Tensor::from_slice(&[3.0f32, 4.0, 0.0, 0.0], &[2, 2]).unwrap();
-        let out = run("LpNormalization", 22, &[], std::slice::from_ref(&x), 1).unwrap();
+        let out = run_outputs("LpNormalization", 22, &[], std::slice::from_ref(&x), 1).unwrap();
         assert_close(
             &out[0].to_vec::<f32>().unwrap(),
             &[0.6, 0.8, 0.0, 0.0],
             "l2",
         );
         let x = Tensor::from_slice(&[1.0f32, -2.0, -3.0, 2.0], &[2, 2]).unwrap();
-        let out = run(
+        let out = run_outputs(
             "LpNormalization",
             22,
             &[("p", Attr::Int(1)), ("axis", Attr::Int(0))],
@@ -142,7 +142,7 @@ mod tests {
     #[test]
     fn bad_attributes_are_errors() {
         let x = Tensor::from_slice(&[1.0f32; 4], &[2, 2]).unwrap();
-        let err = run(
+        let err = run_outputs(
             "LpNormalization",
             22,
             &[("p", Attr::Int(3))],
@@ -151,7 +151,8 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("`p`"), "{err}");
-        let err = run("LpNormalization", 22, &[("axis", Attr::Int(2))], &[x], 1).unwrap_err();
+        let err =
+            run_outputs("LpNormalization", 22, &[("axis", Attr::Int(2))], &[x], 1).unwrap_err();
         assert!(err.to_string().contains("axis"), "{err}");
     }
 }

@@ -116,7 +116,7 @@ impl<T: Real> Kernel for LrnKernel<T> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::common::test_util::{assert_close, run};
+    use crate::ops::test_util::{assert_close, run_outputs};
     use crate::Attr;
     use strata_core::Tensor;
 
@@ -125,7 +125,7 @@ mod tests {
         // Three channels [1, 2, 3], size 2: floor(1/2) = 0 channels before and ceil(1/2) = 1
         // after, so the windows are {0, 1}, {1, 2} and {2}.
         let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[1, 3, 1]).unwrap();
-        let out = run(
+        let out = run_outputs(
             "LRN",
             13,
             &[
@@ -149,9 +149,9 @@ mod tests {
     #[test]
     fn bad_size_and_rank_are_errors() {
         let x = Tensor::from_slice(&[1.0f32; 3], &[3]).unwrap();
-        let err = run("LRN", 13, &[], std::slice::from_ref(&x), 1).unwrap_err();
+        let err = run_outputs("LRN", 13, &[], std::slice::from_ref(&x), 1).unwrap_err();
         assert!(err.to_string().contains("size"), "{err}");
-        let err = run(
+        let err = run_outputs(
             "LRN",
             13,
             &[("size", Attr::Int(0))],
@@ -160,7 +160,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("size"), "{err}");
-        let err = run("LRN", 13, &[("size", Attr::Int(3))], &[x], 1).unwrap_err();
+        let err = run_outputs("LRN", 13, &[("size", Attr::Int(3))], &[x], 1).unwrap_err();
         assert!(err.to_string().contains("rank"), "{err}");
     }
 }

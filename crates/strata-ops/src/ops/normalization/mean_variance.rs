@@ -118,7 +118,7 @@ impl<T: Real> Kernel for MvnKernel<T> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::common::test_util::{assert_close, run};
+    use crate::ops::test_util::{assert_close, run_outputs};
     use crate::Attr;
     use strata_core::Tensor;
 
@@ -126,7 +126,7 @@ mod tests {
     fn normalizes_over_the_given_axes() {
         // Over axis 0 the two columns are [1, 3] and [2, 6]: std 1 and 2.
         let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 6.0], &[2, 2]).unwrap();
-        let out = run(
+        let out = run_outputs(
             "MeanVarianceNormalization",
             13,
             &[("axes", Attr::Ints(vec![0]))],
@@ -145,7 +145,7 @@ mod tests {
     fn default_axes_keep_channels() {
         // [N=1, C=2, H=1, W=2]: channel 0 is [0, 2], channel 1 is [5, 5] (std 0).
         let x = Tensor::from_slice(&[0.0f32, 2.0, 5.0, 5.0], &[1, 2, 1, 2]).unwrap();
-        let out = run("MeanVarianceNormalization", 13, &[], &[x], 1).unwrap();
+        let out = run_outputs("MeanVarianceNormalization", 13, &[], &[x], 1).unwrap();
         assert_close(
             &out[0].to_vec::<f32>().unwrap(),
             &[-1.0, 1.0, 0.0, 0.0],
@@ -157,7 +157,7 @@ mod tests {
     fn bad_axes_are_errors() {
         let x = Tensor::from_slice(&[1.0f32; 4], &[2, 2]).unwrap();
         // The default axes need rank 4.
-        let err = run(
+        let err = run_outputs(
             "MeanVarianceNormalization",
             13,
             &[],
@@ -166,7 +166,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("axes"), "{err}");
-        let err = run(
+        let err = run_outputs(
             "MeanVarianceNormalization",
             13,
             &[("axes", Attr::Ints(vec![1, -1]))],

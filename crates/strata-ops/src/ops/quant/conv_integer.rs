@@ -3,9 +3,11 @@
 
 use strata_core::{DType, Device};
 
-use super::integer_conv::{centered_conv, ConvAttrs};
+use super::integer_conv::{centered_conv, ConvAttrs, ResolvedConv};
 use super::integer_matmul::check_operand;
+use super::values::{f64_scratch_bytes, scratch};
 use crate::ops::axes::{optional, required};
+use crate::ops::scratch::scratch_as;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "ConvInteger";
@@ -13,12 +15,15 @@ const OP: &str = "ConvInteger";
 #[derive(Debug, Clone)]
 pub struct ConvInteger {
     attrs: ConvAttrs,
+    /// Resolved when the kernel is made for known dims.
+    planned: Option<ResolvedConv>,
 }
 
 impl ConvInteger {
     pub fn build(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
         Ok(Box::new(ConvInteger {
             attrs: ConvAttrs::from_ctx(OP, ctx)?,
+            planned: None,
         }))
     }
 }
@@ -39,6 +44,11 @@ impl Operator for ConvInteger {
         )])
     }
 
+    fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
+        let (x, w) = (required(OP, inputs, 0)?, required(OP, inputs, 1)?);
+        f64_scratch_bytes(OP, self.attrs.work_len(OP, x, w, 0)?)
+    }
+
     fn kernel(
         &self,
         inputs: &[&Fact],
@@ -52,21 +62,29 @@ impl Operator for ConvInteger {
                 device,
             });
         }
-        Ok(Box::new(self.clone()))
+        let (x, w) = (required(OP, inputs, 0)?, required(OP, inputs, 1)?);
+        Ok(Box::new(ConvInteger {
+            attrs: self.attrs.clone(),
+            planned: self.attrs.resolve_facts(OP, x, w)?,
+        }))
     }
 }
 
 impl Kernel for ConvInteger {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
+        let mut guard = scratch(OP, io)?;
+        let mut work: &mut [f64] = scratch_as(OP, guard.bytes())?;
         let (product, _, _) = centered_conv(
             OP,
             &self.attrs,
+            self.planned.as_ref(),
             io.input(0),
             io.input(2),
             io.input(1),
             io.input(3),
-            &strata_core::Tensor::undefined(),
+            None,
             io.threads,
+            &mut work,
         )?;
         let out = io.output(0);
         let mut write = out.write::<i32>()?;
@@ -83,7 +101,7 @@ impl Kernel for ConvInteger {
                 ),
             ));
         }
-        for (slot, &value) in data.iter_mut().zip(&product) {
+        for (slot, &value) in data.iter_mut().zip(product) {
             // Exact integers; a sum past i32's range wraps as int32 accumulation does.
             *slot = value as i64 as i32;
         }
@@ -93,7 +111,7 @@ impl Kernel for ConvInteger {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::elementwise_test_util::run_op;
+    use crate::ops::test_util::run_op;
     use crate::{Attr, OpError};
     use strata_core::Tensor;
 

@@ -8,9 +8,10 @@ use num_traits::AsPrimitive;
 use strata_core::{DType, Device, Element};
 
 use super::params::ParamIndex;
-use super::values::read_f64;
+use super::values::{scratch, take_f64, whole_inputs_scratch_bytes};
 use crate::ops::axes::{optional, required};
 use crate::ops::cast::{dtype_from_onnx_code, onnx_type_name};
+use crate::ops::scratch::scratch_as;
 use crate::{dispatch_float, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "DequantizeLinear";
@@ -95,6 +96,11 @@ impl Operator for DequantizeLinear {
         Ok(vec![Fact::new(dtype, x.dims.clone())])
     }
 
+    fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
+        // x, scale and zero point, each read whole as f64.
+        whole_inputs_scratch_bytes(OP, inputs, &[0, 1, 2])
+    }
+
     fn kernel(
         &self,
         inputs: &[&Fact],
@@ -116,6 +122,8 @@ impl Operator for DequantizeLinear {
 impl Kernel for DequantizeLinear {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
         let (x, scale, zero_point, out) = (io.input(0), io.input(1), io.input(2), io.output(0));
+        let mut guard = scratch(OP, io)?;
+        let mut work: &mut [f64] = scratch_as(OP, guard.bytes())?;
         let scale_at = ParamIndex::new(
             OP,
             "scale",
@@ -135,12 +143,12 @@ impl Kernel for DequantizeLinear {
                 self.axis,
                 self.block_size,
             )?;
-            Some((at, read_f64(OP, zero_point)?))
+            Some((at, &*take_f64(OP, zero_point, &mut work)?))
         } else {
             None
         };
-        let xs = read_f64(OP, x)?;
-        let scales = read_f64(OP, scale)?;
+        let xs = &*take_f64(OP, x, &mut work)?;
+        let scales = &*take_f64(OP, scale, &mut work)?;
         let value = |i: usize| {
             let p = scale_at.index(i);
             let zp = zero_points.as_ref().map_or(0.0, |(at, z)| z[at.index(i)]);
@@ -180,7 +188,7 @@ where
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::elementwise_test_util::run_op;
+    use crate::ops::test_util::run_op;
     use crate::{Attr, OpError};
     use strata_core::{f16, DType, Tensor};
 

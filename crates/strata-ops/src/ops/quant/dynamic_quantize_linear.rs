@@ -5,7 +5,7 @@
 
 use strata_core::{DType, Device};
 
-use super::values::{read_f64, write_quantized, QuantTarget};
+use super::values::{elements, write_quantized, QuantTarget};
 use crate::ops::unary::one_input;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -69,18 +69,18 @@ fn scale_and_zero_point(min: f32, max: f32) -> (f32, f32) {
 
 impl Kernel for DynamicQuantizeLinear {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
-        let xs = read_f64(OP, io.input(0))?;
-        // f32 inputs read back exactly.
+        let read = io.input(0).read::<f32>()?;
+        let xs = elements(&read);
         let (min, max) = xs
             .iter()
             .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
-                (lo.min(v as f32), hi.max(v as f32))
+                (lo.min(v), hi.max(v))
             });
         let (scale, zero_point) = scale_and_zero_point(min, max);
         let target = QuantTarget::Int { min: 0, max: 255 };
         let values = xs
             .iter()
-            .map(|&v| target.quantize(f64::from(v as f32 / scale), f64::from(zero_point), true));
+            .map(|&v| target.quantize(f64::from(v / scale), f64::from(zero_point), true));
         write_quantized(OP, io.output(0), values)?;
         {
             let mut write = io.output(1).write::<f32>()?;
@@ -97,13 +97,13 @@ impl Kernel for DynamicQuantizeLinear {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::elementwise_test_util::run_op;
+    use crate::ops::test_util::{run_op, run_outputs};
     use strata_core::Tensor;
 
     #[test]
     fn range_scale_and_zero_point() {
         let x = Tensor::from_slice(&[0.0f32, 2.0, -3.0, -2.5, 1.34, 0.5], &[6]).unwrap();
-        let y = run_op(OP, 11, &[], &[x]).unwrap();
+        let y = run_outputs(OP, 11, &[], &[x], 3).unwrap();
         // scale = 5 / 255, zero point = round(3 / scale) = 153.
         assert_eq!(y[1].to_vec::<f32>().unwrap(), [5.0f32 / 255.0]);
         assert_eq!(y[2].to_vec::<u8>().unwrap(), [153]);

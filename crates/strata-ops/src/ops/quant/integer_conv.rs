@@ -4,13 +4,26 @@
 //! channel. Padding is with centered zeros, i.e. with the zero point, as the ONNX reference does.
 //!
 //! The centered operands are at most 9-bit integers, so the products and their sums are exact in
-//! f64: the convolution runs on the project's im2col + f64 GEMM kernel.
+//! f64: the convolution runs on the project's im2col + f64 GEMM kernel. Its f64 operands,
+//! output, im2col buffer and per-channel parameters live in the kernel's planned scratch
+//! ([`ConvAttrs::work_len`]).
 
 use strata_core::{DType, Tensor};
 
-use super::values::read_f64;
+use super::values::{read_f64_into, read_scalar};
 use crate::kernels::{conv, conv_output_dims, conv_scratch_len, resolve_auto_pad, ConvParams};
+use crate::ops::scratch::carve;
 use crate::{Dim, Fact, OpContext, OpError, OpResult};
+
+/// Kernel parameters and output dims resolved for one pair of input and weight dims (at plan
+/// time, so a run with the planned dims resolves nothing).
+#[derive(Debug, Clone)]
+pub(crate) struct ResolvedConv {
+    x_dims: Vec<usize>,
+    w_dims: Vec<usize>,
+    params: ConvParams,
+    out_dims: Vec<usize>,
+}
 
 /// Conv's attributes, resolved to kernel parameters once the dims are known.
 #[derive(Debug, Clone)]
@@ -89,6 +102,58 @@ impl ConvAttrs {
         })
     }
 
+    /// f64 scratch values [`centered_conv`] carves for facts `x` and `w`, plus `per_channel`
+    /// values per output channel for the caller; 0 when the dims are not known yet.
+    pub(crate) fn work_len(
+        &self,
+        op: &str,
+        x: &Fact,
+        w: &Fact,
+        per_channel: usize,
+    ) -> OpResult<Option<usize>> {
+        let (Some(x), Some(w)) = (x.concrete(), w.concrete()) else {
+            return Ok(Some(0));
+        };
+        let p = self.params(op, &x, &w)?;
+        let out = conv_output_dims(&x, &w, &p)?;
+        let numel = |dims: &[usize]| dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+        let channels = w.first().copied().unwrap_or(0);
+        // Operands, output, im2col, then bias and zero points (and the caller's values) per
+        // output channel.
+        Ok((|| {
+            numel(&x)?
+                .checked_add(numel(&w)?)?
+                .checked_add(numel(&out)?)?
+                .checked_add(conv_scratch_len(&x, &w, &p))?
+                .checked_add(channels.checked_mul(per_channel.checked_add(2)?)?)
+        })())
+    }
+
+    /// The parameters for input dims `x` and weight dims `w`.
+    pub(crate) fn resolve(&self, op: &str, x: &[usize], w: &[usize]) -> OpResult<ResolvedConv> {
+        let params = self.params(op, x, w)?;
+        let out_dims = conv_output_dims(x, w, &params)?;
+        Ok(ResolvedConv {
+            x_dims: x.to_vec(),
+            w_dims: w.to_vec(),
+            params,
+            out_dims,
+        })
+    }
+
+    /// [`ConvAttrs::resolve`] for facts whose dims are known (else `None`).
+    pub(crate) fn resolve_facts(
+        &self,
+        op: &str,
+        x: &Fact,
+        w: &Fact,
+    ) -> OpResult<Option<ResolvedConv>> {
+        match (x.concrete(), w.concrete()) {
+            (Some(x), Some(w)) => Ok(Some(self.resolve(op, &x, &w)?)),
+            _ => Ok(None),
+        }
+    }
+
     /// The output dims for facts `x` and `w` (unknown when either is not concrete).
     pub(crate) fn output_dims(&self, op: &str, x: &Fact, w: &Fact) -> OpResult<Vec<Dim>> {
         match (x.concrete(), w.concrete()) {
@@ -104,40 +169,43 @@ impl ConvAttrs {
     }
 }
 
-/// `conv(x - x_zero_point, w - w_zero_point) + bias`, exactly, in the output's row-major order;
-/// also returns the output channel count and the elements per channel.
+/// `conv(x - x_zero_point, w - w_zero_point) + bias`, exactly, in the output's row-major order,
+/// in a buffer carved from `work` (see [`ConvAttrs::work_len`]); also returns the output channel
+/// count and the elements per channel.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn centered_conv(
+pub(crate) fn centered_conv<'w>(
     op: &str,
     attrs: &ConvAttrs,
+    planned: Option<&ResolvedConv>,
     x: &Tensor,
     x_zero_point: &Tensor,
     w: &Tensor,
     w_zero_point: &Tensor,
-    bias: &Tensor,
+    bias: Option<&Tensor>,
     threads: usize,
-) -> OpResult<(Vec<f64>, usize, usize)> {
-    let params = attrs.params(op, x.dims(), w.dims())?;
-    let out_dims = conv_output_dims(x.dims(), w.dims(), &params)?;
-    let channels = w.dims()[0];
-    let mut xs = read_f64(op, x)?;
-    let mut ws = read_f64(op, w)?;
-    if x_zero_point.is_defined() {
-        let zp = read_f64(op, x_zero_point)?;
-        if zp.len() != 1 {
-            return Err(OpError::shape(
-                op,
-                format!(
-                    "x_zero_point must be a scalar, got dims {:?}",
-                    x_zero_point.dims()
-                ),
-            ));
+    work: &mut &'w mut [f64],
+) -> OpResult<(&'w [f64], usize, usize)> {
+    let fresh;
+    let resolved = match planned.filter(|p| p.x_dims == x.dims() && p.w_dims == w.dims()) {
+        Some(planned) => planned,
+        None => {
+            fresh = attrs.resolve(op, x.dims(), w.dims())?;
+            &fresh
         }
-        xs.iter_mut().for_each(|v| *v -= zp[0]);
+    };
+    let (params, out_dims) = (&resolved.params, &resolved.out_dims);
+    let channels = w.dims()[0];
+    let xs = carve(op, work, x.numel())?;
+    read_f64_into(op, x, xs)?;
+    let ws = carve(op, work, w.numel())?;
+    read_f64_into(op, w, ws)?;
+    if x_zero_point.is_defined() {
+        let zp = read_scalar(op, "x_zero_point", x_zero_point)?;
+        xs.iter_mut().for_each(|v| *v -= zp);
     }
     if w_zero_point.is_defined() {
-        let zp = read_f64(op, w_zero_point)?;
-        if zp.len() != 1 && zp.len() != channels {
+        let len = w_zero_point.numel();
+        if len != 1 && len != channels {
             return Err(OpError::shape(
                 op,
                 format!(
@@ -147,6 +215,8 @@ pub(crate) fn centered_conv(
                 ),
             ));
         }
+        let zp = carve(op, work, len)?;
+        read_f64_into(op, w_zero_point, zp)?;
         let per_channel = ws.len() / channels.max(1);
         for (i, v) in ws.iter_mut().enumerate() {
             *v -= if zp.len() == 1 {
@@ -156,33 +226,36 @@ pub(crate) fn centered_conv(
             };
         }
     }
-    let bias = if bias.is_defined() {
-        if bias.dtype() != DType::I32 || bias.dims() != [channels] {
-            return Err(OpError::shape(
-                op,
-                format!(
-                    "bias must be int32 of dims [{channels}], got {} {:?}",
-                    bias.dtype(),
-                    bias.dims()
-                ),
-            ));
+    let bias = match bias.filter(|b| b.is_defined()) {
+        Some(bias) => {
+            if bias.dtype() != DType::I32 || bias.dims() != [channels] {
+                return Err(OpError::shape(
+                    op,
+                    format!(
+                        "bias must be int32 of dims [{channels}], got {} {:?}",
+                        bias.dtype(),
+                        bias.dims()
+                    ),
+                ));
+            }
+            let values = carve(op, work, channels)?;
+            read_f64_into(op, bias, values)?;
+            Some(&*values)
         }
-        Some(read_f64(op, bias)?)
-    } else {
-        None
+        None => None,
     };
     let out_len: usize = out_dims.iter().product();
-    let mut out = vec![0.0f64; out_len];
-    let mut scratch = vec![0.0f64; conv_scratch_len(x.dims(), w.dims(), &params)];
+    let out = carve(op, work, out_len)?;
+    let im2col = carve(op, work, conv_scratch_len(x.dims(), w.dims(), params))?;
     conv(
-        &xs,
+        xs,
         x.dims(),
-        &ws,
+        ws,
         w.dims(),
-        bias.as_deref(),
-        &params,
-        &mut out,
-        &mut scratch,
+        bias,
+        params,
+        out,
+        im2col,
         threads,
     )?;
     let per_channel = out_dims[2..].iter().product();
@@ -220,20 +293,29 @@ mod tests {
             Tensor::from_slice(&[2u8], &[1]).unwrap(),
         );
         let bias = Tensor::from_slice(&[10i32], &[1]).unwrap();
+        let a = attrs(Some(vec![1, 0, 0, 0]));
+        let (xf, wf) = (Fact::constant(x.clone()), Fact::constant(w.clone()));
+        let len = a.work_len("T", &xf, &wf, 0).unwrap().unwrap();
+        let mut buf = vec![0.0; len];
         let (out, m, per) = centered_conv(
             "T",
-            &attrs(Some(vec![1, 0, 0, 0])),
+            &a,
+            None,
             &x,
             &xz,
             &w,
             &wz,
-            &bias,
+            Some(&bias),
             1,
+            &mut &mut buf[..],
         )
         .unwrap();
         assert_eq!((m, per), (1, 6));
         // The padded row is centered zero: just the bias.
         assert_eq!(out, [10.0, 10.0, 16.0, 16.0, 16.0, 16.0]);
+        // One value short of the planned size is refused.
+        let short = &mut &mut buf[..len - 1];
+        assert!(centered_conv("T", &a, None, &x, &xz, &w, &wz, Some(&bias), 1, short).is_err());
     }
 
     #[test]
@@ -242,9 +324,25 @@ mod tests {
         let w = Tensor::from_slice(&[5u8], &[1, 1, 1, 1]).unwrap();
         let zp = Tensor::from_slice(&[1u8, 2], &[2]).unwrap();
         let none = Tensor::undefined();
-        assert!(centered_conv("T", &attrs(None), &x, &zp, &w, &none, &none, 1).is_err());
-        assert!(centered_conv("T", &attrs(None), &x, &none, &w, &zp, &none, 1).is_err());
+        let mut buf = vec![0.0; 64];
+        let mut run = |x: &Tensor, xz: &Tensor, wz: &Tensor| {
+            centered_conv(
+                "T",
+                &attrs(None),
+                None,
+                x,
+                xz,
+                &w,
+                wz,
+                None,
+                1,
+                &mut &mut buf[..],
+            )
+            .map(|_| ())
+        };
+        assert!(run(&x, &zp, &none).is_err());
+        assert!(run(&x, &none, &zp).is_err());
         let flat = Tensor::from_slice(&[3u8; 4], &[4]).unwrap();
-        assert!(centered_conv("T", &attrs(None), &flat, &none, &w, &none, &none, 1).is_err());
+        assert!(run(&flat, &none, &none).is_err());
     }
 }

@@ -4,13 +4,15 @@
 //!
 //! The centered operands are at most 9-bit integers, so every product and every sum of them (for
 //! any K below 2^35) is exact in f64: the product runs on the project's f64 GEMM and the result
-//! is the exact i32-accumulated value.
+//! is the exact i32-accumulated value. The f64 operands, product and per-line parameters live in
+//! the kernel's planned scratch ([`product_work_len`]).
 
 use strata_core::{bf16, f16, DType, Tensor};
 
-use super::values::read_f64;
+use super::values::read_f64_into;
 use crate::kernels::matmul::batched_matmul;
 use crate::ops::axes::required;
+use crate::ops::scratch::carve;
 use crate::{Fact, OpError, OpResult};
 
 /// Checks the eight inputs shared by QLinearMatMul and QLinearConv — (x, x_scale, x_zero_point,
@@ -73,20 +75,21 @@ pub(crate) fn check_operand(
     }
 }
 
-/// One value per row (`along_rows`) or column of a matrix operand: a scalar or a 1-D tensor of
-/// that length, read as f64. `None` when `param` is absent.
-pub(crate) fn per_line(
+/// One value per row or column of a matrix operand (or per output channel): a scalar or a 1-D
+/// tensor of `lines` values, read as f64 into a buffer carved from `work` (at most `lines`
+/// values). `None` when `param` is absent.
+pub(crate) fn per_line<'w>(
     op: &str,
     what: &str,
     param: &Tensor,
     lines: usize,
-) -> OpResult<Option<Vec<f64>>> {
+    work: &mut &'w mut [f64],
+) -> OpResult<Option<&'w [f64]>> {
     if !param.is_defined() {
         return Ok(None);
     }
-    let values = read_f64(op, param)?;
-    let ok =
-        param.rank() == 0 || (param.rank() == 1 && (values.len() == 1 || values.len() == lines));
+    let len = param.numel();
+    let ok = param.rank() == 0 || (param.rank() == 1 && (len == 1 || len == lines));
     if !ok {
         return Err(OpError::shape(
             op,
@@ -96,6 +99,8 @@ pub(crate) fn per_line(
             ),
         ));
     }
+    let values = carve(op, work, len)?;
+    read_f64_into(op, param, values)?;
     Ok(Some(values))
 }
 
@@ -123,9 +128,26 @@ fn rows_and_cols(a_dims: &[usize], b_dims: &[usize]) -> (usize, usize) {
     (m, n)
 }
 
-/// `(A - a_zp) @ (B - b_zp)` exactly, in row-major order of the matmul output; also returns M
-/// and N so callers can apply per-row/per-column factors.
-pub(crate) fn centered_product(
+/// f64 scratch values [`centered_product`] carves: both operands, the product and the two
+/// zero points (`None` on overflow).
+pub(crate) fn product_work_len(
+    a_dims: &[usize],
+    b_dims: &[usize],
+    out_len: usize,
+) -> Option<usize> {
+    let (m, n) = rows_and_cols(a_dims, b_dims);
+    let numel = |dims: &[usize]| dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    numel(a_dims)?
+        .checked_add(numel(b_dims)?)?
+        .checked_add(out_len)?
+        .checked_add(m)?
+        .checked_add(n)
+}
+
+/// `(A - a_zp) @ (B - b_zp)` exactly, in row-major order of the matmul output, in a buffer
+/// carved from `work`; also returns M and N so callers can apply per-row/per-column factors.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn centered_product<'w>(
     op: &str,
     a: &Tensor,
     a_zero_point: &Tensor,
@@ -133,24 +155,27 @@ pub(crate) fn centered_product(
     b_zero_point: &Tensor,
     out_len: usize,
     threads: usize,
-) -> OpResult<(Vec<f64>, usize, usize)> {
+    work: &mut &'w mut [f64],
+) -> OpResult<(&'w [f64], usize, usize)> {
     let (m, n) = rows_and_cols(a.dims(), b.dims());
     let k = a.dims().last().copied().unwrap_or(0);
-    let mut av = read_f64(op, a)?;
-    let mut bv = read_f64(op, b)?;
-    if let Some(zp) = per_line(op, "A's zero point", a_zero_point, m)? {
+    let av = carve(op, work, a.numel())?;
+    read_f64_into(op, a, av)?;
+    let bv = carve(op, work, b.numel())?;
+    read_f64_into(op, b, bv)?;
+    if let Some(zp) = per_line(op, "A's zero point", a_zero_point, m, work)? {
         for (i, v) in av.iter_mut().enumerate() {
             // Element i of A sits in row (i / K) mod M.
-            *v -= line_value(&zp, (i / k.max(1)) % m.max(1));
+            *v -= line_value(zp, (i / k.max(1)) % m.max(1));
         }
     }
-    if let Some(zp) = per_line(op, "B's zero point", b_zero_point, n)? {
+    if let Some(zp) = per_line(op, "B's zero point", b_zero_point, n, work)? {
         for (j, v) in bv.iter_mut().enumerate() {
-            *v -= line_value(&zp, j % n.max(1));
+            *v -= line_value(zp, j % n.max(1));
         }
     }
-    let mut out = vec![0.0f64; out_len];
-    batched_matmul(&av, a.dims(), &bv, b.dims(), &mut out, threads)?;
+    let out = carve(op, work, out_len)?;
+    batched_matmul(av, a.dims(), bv, b.dims(), out, threads)?;
     Ok((out, m, n))
 }
 
@@ -176,16 +201,23 @@ mod tests {
         let a_zp = Tensor::from_slice(&[1u8, 2], &[2]).unwrap();
         let b = Tensor::from_slice(&[1u8, 0, 0, 1], &[2, 2]).unwrap();
         let b_zp = Tensor::from_slice(&[1u8], &[]).unwrap();
-        let (out, m, n) = centered_product("T", &a, &a_zp, &b, &b_zp, 4, 1).unwrap();
+        let mut buf = vec![0.0; product_work_len(&[2, 2], &[2, 2], 4).unwrap()];
+        let (out, m, n) =
+            centered_product("T", &a, &a_zp, &b, &b_zp, 4, 1, &mut &mut buf[..]).unwrap();
         // A' = [[0, 1], [1, 2]], B' = [[0, -1], [-1, 0]].
-        assert_eq!((out, m, n), (vec![-1.0, 0.0, -2.0, -1.0], 2, 2));
+        assert_eq!((out, m, n), (&[-1.0, 0.0, -2.0, -1.0][..], 2, 2));
+        // Without room for the product the scratch is too small.
+        let err = centered_product("T", &a, &a_zp, &b, &b_zp, 4, 1, &mut &mut buf[..10]);
+        assert!(err.is_err());
     }
 
     #[test]
     fn zero_points_of_the_wrong_length_are_errors() {
         let a = Tensor::from_slice(&[1u8, 2, 3, 4], &[2, 2]).unwrap();
         let zp = Tensor::from_slice(&[1u8, 2, 3], &[3]).unwrap();
-        let err = centered_product("T", &a, &zp, &a, &Tensor::undefined(), 4, 1).unwrap_err();
+        let mut buf = vec![0.0; 32];
+        let none = Tensor::undefined();
+        let err = centered_product("T", &a, &zp, &a, &none, 4, 1, &mut &mut buf[..]).unwrap_err();
         assert!(matches!(err, OpError::Shape { .. }), "{err}");
     }
 }

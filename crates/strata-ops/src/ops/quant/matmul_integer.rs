@@ -3,9 +3,11 @@
 
 use strata_core::{DType, Device};
 
-use super::integer_matmul::{centered_product, check_operand};
+use super::integer_matmul::{centered_product, check_operand, product_work_len};
+use super::values::{f64_scratch_bytes, scratch};
 use crate::ops::axes::{optional, required};
 use crate::ops::matmul::matmul_dims;
+use crate::ops::scratch::scratch_as;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "MatMulInteger";
@@ -32,6 +34,18 @@ impl Operator for MatMulInteger {
         Ok(vec![Fact::new(DType::I32, matmul_dims(&a.dims, &b.dims)?)])
     }
 
+    fn scratch_bytes(&self, inputs: &[&Fact], outputs: &[&Fact]) -> OpResult<usize> {
+        let (a, b) = (required(OP, inputs, 0)?, required(OP, inputs, 1)?);
+        let (Some(a), Some(b), Some(y)) = (
+            a.concrete(),
+            b.concrete(),
+            outputs.first().and_then(|y| y.concrete()),
+        ) else {
+            return Ok(0);
+        };
+        f64_scratch_bytes(OP, product_work_len(&a, &b, y.iter().product()))
+    }
+
     fn kernel(
         &self,
         inputs: &[&Fact],
@@ -52,6 +66,8 @@ impl Operator for MatMulInteger {
 impl Kernel for MatMulInteger {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
         let out = io.output(0);
+        let mut guard = scratch(OP, io)?;
+        let mut work: &mut [f64] = scratch_as(OP, guard.bytes())?;
         let (product, _, _) = centered_product(
             OP,
             io.input(0),
@@ -60,12 +76,13 @@ impl Kernel for MatMulInteger {
             io.input(3),
             out.numel(),
             io.threads,
+            &mut work,
         )?;
         let mut write = out.write::<i32>()?;
         let data = write
             .as_mut_slice()
             .ok_or_else(|| OpError::kernel(OP, "output is not contiguous"))?;
-        for (slot, &value) in data.iter_mut().zip(&product) {
+        for (slot, &value) in data.iter_mut().zip(product) {
             // Exact integers; a sum past i32's range wraps as int32 accumulation does.
             *slot = value as i64 as i32;
         }
@@ -75,7 +92,7 @@ impl Kernel for MatMulInteger {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::elementwise_test_util::run_op;
+    use crate::ops::test_util::run_op;
     use crate::OpError;
     use strata_core::Tensor;
 

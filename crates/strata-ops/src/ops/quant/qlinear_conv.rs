@@ -5,10 +5,11 @@
 
 use strata_core::Device;
 
-use super::integer_conv::{centered_conv, ConvAttrs};
+use super::integer_conv::{centered_conv, ConvAttrs, ResolvedConv};
 use super::integer_matmul::{check_qlinear_inputs, line_value, per_line, round_to};
-use super::values::{read_f64, write_quantized, QuantTarget};
+use super::values::{f64_scratch_bytes, read_scalar, scratch, write_quantized, QuantTarget};
 use crate::ops::axes::required;
+use crate::ops::scratch::scratch_as;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "QLinearConv";
@@ -16,12 +17,15 @@ const OP: &str = "QLinearConv";
 #[derive(Debug, Clone)]
 pub struct QLinearConv {
     attrs: ConvAttrs,
+    /// Resolved when the kernel is made for known dims.
+    planned: Option<ResolvedConv>,
 }
 
 impl QLinearConv {
     pub fn build(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
         Ok(Box::new(QLinearConv {
             attrs: ConvAttrs::from_ctx(OP, ctx)?,
+            planned: None,
         }))
     }
 }
@@ -34,6 +38,12 @@ impl Operator for QLinearConv {
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
         let (x, w, dtype) = check_qlinear_inputs(OP, inputs)?;
         Ok(vec![Fact::new(dtype, self.attrs.output_dims(OP, x, w)?)])
+    }
+
+    fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
+        let (x, w) = (required(OP, inputs, 0)?, required(OP, inputs, 3)?);
+        // The convolution's buffers, then one weight scale per output channel.
+        f64_scratch_bytes(OP, self.attrs.work_len(OP, x, w, 1)?)
     }
 
     fn kernel(
@@ -49,41 +59,44 @@ impl Operator for QLinearConv {
                 device,
             });
         }
-        Ok(Box::new(self.clone()))
+        let (x, w) = (required(OP, inputs, 0)?, required(OP, inputs, 3)?);
+        Ok(Box::new(QLinearConv {
+            attrs: self.attrs.clone(),
+            planned: self.attrs.resolve_facts(OP, x, w)?,
+        }))
     }
 }
 
 impl Kernel for QLinearConv {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
+        let mut guard = scratch(OP, io)?;
+        let mut work: &mut [f64] = scratch_as(OP, guard.bytes())?;
         let (acc, channels, per_channel) = centered_conv(
             OP,
             &self.attrs,
+            self.planned.as_ref(),
             io.input(0),
             io.input(2),
             io.input(3),
             io.input(5),
-            io.input(8),
+            Some(io.input(8)),
             io.threads,
+            &mut work,
         )?;
-        let x_scale = read_f64(OP, io.input(1))?;
-        let w_scale = per_line(OP, "w_scale", io.input(4), channels)?.unwrap_or_default();
-        let y_scale = read_f64(OP, io.input(6))?;
-        let y_zero_point = read_f64(OP, io.input(7))?;
-        if [x_scale.len(), y_scale.len(), y_zero_point.len()] != [1, 1, 1] || w_scale.is_empty() {
-            return Err(OpError::shape(
-                OP,
-                "x_scale, y_scale and y_zero_point must be scalars",
-            ));
-        }
+        let x_scale = read_scalar(OP, "x_scale", io.input(1))?;
+        let w_scale = per_line(OP, "w_scale", io.input(4), channels, &mut work)?;
+        let w_scale = w_scale.ok_or_else(|| OpError::shape(OP, "w_scale is missing"))?;
+        let y_scale = read_scalar(OP, "y_scale", io.input(6))?;
+        let y_zero_point = read_scalar(OP, "y_zero_point", io.input(7))?;
         let out = io.output(0);
         let target = QuantTarget::of(out.dtype())
             .ok_or_else(|| OpError::kernel(OP, format!("cannot write {}", out.dtype())))?;
         let scale_type = io.input(1).dtype();
         let values = acc.iter().enumerate().map(|(i, &acc)| {
             let channel = (i / per_channel.max(1)) % channels.max(1);
-            let xw = round_to(scale_type, x_scale[0] * line_value(&w_scale, channel));
-            let multiplier = round_to(scale_type, xw / y_scale[0]);
-            target.quantize(acc * multiplier, y_zero_point[0], true)
+            let xw = round_to(scale_type, x_scale * line_value(w_scale, channel));
+            let multiplier = round_to(scale_type, xw / y_scale);
+            target.quantize(acc * multiplier, y_zero_point, true)
         });
         write_quantized(OP, out, values)
     }
@@ -91,7 +104,7 @@ impl Kernel for QLinearConv {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::elementwise_test_util::run_op;
+    use crate::ops::test_util::run_op;
     use crate::OpError;
     use strata_core::Tensor;
 

@@ -7,11 +7,12 @@
 use strata_core::Device;
 
 use super::integer_matmul::{
-    centered_product, check_qlinear_inputs, line_value, per_line, round_to,
+    centered_product, check_qlinear_inputs, line_value, per_line, product_work_len, round_to,
 };
-use super::values::{read_f64, write_quantized, QuantTarget};
+use super::values::{f64_scratch_bytes, read_scalar, scratch, write_quantized, QuantTarget};
 use crate::ops::axes::required;
 use crate::ops::matmul::matmul_dims;
+use crate::ops::scratch::scratch_as;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "QLinearMatMul";
@@ -35,6 +36,22 @@ impl Operator for QLinearMatMul {
         Ok(vec![Fact::new(dtype, matmul_dims(&a.dims, &b.dims)?)])
     }
 
+    fn scratch_bytes(&self, inputs: &[&Fact], outputs: &[&Fact]) -> OpResult<usize> {
+        let (a, b) = (required(OP, inputs, 0)?, required(OP, inputs, 3)?);
+        let (Some(a), Some(b), Some(y)) = (
+            a.concrete(),
+            b.concrete(),
+            outputs.first().and_then(|y| y.concrete()),
+        ) else {
+            return Ok(0);
+        };
+        // The product's buffers, then A's per-row and B's per-column scales.
+        let lines = a.len().checked_sub(2).map_or(1, |r| a[r]) + b.last().copied().unwrap_or(1);
+        let values =
+            product_work_len(&a, &b, y.iter().product()).and_then(|v| v.checked_add(lines));
+        f64_scratch_bytes(OP, values)
+    }
+
     fn kernel(
         &self,
         inputs: &[&Fact],
@@ -55,6 +72,8 @@ impl Operator for QLinearMatMul {
 impl Kernel for QLinearMatMul {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
         let out = io.output(0);
+        let mut guard = scratch(OP, io)?;
+        let mut work: &mut [f64] = scratch_as(OP, guard.bytes())?;
         let (product, m, n) = centered_product(
             OP,
             io.input(0),
@@ -63,17 +82,14 @@ impl Kernel for QLinearMatMul {
             io.input(5),
             out.numel(),
             io.threads,
+            &mut work,
         )?;
-        let a_scale = per_line(OP, "a_scale", io.input(1), m)?.unwrap_or_default();
-        let b_scale = per_line(OP, "b_scale", io.input(4), n)?.unwrap_or_default();
-        let y_scale = read_f64(OP, io.input(6))?;
-        let y_zero_point = read_f64(OP, io.input(7))?;
-        if y_scale.len() != 1 || y_zero_point.len() != 1 || a_scale.is_empty() || b_scale.is_empty()
-        {
-            return Err(OpError::shape(
-                OP,
-                "y_scale and y_zero_point must be scalars and every scale present",
-            ));
+        let a_scale = per_line(OP, "a_scale", io.input(1), m, &mut work)?.unwrap_or_default();
+        let b_scale = per_line(OP, "b_scale", io.input(4), n, &mut work)?.unwrap_or_default();
+        let y_scale = read_scalar(OP, "y_scale", io.input(6))?;
+        let y_zero_point = read_scalar(OP, "y_zero_point", io.input(7))?;
+        if a_scale.is_empty() || b_scale.is_empty() {
+            return Err(OpError::shape(OP, "every scale must be present"));
         }
         let target = QuantTarget::of(out.dtype())
             .ok_or_else(|| OpError::kernel(OP, format!("cannot write {}", out.dtype())))?;
@@ -83,12 +99,12 @@ impl Kernel for QLinearMatMul {
             let (row, col) = ((i / cols) % rows, i % cols);
             let ab = round_to(
                 scale_type,
-                line_value(&a_scale, row) * line_value(&b_scale, col),
+                line_value(a_scale, row) * line_value(b_scale, col),
             );
-            let multiplier = round_to(scale_type, ab / y_scale[0]);
+            let multiplier = round_to(scale_type, ab / y_scale);
             let scaled = acc * multiplier;
             // Round half to even, add the zero point and saturate, like QuantizeLinear.
-            target.quantize(scaled, y_zero_point[0], true)
+            target.quantize(scaled, y_zero_point, true)
         });
         write_quantized(OP, out, values)
     }
@@ -96,7 +112,7 @@ impl Kernel for QLinearMatMul {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::elementwise_test_util::run_op;
+    use crate::ops::test_util::run_op;
     use crate::OpError;
     use strata_core::Tensor;
 

@@ -7,9 +7,10 @@
 use strata_core::{DType, Device};
 
 use super::params::ParamIndex;
-use super::values::{read_f64, write_quantized, QuantTarget};
+use super::values::{scratch, take_f64, whole_inputs_scratch_bytes, write_quantized, QuantTarget};
 use crate::ops::axes::{optional, required};
 use crate::ops::cast::{dtype_from_onnx_code, onnx_type_name};
+use crate::ops::scratch::scratch_as;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "QuantizeLinear";
@@ -134,6 +135,11 @@ impl Operator for QuantizeLinear {
         Ok(vec![Fact::new(self.output_dtype(inputs)?, x.dims.clone())])
     }
 
+    fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
+        // x, scale and zero point, each read whole as f64.
+        whole_inputs_scratch_bytes(OP, inputs, &[0, 1, 2])
+    }
+
     fn kernel(
         &self,
         inputs: &[&Fact],
@@ -155,6 +161,8 @@ impl Operator for QuantizeLinear {
 impl Kernel for QuantizeLinear {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
         let (x, scale, zero_point, out) = (io.input(0), io.input(1), io.input(2), io.output(0));
+        let mut guard = scratch(OP, io)?;
+        let mut work: &mut [f64] = scratch_as(OP, guard.bytes())?;
         let target = QuantTarget::of(out.dtype()).ok_or_else(|| {
             OpError::kernel(OP, format!("{} is not a quantized type", out.dtype()))
         })?;
@@ -176,12 +184,12 @@ impl Kernel for QuantizeLinear {
                 self.axis,
                 self.block_size,
             )?;
-            Some((at, read_f64(OP, zero_point)?))
+            Some((at, &*take_f64(OP, zero_point, &mut work)?))
         } else {
             None
         };
-        let xs = read_f64(OP, x)?;
-        let scales = read_f64(OP, scale)?;
+        let xs = &*take_f64(OP, x, &mut work)?;
+        let scales = &*take_f64(OP, scale, &mut work)?;
         // The quotient is rounded to the type numpy would compute it in.
         let round_to = self.precision.or_else(|| {
             (x.dtype() == scale.dtype() && matches!(x.dtype(), DType::F16 | DType::BF16))
@@ -205,7 +213,7 @@ impl Kernel for QuantizeLinear {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::elementwise_test_util::run_op;
+    use crate::ops::test_util::run_op;
     use crate::{Attr, OpError};
     use strata_core::{DType, Tensor};
 

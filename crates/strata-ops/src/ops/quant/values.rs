@@ -2,49 +2,130 @@
 //! (decoding float8/float4 bit patterns and the unpacked sub-byte integers), and quantized
 //! values written into an output of any quantized dtype.
 //!
-//! The operators convert each input once into an f64 buffer, which holds every quantized value,
-//! scale and 32-bit accumulator exactly. These buffers are allocated per run: the quantization
-//! kernels do not yet take planned scratch space.
+//! The kernels convert each input once into an f64 buffer carved from their planned scratch
+//! ([`read_f64_into`]), which holds every quantized value, scale and 32-bit accumulator exactly;
+//! scalar parameters are read without a buffer ([`read_scalar`]).
+
+use std::borrow::Cow;
 
 use num_traits::AsPrimitive;
-use strata_core::{DType, Tensor};
+use strata_core::{BytesWrite, DType, Element, ReadGuard, Tensor};
 
 use super::low_float::{decode_e8m0, MiniFloat};
-use crate::{dispatch_plain, OpError, OpResult};
+use crate::{dispatch_plain, KernelIo, OpError, OpResult};
 
-/// The elements of `tensor` in logical order, as f64 values.
+/// Scratch bytes for `values` f64 working values (`None`: the size overflowed).
+pub(crate) fn f64_scratch_bytes(op: &str, values: Option<usize>) -> OpResult<usize> {
+    values
+        .and_then(|v| v.checked_mul(std::mem::size_of::<f64>()))
+        .ok_or_else(|| OpError::shape(op, "working memory size overflows"))
+}
+
+/// Scratch bytes for reading the listed inputs whole as f64 (0 while a dims is unknown).
+pub(crate) fn whole_inputs_scratch_bytes(
+    op: &str,
+    inputs: &[&crate::Fact],
+    indices: &[usize],
+) -> OpResult<usize> {
+    let mut values = Some(0usize);
+    for &index in indices {
+        let Some(fact) = crate::ops::axes::optional(inputs, index) else {
+            continue;
+        };
+        let Some(dims) = fact.concrete() else {
+            return Ok(0);
+        };
+        let numel = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+        values = values.zip(numel).and_then(|(a, b)| a.checked_add(b));
+    }
+    f64_scratch_bytes(op, values)
+}
+
+/// Carves a buffer for `tensor` off `work` and reads its elements into it as f64.
+pub(crate) fn take_f64<'w>(
+    op: &str,
+    tensor: &Tensor,
+    work: &mut &'w mut [f64],
+) -> OpResult<&'w mut [f64]> {
+    let values = crate::ops::scratch::carve(op, work, tensor.numel())?;
+    read_f64_into(op, tensor, values)?;
+    Ok(values)
+}
+
+/// Write access to the kernel's planned scratch (view it with `scratch_as::<f64>`).
+pub(crate) fn scratch<'a>(op: &str, io: &KernelIo<'a>) -> OpResult<BytesWrite<'a>> {
+    let tensor = io
+        .scratch
+        .ok_or_else(|| OpError::kernel(op, "needs planned scratch"))?;
+    Ok(tensor.write_bytes("quantization kernel")?)
+}
+
+/// The elements of `tensor` in logical order, as f64 values (a new vector: for plan-time
+/// evaluation and tests; kernels use [`read_f64_into`]).
 pub(crate) fn read_f64(op: &str, tensor: &Tensor) -> OpResult<Vec<f64>> {
+    let mut values = vec![0.0; tensor.numel()];
+    read_f64_into(op, tensor, &mut values)?;
+    Ok(values)
+}
+
+/// Writes the elements of `tensor` in logical order, as f64 values, into `dst` (one slot per
+/// element).
+pub(crate) fn read_f64_into(op: &str, tensor: &Tensor, dst: &mut [f64]) -> OpResult<()> {
+    if dst.len() != tensor.numel() {
+        return Err(OpError::kernel(
+            op,
+            format!(
+                "{} values do not fit a buffer of {}",
+                tensor.numel(),
+                dst.len()
+            ),
+        ));
+    }
     let dtype = tensor.dtype();
     if let Some(format) = MiniFloat::of(dtype) {
-        return Ok(codes(tensor)?
-            .into_iter()
-            .map(|c| f64::from(format.decode(c)))
-            .collect());
+        return convert::<u8>(tensor, dst, |c| f64::from(format.decode(c)));
     }
     match dtype {
-        DType::F8E8M0 => Ok(codes(tensor)?
-            .into_iter()
-            .map(|c| f64::from(decode_e8m0(c)))
-            .collect()),
-        DType::I4 | DType::I2 => Ok(converted::<i8>(tensor)?),
-        DType::U4 | DType::U2 => Ok(converted::<u8>(tensor)?),
-        _ => dispatch_plain!(dtype, T => converted::<T>(tensor), _ => Err(OpError::kernel(
-            op,
-            format!("cannot read {dtype} values"),
-        ))),
+        DType::F8E8M0 => convert::<u8>(tensor, dst, |c| f64::from(decode_e8m0(c))),
+        DType::I4 | DType::I2 => convert::<i8>(tensor, dst, f64::from),
+        DType::U4 | DType::U2 => convert::<u8>(tensor, dst, f64::from),
+        _ => dispatch_plain!(dtype, T => convert::<T>(tensor, dst, |v: T| v.as_()), _ => Err(
+            OpError::kernel(op, format!("cannot read {dtype} values"))
+        )),
     }
 }
 
-fn codes(tensor: &Tensor) -> OpResult<Vec<u8>> {
-    Ok(tensor.read::<u8>()?.to_vec())
+/// The single value of a scalar (or one-element) parameter.
+pub(crate) fn read_scalar(op: &str, what: &str, tensor: &Tensor) -> OpResult<f64> {
+    if tensor.numel() != 1 {
+        return Err(OpError::shape(
+            op,
+            format!("{what} must be a scalar, got dims {:?}", tensor.dims()),
+        ));
+    }
+    let mut value = [0.0];
+    read_f64_into(op, tensor, &mut value)?;
+    Ok(value[0])
 }
 
-fn converted<T: strata_core::Element + AsPrimitive<f64>>(tensor: &Tensor) -> OpResult<Vec<f64>> {
+/// The elements under `guard`: borrowed when contiguous (the usual case), else copied.
+pub(crate) fn elements<'g, T: Element>(guard: &'g ReadGuard<'_, T>) -> Cow<'g, [T]> {
+    match guard.as_slice() {
+        Some(slice) => Cow::Borrowed(slice),
+        None => Cow::Owned(guard.to_vec()),
+    }
+}
+
+fn convert<T: Element>(
+    tensor: &Tensor,
+    dst: &mut [f64],
+    to_f64: impl Fn(T) -> f64,
+) -> OpResult<()> {
     let read = tensor.read::<T>()?;
-    Ok(match read.as_slice() {
-        Some(slice) => slice.iter().map(|&v| v.as_()).collect(),
-        None => read.to_vec().into_iter().map(|v| v.as_()).collect(),
-    })
+    for (d, &v) in dst.iter_mut().zip(elements(&read).iter()) {
+        *d = to_f64(v);
+    }
+    Ok(())
 }
 
 /// What a quantized value is stored as.
@@ -165,5 +246,18 @@ mod tests {
         assert_eq!(read_f64("test", &out).unwrap(), [1.0, f64::INFINITY]);
         let bools = Tensor::from_bools(&[true], &[1]).unwrap();
         assert!(write_quantized("test", &bools, [1].into_iter()).is_err());
+    }
+
+    #[test]
+    fn reads_into_buffers_and_scalars() {
+        let t = Tensor::from_slice(&[3u8, 250], &[2]).unwrap();
+        let mut buf = [0.0; 2];
+        read_f64_into("test", &t, &mut buf).unwrap();
+        assert_eq!(buf, [3.0, 250.0]);
+        assert!(read_f64_into("test", &t, &mut [0.0; 3]).is_err());
+        let s = Tensor::from_slice(&[0.5f32], &[1]).unwrap();
+        assert_eq!(read_scalar("test", "scale", &s).unwrap(), 0.5);
+        let err = read_scalar("test", "scale", &t).unwrap_err();
+        assert!(err.to_string().contains("scale"), "{err}");
     }
 }

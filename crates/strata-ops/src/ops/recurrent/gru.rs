@@ -37,9 +37,9 @@ pub(super) fn gru_step<T: RecurrentFloat>(
         step.threads,
     )?;
     let (f, g) = (step.activations[0], step.activations[1]);
-    for (b, row) in step.rows.iter().enumerate() {
+    for (b, row) in step.entries() {
         let gate = &mut gates[b * width..(b + 1) * width];
-        let Some(row) = *row else {
+        let Some(row) = row else {
             reset_h[b * hs..(b + 1) * hs].fill(T::zero());
             continue;
         };
@@ -68,8 +68,8 @@ pub(super) fn gru_step<T: RecurrentFloat>(
             step.threads,
         )?;
     }
-    for (b, row) in step.rows.iter().enumerate() {
-        let Some(row) = *row else { continue };
+    for (b, row) in step.entries() {
+        let Some(row) = row else { continue };
         let x = &step.projection[row * width..(row + 1) * width];
         let gate = &gates[b * width..(b + 1) * width];
         for j in 0..hs {

@@ -45,8 +45,8 @@ pub(super) fn lstm_step<T: RecurrentFloat>(
         &peepholes[hs..2 * hs],
         &peepholes[2 * hs..3 * hs],
     );
-    for (b, row) in step.rows.iter().enumerate() {
-        let Some(row) = *row else { continue };
+    for (b, row) in step.entries() {
+        let Some(row) = row else { continue };
         let x = &step.projection[row * width..(row + 1) * width];
         let gate = &gates[b * width..(b + 1) * width];
         let pre = |block: usize, j: usize| x[block * hs + j] + gate[block * hs + j];

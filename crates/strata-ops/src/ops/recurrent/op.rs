@@ -6,7 +6,7 @@
 use strata_core::{DType, Device};
 
 use super::activation::{parse_activations, Activation};
-use super::sequence::SequenceKernel;
+use super::sequence::{scratch_bytes, Geometry, SequenceKernel};
 use crate::ops::axes::{optional, required};
 use crate::{Attr, Dim, Fact, Kernel, OpContext, OpError, OpResult, Operator};
 
@@ -288,6 +288,22 @@ impl Operator for Recurrent {
         let mut outputs = vec![Fact::new(x.dtype, y)];
         outputs.extend((1..self.cell.num_outputs()).map(|_| Fact::new(x.dtype, state.clone())));
         Ok(outputs)
+    }
+
+    fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
+        let op = self.cell.name();
+        let (x, r) = (required(op, inputs, 0)?, required(op, inputs, 2)?);
+        let (Some(x_dims), Some(r_dims)) = (x.concrete(), r.concrete()) else {
+            return Ok(0);
+        };
+        if x_dims.len() != 3 || r_dims.len() != 3 {
+            // `infer` reports the bad rank.
+            return Ok(0);
+        }
+        let element = if x.dtype == DType::F64 { 8 } else { 4 };
+        let g = Geometry::new(self, &x_dims, r_dims[2]);
+        scratch_bytes(&g, self.batch_major, element)
+            .ok_or_else(|| OpError::shape(op, "working memory size overflows"))
     }
 
     fn kernel(

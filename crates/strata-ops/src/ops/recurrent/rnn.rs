@@ -29,8 +29,8 @@ pub(super) fn rnn_step<T: RecurrentFloat>(
         step.threads,
     )?;
     let f = step.activations[0];
-    for (b, row) in step.rows.iter().enumerate() {
-        let Some(row) = *row else { continue };
+    for (b, row) in step.entries() {
+        let Some(row) = row else { continue };
         let x = &step.projection[row * hs..(row + 1) * hs];
         let g = &gates[b * hs..(b + 1) * hs];
         for (j, out) in h[b * hs..(b + 1) * hs].iter_mut().enumerate() {

@@ -4,7 +4,9 @@
 //! with a `sequence_lens` value shorter than the sequence stops updating after its length
 //! (reverse directions start from its last valid step) and its later `Y` rows stay zero.
 
-use strata_core::{DType, Device, Tensor};
+use std::borrow::Cow;
+
+use strata_core::{DType, Device, ReadGuard, Tensor, WriteGuard};
 
 use super::activation::{Activation, RecurrentFloat};
 use super::gru::gru_step;
@@ -12,14 +14,14 @@ use super::lstm::lstm_step;
 use super::op::{Cell, Recurrent};
 use super::rnn::rnn_step;
 use crate::kernels::gemm;
-use crate::ops::axes::read_ints;
+use crate::ops::scratch::{carve, scratch_as};
 use crate::{Kernel, KernelIo, OpError, OpResult};
 
 /// What a cell needs for one time step of one direction.
 pub(super) struct Step<'a, T> {
     pub hidden: usize,
-    /// Per batch entry: its row of `projection` at this step, `None` once its sequence ended.
-    pub rows: &'a [Option<usize>],
+    /// Per batch entry: its row of `projection` at this step, [`ENDED`] once its sequence ended.
+    pub rows: &'a [usize],
     /// `X W^T + Wb (+ Rb)` for every (time, batch) row: [seq * batch, gates * hidden].
     pub projection: &'a [T],
     /// This direction's R: [gates * hidden, hidden].
@@ -29,6 +31,16 @@ pub(super) struct Step<'a, T> {
     pub activations: &'a [Activation],
     pub clip: Option<T>,
     pub threads: usize,
+}
+
+impl<T> Step<'_, T> {
+    /// Per batch entry: its index and its projection row, `None` once its sequence ended.
+    pub fn entries(&self) -> impl Iterator<Item = (usize, Option<usize>)> + '_ {
+        self.rows
+            .iter()
+            .enumerate()
+            .map(|(b, &row)| (b, (row != ENDED).then_some(row)))
+    }
 }
 
 /// Clamps a gate's pre-activation to `[-clip, clip]` when the node sets `clip`.
@@ -46,18 +58,36 @@ pub(super) struct SequenceKernel {
 }
 
 /// Sizes of one run, checked against every input.
-struct Geometry {
-    seq: usize,
-    batch: usize,
-    input: usize,
-    hidden: usize,
-    dirs: usize,
-    gates: usize,
+pub(super) struct Geometry {
+    pub seq: usize,
+    pub batch: usize,
+    pub input: usize,
+    pub hidden: usize,
+    pub dirs: usize,
+    pub gates: usize,
 }
 
 impl Geometry {
-    fn gate_width(&self) -> usize {
-        self.gates * self.hidden
+    /// The sizes for X's dims (rank 3) and R's hidden axis.
+    pub fn new(op: &Recurrent, x_dims: &[usize], r_hidden: usize) -> Geometry {
+        let (seq, batch) = if op.batch_major {
+            (x_dims[1], x_dims[0])
+        } else {
+            (x_dims[0], x_dims[1])
+        };
+        Geometry {
+            seq,
+            batch,
+            input: x_dims[2],
+            hidden: op.hidden_size.unwrap_or(r_hidden),
+            dirs: op.direction.count(),
+            gates: op.cell.gates(),
+        }
+    }
+
+    /// Rows of W and R per direction (`None` when that overflows).
+    pub fn gate_width(&self) -> Option<usize> {
+        self.gates.checked_mul(self.hidden)
     }
 
     /// Offset of the state of (direction, batch) in Y_h / Y_c / initial_h / initial_c.
@@ -81,13 +111,24 @@ impl Geometry {
     }
 }
 
-/// Reads an optional input as a vector of `len` values, checking its dims.
-fn optional_values<T: RecurrentFloat>(
+/// Index of a batch entry whose sequence has ended (in `Step::rows`).
+pub(super) const ENDED: usize = usize::MAX;
+
+/// An input's elements in order: borrowed when it is contiguous (the usual case), else copied.
+fn values<'g, T: strata_core::Element>(guard: &'g ReadGuard<'_, T>) -> Cow<'g, [T]> {
+    match guard.as_slice() {
+        Some(slice) => Cow::Borrowed(slice),
+        None => Cow::Owned(guard.to_vec()),
+    }
+}
+
+/// Read access to an optional input, after checking its dims.
+fn optional_read<'t, T: RecurrentFloat>(
     op: &str,
-    t: &Tensor,
+    t: &'t Tensor,
     name: &str,
     dims: &[usize],
-) -> OpResult<Option<Vec<T>>> {
+) -> OpResult<Option<ReadGuard<'t, T>>> {
     if !t.is_defined() {
         return Ok(None);
     }
@@ -97,7 +138,83 @@ fn optional_values<T: RecurrentFloat>(
             format!("{name} has dims {:?}, expected {dims:?}", t.dims()),
         ));
     }
-    Ok(Some(t.to_vec::<T>()?))
+    Ok(Some(t.read::<T>()?))
+}
+
+/// The working buffers of one run, carved from planned scratch.
+struct Work<'s, T> {
+    /// Per batch entry: how many time steps it runs.
+    lens: &'s mut [usize],
+    /// Per batch entry: its projection row at this step, or [`ENDED`].
+    rows: &'s mut [usize],
+    /// X as [seq, batch, input] rows, for the batch-major layout only (else empty).
+    x_rows: &'s mut [T],
+    projection: &'s mut [T],
+    gates: &'s mut [T],
+    h: &'s mut [T],
+    c: &'s mut [T],
+    reset_h: &'s mut [T],
+    /// GRU with `linear_before_reset`: Rb of the h gate.
+    recurrent_bias: &'s mut [T],
+    /// Peepholes of one direction (zeros when the node has none).
+    peepholes: &'s mut [T],
+}
+
+/// Element counts of the working buffers: (usize entries, `T` entries).
+fn work_lens(g: &Geometry, batch_major: bool) -> Option<(usize, usize)> {
+    let steps = g.seq.checked_mul(g.batch)?;
+    let state = g.batch.checked_mul(g.hidden)?;
+    let x_rows = if batch_major {
+        steps.checked_mul(g.input)?
+    } else {
+        0
+    };
+    let floats = x_rows
+        .checked_add(steps.checked_mul(g.gate_width()?)?)?
+        .checked_add(g.batch.checked_mul(g.gate_width()?)?)?
+        .checked_add(state.checked_mul(3)?)?
+        .checked_add(g.hidden.checked_mul(4)?)?;
+    Some((g.batch.checked_mul(2)?, floats))
+}
+
+/// Scratch bytes of one run: the usize buffers first (aligned as the scratch itself), then
+/// the `T` buffers.
+pub(super) fn scratch_bytes(g: &Geometry, batch_major: bool, element_size: usize) -> Option<usize> {
+    let (indices, floats) = work_lens(g, batch_major)?;
+    indices
+        .checked_mul(std::mem::size_of::<usize>())?
+        .checked_add(floats.checked_mul(element_size)?)
+}
+
+impl<'s, T: RecurrentFloat> Work<'s, T> {
+    fn carve(op: &str, bytes: &'s mut [u8], g: &Geometry, batch_major: bool) -> OpResult<Self> {
+        let (indices, _) = work_lens(g, batch_major)
+            .ok_or_else(|| OpError::shape(op, "working memory size overflows"))?;
+        let split = indices * std::mem::size_of::<usize>();
+        if bytes.len() < split {
+            return Err(OpError::kernel(op, "scratch is smaller than planned"));
+        }
+        let (index_bytes, float_bytes) = bytes.split_at_mut(split);
+        let mut ints: &mut [usize] = scratch_as(op, index_bytes)?;
+        let mut floats: &mut [T] = scratch_as(op, float_bytes)?;
+        let (steps, state, gw) = (g.seq * g.batch, g.batch * g.hidden, g.gates * g.hidden);
+        Ok(Work {
+            lens: carve(op, &mut ints, g.batch)?,
+            rows: carve(op, &mut ints, g.batch)?,
+            x_rows: carve(
+                op,
+                &mut floats,
+                if batch_major { steps * g.input } else { 0 },
+            )?,
+            projection: carve(op, &mut floats, steps * gw)?,
+            gates: carve(op, &mut floats, g.batch * gw)?,
+            h: carve(op, &mut floats, state)?,
+            c: carve(op, &mut floats, state)?,
+            reset_h: carve(op, &mut floats, state)?,
+            recurrent_bias: carve(op, &mut floats, g.hidden)?,
+            peepholes: carve(op, &mut floats, 3 * g.hidden)?,
+        })
+    }
 }
 
 impl SequenceKernel {
@@ -110,114 +227,126 @@ impl SequenceKernel {
                 format!("X, W and R must have rank 3, got {xd:?}, {wd:?}, {rd:?}"),
             ));
         }
-        let (seq, batch) = if self.op.batch_major {
-            (xd[1], xd[0])
-        } else {
-            (xd[0], xd[1])
-        };
-        let hidden = self.op.hidden_size.unwrap_or(rd[2]);
-        let g = Geometry {
-            seq,
-            batch,
-            input: xd[2],
-            hidden,
-            dirs: self.op.direction.count(),
-            gates: self.op.cell.gates(),
-        };
-        let gw = g.gate_width();
-        if wd != [g.dirs, gw, g.input] || rd != [g.dirs, gw, hidden] {
+        let g = Geometry::new(&self.op, xd, rd[2]);
+        let gw = g
+            .gate_width()
+            .ok_or_else(|| OpError::shape(op, "gate width overflows"))?;
+        if wd != [g.dirs, gw, g.input] || rd != [g.dirs, gw, g.hidden] {
             return Err(OpError::shape(
                 op,
                 format!(
                     "W {wd:?} / R {rd:?} do not match {} direction(s), {} gates of hidden size \
-                     {hidden} and input size {}",
-                    g.dirs, g.gates, g.input
+                     {} and input size {}",
+                    g.dirs, g.gates, g.hidden, g.input
                 ),
             ));
         }
         Ok(g)
     }
 
-    /// Per batch entry, how many time steps it runs (all of them without `sequence_lens`).
-    fn lengths(&self, t: &Tensor, g: &Geometry) -> OpResult<Vec<usize>> {
+    /// Fills `lens` with how many time steps each batch entry runs (all of them without
+    /// `sequence_lens`).
+    fn lengths(&self, t: &Tensor, g: &Geometry, lens: &mut [usize]) -> OpResult<()> {
         let op = self.op.cell.name();
         if !t.is_defined() {
-            return Ok(vec![g.seq; g.batch]);
+            lens.fill(g.seq);
+            return Ok(());
         }
-        let lens = read_ints(op, t)?;
-        if lens.len() != g.batch {
+        if t.numel() != g.batch {
             return Err(OpError::shape(
                 op,
                 format!(
                     "sequence_lens has {} values for batch {}",
-                    lens.len(),
+                    t.numel(),
                     g.batch
                 ),
             ));
         }
-        lens.iter()
-            .map(|&l| {
-                usize::try_from(l)
-                    .ok()
-                    .filter(|&l| l <= g.seq)
-                    .ok_or_else(|| {
-                        OpError::shape(op, format!("sequence length {l} is outside 0..={}", g.seq))
-                    })
-            })
-            .collect()
+        let check = |l: i64| {
+            usize::try_from(l)
+                .ok()
+                .filter(|&l| l <= g.seq)
+                .ok_or_else(|| {
+                    OpError::shape(op, format!("sequence length {l} is outside 0..={}", g.seq))
+                })
+        };
+        match t.dtype() {
+            DType::I32 => {
+                let read = t.read::<i32>()?;
+                for (slot, &l) in lens.iter_mut().zip(values(&read).iter()) {
+                    *slot = check(i64::from(l))?;
+                }
+            }
+            DType::I64 => {
+                let read = t.read::<i64>()?;
+                for (slot, &l) in lens.iter_mut().zip(values(&read).iter()) {
+                    *slot = check(l)?;
+                }
+            }
+            dtype => {
+                return Err(OpError::DType {
+                    op: op.into(),
+                    index: 4,
+                    expected: "int32".into(),
+                    actual: dtype,
+                })
+            }
+        }
+        Ok(())
     }
 
     fn run_typed<T: RecurrentFloat>(&self, io: &KernelIo<'_>) -> OpResult<()> {
         let op = self.op.cell.name();
         let (x_t, w_t, r_t) = (io.input(0), io.input(1), io.input(2));
         let g = self.geometry(x_t, w_t, r_t)?;
-        let (hs, gw, batch_major) = (g.hidden, g.gate_width(), self.op.batch_major);
-        let lens = self.lengths(io.input(4), &g)?;
-        let x = x_t.to_vec::<T>()?;
-        let w = w_t.to_vec::<T>()?;
-        let r = r_t.to_vec::<T>()?;
-        let bias = optional_values::<T>(op, io.input(3), "B", &[g.dirs, 2 * gw])?;
+        let (hs, gw, batch_major) = (g.hidden, g.gates * g.hidden, self.op.batch_major);
+        let mut guard = io
+            .scratch
+            .ok_or_else(|| OpError::kernel(op, "needs planned scratch"))?
+            .write_bytes("recurrent")?;
+        let work = Work::<T>::carve(op, guard.bytes(), &g, batch_major)?;
+        self.lengths(io.input(4), &g, work.lens)?;
+        let (x_read, w_read, r_read) = (x_t.read::<T>()?, w_t.read::<T>()?, r_t.read::<T>()?);
+        let (x, w, r) = (values(&x_read), values(&w_read), values(&r_read));
+        let bias = optional_read::<T>(op, io.input(3), "B", &[g.dirs, 2 * gw])?;
+        let bias = bias.as_ref().map(values);
         let state_dims = if batch_major {
             [g.batch, g.dirs, hs]
         } else {
             [g.dirs, g.batch, hs]
         };
-        let h0 = optional_values::<T>(op, io.input(5), "initial_h", &state_dims)?;
+        let h0 = optional_read::<T>(op, io.input(5), "initial_h", &state_dims)?;
+        let h0 = h0.as_ref().map(values);
         let is_lstm = matches!(self.op.cell, Cell::Lstm { .. });
         let (c0, peepholes) = if is_lstm {
             (
-                optional_values::<T>(op, io.input(6), "initial_c", &state_dims)?,
-                optional_values::<T>(op, io.input(7), "P", &[g.dirs, 3 * hs])?,
+                optional_read::<T>(op, io.input(6), "initial_c", &state_dims)?,
+                optional_read::<T>(op, io.input(7), "P", &[g.dirs, 3 * hs])?,
             )
         } else {
             (None, None)
         };
+        let (c0, peepholes) = (c0.as_ref().map(values), peepholes.as_ref().map(values));
 
         // X as [seq, batch, input] rows, whatever the layout.
-        let x_rows: Vec<T> = if batch_major {
-            let mut rows = vec![T::zero(); x.len()];
+        let x_rows: &[T] = if batch_major {
             for b in 0..g.batch {
                 for t in 0..g.seq {
                     let src = (b * g.seq + t) * g.input;
                     let dst = (t * g.batch + b) * g.input;
-                    rows[dst..dst + g.input].copy_from_slice(&x[src..src + g.input]);
+                    work.x_rows[dst..dst + g.input].copy_from_slice(&x[src..src + g.input]);
                 }
             }
-            rows
+            work.x_rows
         } else {
-            x
+            &x
         };
 
+        let mut outputs = Outputs::<T>::bind(op, io, &g, is_lstm)?;
+        let mut y = outputs.y.as_mut().and_then(WriteGuard::as_mut_slice);
+        let mut y_h = outputs.y_h.as_mut().and_then(WriteGuard::as_mut_slice);
+        let mut y_c = outputs.y_c.as_mut().and_then(WriteGuard::as_mut_slice);
         let steps = g.seq * g.batch;
-        let mut y = vec![T::zero(); steps * g.dirs * hs];
-        let mut y_h = vec![T::zero(); g.dirs * g.batch * hs];
-        let mut y_c = vec![T::zero(); g.dirs * g.batch * hs];
-        let mut projection = vec![T::zero(); steps * gw];
-        let mut gates = vec![T::zero(); g.batch * gw];
-        let mut h = vec![T::zero(); g.batch * hs];
-        let mut c = vec![T::zero(); g.batch * hs];
-        let mut reset_h = vec![T::zero(); g.batch * hs];
-        let mut rows = vec![None; g.batch];
         let per_dir = self.op.activations.len() / g.dirs;
         let clip_value = self.op.clip.map(<T as crate::kernels::Float>::from_f32);
         let linear_before_reset = matches!(
@@ -226,6 +355,8 @@ impl SequenceKernel {
                 linear_before_reset: true
             }
         );
+        let (lens, rows) = (&*work.lens, work.rows);
+        let (projection, gates, h, c) = (work.projection, work.gates, work.h, work.c);
 
         for d in 0..g.dirs {
             let w_d = &w[d * gw * g.input..(d + 1) * gw * g.input];
@@ -234,17 +365,17 @@ impl SequenceKernel {
                 steps,
                 gw,
                 g.input,
-                &x_rows,
+                x_rows,
                 (g.input as isize, 1),
                 w_d,
                 (1, g.input as isize),
-                &mut projection,
+                projection,
                 (gw as isize, 1),
                 T::one(),
                 T::zero(),
                 io.threads,
             )?;
-            let mut recurrent_bias = Vec::new();
+            work.recurrent_bias.fill(T::zero());
             if let Some(bias) = &bias {
                 let (wb, rb) = bias[d * 2 * gw..(d + 1) * 2 * gw].split_at(gw);
                 // With linear_before_reset, Rb of the h gate is applied inside the reset product.
@@ -255,16 +386,15 @@ impl SequenceKernel {
                     }
                 }
                 if linear_before_reset {
-                    recurrent_bias.extend_from_slice(&rb[2 * hs..]);
+                    work.recurrent_bias.copy_from_slice(&rb[2 * hs..]);
                 }
             }
-            if linear_before_reset && recurrent_bias.is_empty() {
-                recurrent_bias.resize(hs, T::zero());
+            match &peepholes {
+                Some(p) => work
+                    .peepholes
+                    .copy_from_slice(&p[d * 3 * hs..(d + 1) * 3 * hs]),
+                None => work.peepholes.fill(T::zero()),
             }
-            let zero_peepholes = vec![T::zero(); 3 * hs];
-            let peep_d = peepholes
-                .as_ref()
-                .map_or(&zero_peepholes[..], |p| &p[d * 3 * hs..(d + 1) * 3 * hs]);
             for b in 0..g.batch {
                 let at = g.state_offset(batch_major, d, b);
                 let dst = b * hs..(b + 1) * hs;
@@ -280,78 +410,101 @@ impl SequenceKernel {
             let reverse = self.op.direction.is_reverse(d);
             for s in 0..g.seq {
                 for (b, row) in rows.iter_mut().enumerate() {
-                    *row = (s < lens[b]).then(|| {
+                    *row = if s < lens[b] {
                         let t = if reverse { lens[b] - 1 - s } else { s };
                         t * g.batch + b
-                    });
+                    } else {
+                        ENDED
+                    };
                 }
-                if rows.iter().all(Option::is_none) {
+                if rows.iter().all(|&row| row == ENDED) {
                     break;
                 }
                 let step = Step {
                     hidden: hs,
-                    rows: &rows,
-                    projection: &projection,
+                    rows,
+                    projection,
                     r: r_d,
-                    recurrent_bias: &recurrent_bias,
+                    recurrent_bias: if linear_before_reset {
+                        work.recurrent_bias
+                    } else {
+                        &[]
+                    },
                     activations: &self.op.activations[d * per_dir..(d + 1) * per_dir],
                     clip: clip_value,
                     threads: io.threads,
                 };
                 match self.op.cell {
-                    Cell::Rnn => rnn_step(&step, &mut h, &mut gates)?,
+                    Cell::Rnn => rnn_step(&step, h, gates)?,
                     Cell::Gru {
                         linear_before_reset,
-                    } => gru_step(&step, linear_before_reset, &mut h, &mut gates, &mut reset_h)?,
+                    } => gru_step(&step, linear_before_reset, h, gates, work.reset_h)?,
                     Cell::Lstm { input_forget } => {
-                        lstm_step(&step, input_forget, peep_d, &mut h, &mut c, &mut gates)?
+                        lstm_step(&step, input_forget, work.peepholes, h, c, gates)?
                     }
                 }
-                for (b, row) in rows.iter().enumerate() {
-                    if let Some(row) = row {
-                        let at = g.y_offset(batch_major, row / g.batch, d, b);
-                        y[at..at + hs].copy_from_slice(&h[b * hs..(b + 1) * hs]);
+                if let Some(y) = y.as_deref_mut() {
+                    for (b, &row) in rows.iter().enumerate() {
+                        if row != ENDED {
+                            let at = g.y_offset(batch_major, row / g.batch, d, b);
+                            y[at..at + hs].copy_from_slice(&h[b * hs..(b + 1) * hs]);
+                        }
                     }
                 }
             }
             for b in 0..g.batch {
                 let at = g.state_offset(batch_major, d, b);
-                y_h[at..at + hs].copy_from_slice(&h[b * hs..(b + 1) * hs]);
-                y_c[at..at + hs].copy_from_slice(&c[b * hs..(b + 1) * hs]);
+                if let Some(y_h) = y_h.as_deref_mut() {
+                    y_h[at..at + hs].copy_from_slice(&h[b * hs..(b + 1) * hs]);
+                }
+                if let Some(y_c) = y_c.as_deref_mut() {
+                    y_c[at..at + hs].copy_from_slice(&c[b * hs..(b + 1) * hs]);
+                }
             }
-        }
-        store(op, io.output(0), &y)?;
-        store(op, io.output(1), &y_h)?;
-        if is_lstm {
-            store(op, io.output(2), &y_c)?;
         }
         Ok(())
     }
 }
 
-/// Copies `values` into an output the node lists (an omitted optional output is skipped).
-fn store<T: RecurrentFloat>(op: &str, out: &Tensor, values: &[T]) -> OpResult<()> {
-    if !out.is_defined() {
-        return Ok(());
-    }
-    if out.numel() != values.len() {
-        return Err(OpError::kernel(
-            op,
-            format!(
-                "output has dims {:?}, expected {} elements",
-                out.dims(),
-                values.len()
-            ),
-        ));
-    }
-    let mut guard = out.write::<T>()?;
-    let slice = guard
-        .as_mut_slice()
-        .ok_or_else(|| OpError::kernel(op, "output is not contiguous"))?;
-    slice.copy_from_slice(values);
-    Ok(())
+/// Write access to the outputs the node lists (an omitted optional output is `None`).
+struct Outputs<'t, T: RecurrentFloat> {
+    y: Option<WriteGuard<'t, T>>,
+    y_h: Option<WriteGuard<'t, T>>,
+    y_c: Option<WriteGuard<'t, T>>,
 }
 
+impl<'t, T: RecurrentFloat> Outputs<'t, T> {
+    fn bind(op: &str, io: &KernelIo<'t>, g: &Geometry, is_lstm: bool) -> OpResult<Self> {
+        let state = g.dirs * g.batch * g.hidden;
+        let open = |index: usize, len: usize| -> OpResult<Option<WriteGuard<'t, T>>> {
+            let out = io.output(index);
+            if !out.is_defined() {
+                return Ok(None);
+            }
+            if out.numel() != len {
+                return Err(OpError::kernel(
+                    op,
+                    format!(
+                        "output {index} has dims {:?}, expected {len} elements",
+                        out.dims()
+                    ),
+                ));
+            }
+            let mut guard = out.write::<T>()?;
+            if guard.as_mut_slice().is_none() {
+                return Err(OpError::kernel(op, "output is not contiguous"));
+            }
+            // Y rows past a sequence's end stay zero.
+            guard.fill(T::zero());
+            Ok(Some(guard))
+        };
+        Ok(Outputs {
+            y: open(0, g.seq * g.dirs * g.batch * g.hidden)?,
+            y_h: open(1, state)?,
+            y_c: if is_lstm { open(2, state)? } else { None },
+        })
+    }
+}
 impl Kernel for SequenceKernel {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
         match io.input(0).dtype() {
@@ -370,7 +523,8 @@ impl Kernel for SequenceKernel {
 mod tests {
     use strata_core::Tensor;
 
-    use crate::{Attr, Attributes, Fact, KernelIo, OpContext};
+    use crate::ops::test_util::OpRun;
+    use crate::Attr;
 
     fn t(values: &[f32], dims: &[usize]) -> Tensor {
         Tensor::from_slice(values, dims).unwrap()
@@ -378,44 +532,15 @@ mod tests {
 
     /// Builds `op_type` with `attrs`, infers and runs it; returns every output's values.
     fn run(op_type: &str, attrs: &[(&str, Attr)], inputs: &[Option<Tensor>]) -> Vec<Vec<f32>> {
-        let mut a = Attributes::new(op_type);
-        for (name, value) in attrs {
-            a.insert(name, value.clone());
-        }
-        let ctx = OpContext {
-            op_type,
-            domain: "",
-            opset: 22,
-            attrs: &a,
-            num_inputs: inputs.len(),
-            num_outputs: 3,
-        };
-        let op = crate::build_operator(&ctx).unwrap();
-        let facts: Vec<Fact> = inputs
+        let inputs: Vec<Tensor> = inputs
             .iter()
-            .map(|i| i.clone().map_or_else(Fact::absent, Fact::constant))
+            .map(|i| i.clone().unwrap_or_else(Tensor::undefined))
             .collect();
-        let refs: Vec<&Fact> = facts.iter().collect();
-        let outs = op.infer(&refs).unwrap();
-        let outputs: Vec<Tensor> = outs
-            .iter()
-            .map(|f| Tensor::zeros(&f.concrete().unwrap(), f.dtype).unwrap())
-            .collect();
-        let undefined = Tensor::undefined();
-        let in_refs: Vec<&Tensor> = inputs
-            .iter()
-            .map(|i| i.as_ref().unwrap_or(&undefined))
-            .collect();
-        let out_refs: Vec<&Tensor> = outputs.iter().collect();
-        let kernel = op.kernel(&refs, &[], strata_core::Device::Cpu).unwrap();
-        kernel
-            .run(&KernelIo {
-                inputs: &in_refs,
-                outputs: &out_refs,
-                scratch: None,
-                in_place: None,
-                threads: 1,
-            })
+        let outputs = OpRun::new(op_type, 22)
+            .attrs(attrs)
+            .outputs(3)
+            .constant_inputs()
+            .run(&inputs)
             .unwrap();
         outputs.iter().map(|o| o.to_vec::<f32>().unwrap()).collect()
     }
@@ -451,6 +576,32 @@ mod tests {
         let out = run("RNN", &[relu()], &inputs);
         assert_close(&out[0], &[0.5, 0.0]);
         assert_close(&out[1], &[0.5]);
+    }
+
+    #[test]
+    fn bad_sequence_lengths_are_errors() {
+        let x = t(&[1.0, 2.0], &[2, 1, 1]);
+        let w = t(&[0.5], &[1, 1, 1]);
+        let r = t(&[1.0], &[1, 1, 1]);
+        let none = Tensor::undefined();
+        for (lens, what) in [
+            (
+                Tensor::from_slice(&[3i32], &[1]).unwrap(),
+                "sequence length 3",
+            ),
+            (
+                Tensor::from_slice(&[-1i32], &[1]).unwrap(),
+                "sequence length -1",
+            ),
+            (
+                Tensor::from_slice(&[1i32, 1], &[2]).unwrap(),
+                "2 values for batch 1",
+            ),
+        ] {
+            let inputs = [x.clone(), w.clone(), r.clone(), none.clone(), lens];
+            let err = OpRun::new("RNN", 22).outputs(2).run(&inputs).unwrap_err();
+            assert!(err.to_string().contains(what), "{err}");
+        }
     }
 
     #[test]

@@ -3,13 +3,17 @@
 //! 1), opset 20 as an optional scalar input (default -2); `dft_length` (optional input) zero-pads
 //! or truncates the signal. `onesided` keeps the `n / 2 + 1` non-redundant bins of a forward
 //! transform; with `inverse` it is the inverse real FFT: one-sided bins in, `n` real values out
-//! (`n` defaults to `2 * (bins - 1)`). `inverse` scales by `1 / n`. Computed in f64.
+//! (`n` defaults to `2 * (bins - 1)`). `inverse` scales by `1 / n`. Computed in f64, one
+//! transform at a time in planned scratch, reading the input and writing the output in place.
 
 use strata_core::{DType, Device};
 
-use super::fft::{fft, Complex};
-use super::values::{known_scalar_int, read_f64, scalar_int, store};
-use crate::ops::axes::{check_int_input, normalize_axis, optional, required};
+use super::fft::{Complex, Fft};
+use super::values::{
+    known_scalar_int, scalar_int, with_float_output, with_floats, Floats, FloatsMut,
+};
+use crate::ops::axes::{check_int_input, normalize_axis, optional, required, Axes};
+use crate::ops::scratch::{carve, scratch_as};
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "DFT";
@@ -101,9 +105,23 @@ impl Dft {
         })
     }
 
-    fn transform(&self, p: &Plan, x: &[f64]) -> Vec<f64> {
-        let mut out = vec![0.0; p.outer * p.out_len * p.inner * p.out_channels];
-        let mut buf = vec![Complex::ZERO; p.n];
+    /// Complex values of scratch one run needs: a transform buffer and the FFT's tables.
+    fn work_len(p: &Plan) -> Option<usize> {
+        p.n.checked_add(Fft::work_len(p.n)?)
+    }
+
+    /// Transforms every line of `x` along the axis into `out`, with `work` as scratch.
+    fn transform(
+        &self,
+        p: &Plan,
+        x: &Floats<'_>,
+        out: &mut FloatsMut<'_>,
+        work: &mut [Complex],
+    ) -> OpResult<()> {
+        let short = || OpError::kernel(OP, "scratch is smaller than planned");
+        let mut rest = work;
+        let buf = carve(OP, &mut rest, p.n)?;
+        let mut fft = Fft::new(p.n, self.inverse, rest).ok_or_else(short)?;
         let irfft = self.inverse && self.onesided;
         // The inverse real FFT reads the non-redundant half and mirrors it.
         let taken = if irfft {
@@ -117,29 +135,54 @@ impl Dft {
                 buf.fill(Complex::ZERO);
                 for (k, slot) in buf.iter_mut().enumerate().take(taken) {
                     let at = ((o * p.len + k) * p.inner + i) * p.channels;
-                    let im = if p.channels == 2 { x[at + 1] } else { 0.0 };
-                    *slot = Complex::new(x[at], im);
+                    let im = if p.channels == 2 { x.get(at + 1) } else { 0.0 };
+                    *slot = Complex::new(x.get(at), im);
                 }
                 if irfft {
                     for k in 1..p.n.div_ceil(2) {
                         buf[p.n - k] = buf[k].conj();
                     }
                 }
-                fft(&mut buf, self.inverse);
+                fft.run(buf);
                 for (k, v) in buf.iter().take(p.out_len).enumerate() {
                     let at = ((o * p.out_len + k) * p.inner + i) * p.out_channels;
-                    out[at] = v.re * scale;
+                    out.set(at, v.re * scale);
                     if p.out_channels == 2 {
-                        out[at + 1] = v.im * scale;
+                        out.set(at + 1, v.im * scale);
                     }
                 }
             }
         }
-        out
+        Ok(())
     }
 
-    fn out_dims(p: &Plan, dims: &[usize]) -> Vec<usize> {
-        let mut out = dims.to_vec();
+    /// The plan for known input facts, when the dims and every size argument are known.
+    fn plan_for(&self, inputs: &[&Fact]) -> OpResult<Option<Plan>> {
+        let Some(dims) = required(OP, inputs, 0)?.concrete() else {
+            return Ok(None);
+        };
+        let known = |i: usize| -> OpResult<Option<Option<i64>>> {
+            match optional(inputs, i) {
+                None => Ok(Some(None)),
+                Some(f) => f
+                    .value
+                    .as_ref()
+                    .map(|v| known_scalar_int(OP, "scalar input", v).map(Some))
+                    .transpose(),
+            }
+        };
+        let axis = match self.axis_attr {
+            Some(a) => Some(a),
+            None => known(2)?.map(|a| a.unwrap_or(-2)),
+        };
+        match (axis, known(1)?) {
+            (Some(axis), Some(length)) => Ok(Some(self.plan(&dims, axis, length)?)),
+            _ => Ok(None),
+        }
+    }
+
+    fn out_dims(p: &Plan, dims: &[usize]) -> Axes {
+        let mut out = Axes::from_slice(dims);
         out[p.axis] = p.out_len;
         *out.last_mut().unwrap_or(&mut 0) = p.out_channels;
         out
@@ -163,26 +206,8 @@ impl Operator for Dft {
         }
         check_int_input(OP, inputs, 1)?;
         check_int_input(OP, inputs, 2)?;
-        let known = |i: usize| -> OpResult<Option<Option<i64>>> {
-            match optional(inputs, i) {
-                None => Ok(Some(None)),
-                Some(f) => f
-                    .value
-                    .as_ref()
-                    .map(|v| known_scalar_int(OP, "scalar input", v).map(Some))
-                    .transpose(),
-            }
-        };
-        let axis = match self.axis_attr {
-            Some(a) => Some(a),
-            None => known(2)?.map(|a| a.unwrap_or(-2)),
-        };
-        let length = known(1)?;
-        match (axis, length, x.concrete()) {
-            (Some(axis), Some(length), Some(dims)) => {
-                let p = self.plan(&dims, axis, length)?;
-                Ok(vec![Fact::known(x.dtype, &Self::out_dims(&p, &dims))])
-            }
+        match (self.plan_for(inputs)?, x.concrete()) {
+            (Some(p), Some(dims)) => Ok(vec![Fact::known(x.dtype, &Self::out_dims(&p, &dims))]),
             _ => {
                 let mut dims = vec![Dim::Unknown; x.rank()];
                 if let Some(last) = dims.last_mut() {
@@ -210,6 +235,15 @@ impl Operator for Dft {
         Ok(Box::new(*self))
     }
 
+    fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
+        let Some(p) = self.plan_for(inputs)? else {
+            return Ok(0);
+        };
+        Self::work_len(&p)
+            .and_then(|len| len.checked_mul(std::mem::size_of::<Complex>()))
+            .ok_or_else(|| OpError::shape(OP, format!("a transform of length {} is too long", p.n)))
+    }
+
     fn is_data_dependent(&self) -> bool {
         self.has_size_inputs
     }
@@ -230,7 +264,7 @@ impl Kernel for Dft {
         };
         let p = self.plan(x.dims(), axis, scalar(1)?)?;
         let out = io.output(0);
-        if out.dims() != Self::out_dims(&p, x.dims()) {
+        if out.dims() != Self::out_dims(&p, x.dims()).as_slice() {
             return Err(OpError::kernel(
                 OP,
                 format!(
@@ -240,37 +274,42 @@ impl Kernel for Dft {
                 ),
             ));
         }
-        store(OP, out, &self.transform(&p, &read_f64(OP, x)?))
+        let mut guard = io
+            .scratch
+            .ok_or_else(|| OpError::kernel(OP, "needs planned scratch"))?
+            .write_bytes(OP)?;
+        let work: &mut [Complex] = scratch_as(OP, guard.bytes())?;
+        with_floats(OP, x, |x| {
+            with_float_output(OP, out, |mut y| self.transform(&p, &x, &mut y, work))
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::test_util::OpRun;
+    use crate::Attr;
     use strata_core::Tensor;
 
-    fn dft(op: Dft, x: &[f32], dims: &[usize]) -> OpResult<(Vec<usize>, Vec<f32>)> {
-        let x = Tensor::from_slice(x, dims)?;
-        let fact = Fact::constant(x.clone());
-        let outs = op.infer(&[&fact])?;
-        let out = Tensor::zeros(&outs[0].concrete().unwrap(), DType::F32)?;
-        op.run(&KernelIo {
-            inputs: &[&x],
-            outputs: &[&out],
-            scratch: None,
-            in_place: None,
-            threads: 1,
-        })?;
-        Ok((out.dims().to_vec(), out.to_vec::<f32>()?))
+    /// DFT (opset 17) along `axis` of `x` with `dims`; returns the output's dims and values.
+    fn dft(
+        (inverse, onesided, axis): (bool, bool, i64),
+        x: &[f32],
+        dims: &[usize],
+    ) -> OpResult<(Vec<usize>, Vec<f32>)> {
+        let out = OpRun::new(OP, 17)
+            .attrs(&[
+                ("inverse", Attr::Int(inverse.into())),
+                ("onesided", Attr::Int(onesided.into())),
+                ("axis", Attr::Int(axis)),
+            ])
+            .run(&[Tensor::from_slice(x, dims)?])?;
+        Ok((out[0].dims().to_vec(), out[0].to_vec::<f32>()?))
     }
 
-    fn op(inverse: bool, onesided: bool) -> Dft {
-        Dft {
-            axis_attr: Some(1),
-            inverse,
-            onesided,
-            has_size_inputs: false,
-        }
+    fn op(inverse: bool, onesided: bool) -> (bool, bool, i64) {
+        (inverse, onesided, 1)
     }
 
     #[test]
@@ -298,10 +337,24 @@ mod tests {
     }
 
     #[test]
+    fn lines_along_a_middle_axis_of_odd_length() {
+        // Two lines of length 3 along axis 1 of [1, 3, 2, 1]; X_0 = sum, and for x = [1, 0, 0]
+        // every bin is 1.
+        let x = [1.0, 1.0, 0.0, 2.0, 0.0, 3.0];
+        let (dims, v) = dft(op(false, false), &x, &[1, 3, 2, 1]).unwrap();
+        assert_eq!(dims, vec![1, 3, 2, 2]);
+        // Line 0 = [1, 0, 0]: flat. Line 1 = [1, 2, 3]: X_0 = 6, X_1 = -1.5 + 0.866i.
+        let expected = [
+            1.0, 0.0, 6.0, 0.0, 1.0, 0.0, -1.5, 0.8660254, 1.0, 0.0, -1.5, -0.8660254,
+        ];
+        for (a, b) in v.iter().zip(expected) {
+            assert!((a - b).abs() < 1e-5, "{v:?}");
+        }
+    }
+
+    #[test]
     fn bad_axis_and_channels_are_errors() {
-        let mut last = op(false, false);
-        last.axis_attr = Some(-1);
-        assert!(dft(last, &[1.0, 2.0], &[1, 2, 1]).is_err());
+        assert!(dft((false, false, -1), &[1.0, 2.0], &[1, 2, 1]).is_err());
         assert!(dft(op(false, false), &[1.0; 6], &[1, 2, 3]).is_err());
     }
 }

@@ -3,13 +3,17 @@
 //! `frame_step` samples; each is multiplied by `window` (ones when absent) and transformed.
 //! Output `[batch, frames, bins, 2]` with `frames = 1 + (length - frame_length) / frame_step`
 //! and `bins = frame_length / 2 + 1` when `onesided` (the default) else `frame_length`.
-//! Computed in f64. The output dims come from input values (frame_step, frame_length).
+//! Computed in f64, one frame at a time in planned scratch. The output dims come from input
+//! values (frame_step, frame_length).
 
 use strata_core::{DType, Device, Tensor};
 
-use super::fft::{fft, Complex};
-use super::values::{known_scalar_int, read_f64, scalar_int, store};
+use super::fft::{Complex, Fft};
+use super::values::{
+    known_scalar_int, scalar_int, with_float_output, with_floats, Floats, FloatsMut,
+};
 use crate::ops::axes::{check_int_input, optional, required};
+use crate::ops::scratch::{carve, scratch_as};
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "STFT";
@@ -108,24 +112,68 @@ impl Stft {
         })
     }
 
-    fn transform(f: &Frames, x: &[f64], window: Option<&[f64]>) -> Vec<f64> {
-        let mut out = Vec::with_capacity(f.batch * f.count * f.bins * 2);
-        let mut buf = vec![Complex::ZERO; f.frame];
+    /// Complex values of scratch one run needs: a frame buffer and the FFT's tables.
+    fn work_len(f: &Frames) -> Option<usize> {
+        f.frame.checked_add(Fft::work_len(f.frame)?)
+    }
+
+    /// Transforms every windowed frame of `x` into `out`, with `work` as scratch.
+    fn transform(
+        f: &Frames,
+        x: &Floats<'_>,
+        window: Option<&Floats<'_>>,
+        out: &mut FloatsMut<'_>,
+        work: &mut [Complex],
+    ) -> OpResult<()> {
+        let mut rest = work;
+        let buf = carve(OP, &mut rest, f.frame)?;
+        let mut fft = Fft::new(f.frame, false, rest)
+            .ok_or_else(|| OpError::kernel(OP, "scratch is smaller than planned"))?;
+        let mut at_out = 0;
         for b in 0..f.batch {
             for frame in 0..f.count {
                 for (k, slot) in buf.iter_mut().enumerate() {
                     let at = (b * f.length + frame * f.step + k) * f.channels;
-                    let w = window.map_or(1.0, |w| w[k]);
-                    let im = if f.channels == 2 { x[at + 1] } else { 0.0 };
-                    *slot = Complex::new(x[at] * w, im * w);
+                    let w = window.map_or(1.0, |w| w.get(k));
+                    let im = if f.channels == 2 { x.get(at + 1) } else { 0.0 };
+                    *slot = Complex::new(x.get(at) * w, im * w);
                 }
-                fft(&mut buf, false);
+                fft.run(buf);
                 for v in &buf[..f.bins] {
-                    out.extend([v.re, v.im]);
+                    out.set(at_out, v.re);
+                    out.set(at_out + 1, v.im);
+                    at_out += 2;
                 }
             }
         }
-        out
+        Ok(())
+    }
+
+    /// The frames for known input facts, when the dims and every size argument are known.
+    fn frames_for(&self, inputs: &[&Fact]) -> OpResult<Option<Frames>> {
+        let x = required(OP, inputs, 0)?;
+        let frame_length = match optional(inputs, 3) {
+            None => Some(None),
+            Some(f) => f
+                .value
+                .as_ref()
+                .map(|v| known_scalar_int(OP, "frame_length", v).map(Some))
+                .transpose()?,
+        };
+        let step = required(OP, inputs, 1)?
+            .value
+            .as_ref()
+            .map(|v| known_scalar_int(OP, "frame_step", v))
+            .transpose()?;
+        match (x.concrete(), step, frame_length) {
+            (Some(dims), Some(step), Some(frame_length)) => Ok(Some(self.frames(
+                &dims,
+                step,
+                window_len(inputs)?,
+                frame_length,
+            )?)),
+            _ => Ok(None),
+        }
     }
 }
 
@@ -158,27 +206,10 @@ impl Operator for Stft {
                 actual: x.dtype,
             });
         }
-        let step = required(OP, inputs, 1)?;
         check_int_input(OP, inputs, 1)?;
         check_int_input(OP, inputs, 3)?;
-        let frame_length = match optional(inputs, 3) {
-            None => Some(None),
-            Some(f) => f
-                .value
-                .as_ref()
-                .map(|v| known_scalar_int(OP, "frame_length", v).map(Some))
-                .transpose()?,
-        };
-        let step = step
-            .value
-            .as_ref()
-            .map(|v| known_scalar_int(OP, "frame_step", v))
-            .transpose()?;
-        match (x.concrete(), step, frame_length) {
-            (Some(dims), Some(step), Some(frame_length)) => {
-                let f = self.frames(&dims, step, window_len(inputs)?, frame_length)?;
-                Ok(vec![Fact::known(x.dtype, &f.out_dims())])
-            }
+        match self.frames_for(inputs)? {
+            Some(f) => Ok(vec![Fact::known(x.dtype, &f.out_dims())]),
             _ => Ok(vec![Fact::new(
                 x.dtype,
                 vec![
@@ -206,6 +237,15 @@ impl Operator for Stft {
             });
         }
         Ok(Box::new(*self))
+    }
+
+    fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
+        let Some(f) = self.frames_for(inputs)? else {
+            return Ok(0);
+        };
+        Self::work_len(&f)
+            .and_then(|len| len.checked_mul(std::mem::size_of::<Complex>()))
+            .ok_or_else(|| OpError::shape(OP, format!("frames of {} are too long", f.frame)))
     }
 
     fn is_data_dependent(&self) -> bool {
@@ -241,21 +281,26 @@ impl Kernel for Stft {
                 ),
             ));
         }
-        let window = window.map(|w| read_f64(OP, w)).transpose()?;
-        store(
-            OP,
-            out,
-            &Self::transform(&f, &read_f64(OP, x)?, window.as_deref()),
-        )
+        let mut guard = io
+            .scratch
+            .ok_or_else(|| OpError::kernel(OP, "needs planned scratch"))?
+            .write_bytes(OP)?;
+        let work: &mut [Complex] = scratch_as(OP, guard.bytes())?;
+        with_floats(OP, x, |x| {
+            with_float_output(OP, out, |mut y| match window {
+                Some(w) => with_floats(OP, w, |w| Self::transform(&f, &x, Some(&w), &mut y, work)),
+                None => Self::transform(&f, &x, None, &mut y, work),
+            })
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::test_util::OpRun;
 
     fn stft(x: &[f32], step: i64, window: Option<&[f32]>, frame: Option<i64>) -> OpResult<Tensor> {
-        let op = Stft { onesided: true };
         let x = Tensor::from_slice(x, &[1, x.len(), 1])?;
         let step = Tensor::from_slice(&[step], &[])?;
         let window = match window {
@@ -266,28 +311,10 @@ mod tests {
             Some(f) => Tensor::from_slice(&[f], &[])?,
             None => Tensor::undefined(),
         };
-        let inputs = [&x, &step, &window, &frame];
-        let facts: Vec<Fact> = inputs
-            .iter()
-            .map(|t| {
-                if t.is_defined() {
-                    Fact::constant((*t).clone())
-                } else {
-                    Fact::absent()
-                }
-            })
-            .collect();
-        let refs: Vec<&Fact> = facts.iter().collect();
-        let outs = op.infer(&refs)?;
-        let out = Tensor::zeros(&outs[0].concrete().unwrap(), DType::F32)?;
-        op.run(&KernelIo {
-            inputs: &inputs,
-            outputs: &[&out],
-            scratch: None,
-            in_place: None,
-            threads: 1,
-        })?;
-        Ok(out)
+        let mut out = OpRun::new(OP, 17)
+            .constant_inputs()
+            .run(&[x, step, window, frame])?;
+        Ok(out.remove(0))
     }
 
     #[test]

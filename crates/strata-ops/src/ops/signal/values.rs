@@ -1,8 +1,12 @@
 //! Value conversions the signal operators share: scalar arguments read from inputs, float
-//! tensors read as f64, and f64 results stored in the requested dtype (computing in f64 keeps
-//! f16/bf16/f32 outputs within one rounding of the exact value).
+//! tensors read as f64 (copied, or borrowed in their own type by [`with_floats`]), and f64
+//! results stored in the requested dtype (computing in f64 keeps f16/bf16/f32 outputs within one
+//! rounding of the exact value), whole or element by element into a bound output
+//! ([`with_float_output`]).
 
-use strata_core::{bf16, f16, DType, Tensor};
+use std::borrow::Cow;
+
+use strata_core::{bf16, f16, DType, Element, ReadGuard, Tensor};
 
 use crate::ops::axes::read_ints;
 use crate::{int_values, OpError, OpResult};
@@ -43,6 +47,100 @@ pub(crate) fn read_f64(op: &str, t: &Tensor) -> OpResult<Vec<f64>> {
             ))
         }
     })
+}
+
+/// A float tensor's elements in logical order, borrowed in their own type.
+pub(crate) enum Floats<'a> {
+    F32(&'a [f32]),
+    F64(&'a [f64]),
+    F16(&'a [f16]),
+    Bf16(&'a [bf16]),
+}
+
+impl Floats<'_> {
+    /// Element `i` as f64 (exact for every float type).
+    #[inline]
+    pub(crate) fn get(&self, i: usize) -> f64 {
+        match self {
+            Floats::F32(v) => f64::from(v[i]),
+            Floats::F64(v) => v[i],
+            Floats::F16(v) => f64::from(v[i]),
+            Floats::Bf16(v) => f64::from(v[i]),
+        }
+    }
+}
+
+/// The elements under `guard`: borrowed when contiguous (the usual case), else copied.
+fn elements<'g, T: Element>(guard: &'g ReadGuard<'_, T>) -> Cow<'g, [T]> {
+    match guard.as_slice() {
+        Some(slice) => Cow::Borrowed(slice),
+        None => Cow::Owned(guard.to_vec()),
+    }
+}
+
+/// Calls `body` with a float tensor's elements, without copying a contiguous tensor.
+pub(crate) fn with_floats<R>(
+    op: &str,
+    t: &Tensor,
+    body: impl FnOnce(Floats<'_>) -> OpResult<R>,
+) -> OpResult<R> {
+    match t.dtype() {
+        DType::F32 => body(Floats::F32(&elements(&t.read::<f32>()?))),
+        DType::F64 => body(Floats::F64(&elements(&t.read::<f64>()?))),
+        DType::F16 => body(Floats::F16(&elements(&t.read::<f16>()?))),
+        DType::BF16 => body(Floats::Bf16(&elements(&t.read::<bf16>()?))),
+        other => Err(OpError::shape(
+            op,
+            format!("expected a float tensor, got {other}"),
+        )),
+    }
+}
+
+/// A bound float output's elements, written from f64 values (rounded as [`to_tensor`] does).
+pub(crate) enum FloatsMut<'a> {
+    F32(&'a mut [f32]),
+    F64(&'a mut [f64]),
+    F16(&'a mut [f16]),
+    Bf16(&'a mut [bf16]),
+}
+
+impl FloatsMut<'_> {
+    #[inline]
+    pub(crate) fn set(&mut self, i: usize, value: f64) {
+        match self {
+            FloatsMut::F32(v) => v[i] = value as f32,
+            FloatsMut::F64(v) => v[i] = value,
+            FloatsMut::F16(v) => v[i] = f16::from_f64(value),
+            FloatsMut::Bf16(v) => v[i] = bf16::from_f64(value),
+        }
+    }
+}
+
+/// Calls `body` with write access to float output `out` (which must be contiguous).
+pub(crate) fn with_float_output<R>(
+    op: &str,
+    out: &Tensor,
+    body: impl FnOnce(FloatsMut<'_>) -> OpResult<R>,
+) -> OpResult<R> {
+    let not_contiguous = || OpError::kernel(op, "output is not contiguous");
+    macro_rules! write {
+        ($t:ty, $variant:ident) => {{
+            let mut guard = out.write::<$t>()?;
+            body(FloatsMut::$variant(
+                guard.as_mut_slice().ok_or_else(not_contiguous)?,
+            ))
+        }};
+    }
+    match out.dtype() {
+        DType::F32 => write!(f32, F32),
+        DType::F64 => write!(f64, F64),
+        DType::F16 => write!(f16, F16),
+        DType::BF16 => write!(bf16, Bf16),
+        other => Err(OpError::kernel(
+            op,
+            format!("cannot write float values into a {other} output"),
+        )),
+    }
 }
 
 /// Whether [`to_tensor`] can produce `dtype`.
@@ -107,23 +205,6 @@ pub(crate) fn to_tensor(
     })
 }
 
-/// Stores `values` into a bound output of matching dims (any storable dtype).
-pub(crate) fn store(op: &str, out: &Tensor, values: &[f64]) -> OpResult<()> {
-    if out.numel() != values.len() {
-        return Err(OpError::kernel(
-            op,
-            format!(
-                "output has dims {:?}, expected {} values",
-                out.dims(),
-                values.len()
-            ),
-        ));
-    }
-    let result = to_tensor(op, values, out.dims(), out.dtype())?;
-    out.copy_from(&result)?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,5 +219,23 @@ mod tests {
         let s = Tensor::from_slice(&[4i64, 5], &[2]).unwrap();
         assert!(scalar_int("Op", "size", &s).is_err());
         assert!(to_tensor("Op", &[1.0], &[1], DType::Bool).is_err());
+    }
+
+    #[test]
+    fn borrowed_floats_read_and_write_every_float_type() {
+        for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+            let t = to_tensor("Op", &[1.5, -2.0], &[2], dtype).unwrap();
+            let sum = with_floats("Op", &t, |x| Ok(x.get(0) + x.get(1))).unwrap();
+            assert_eq!(sum, -0.5, "{dtype}");
+            with_float_output("Op", &t, |mut y| {
+                y.set(1, 4.0);
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(read_f64("Op", &t).unwrap(), [1.5, 4.0], "{dtype}");
+        }
+        let ints = Tensor::from_slice(&[1i32], &[1]).unwrap();
+        assert!(with_floats("Op", &ints, |_| Ok(())).is_err());
+        assert!(with_float_output("Op", &ints, |_| Ok(())).is_err());
     }
 }
