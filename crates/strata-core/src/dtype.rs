@@ -24,6 +24,10 @@ use crate::{CoreError, Result};
 ///   at the ONNX boundary, when TensorProtos are decoded and encoded.
 ///
 /// `Q8_0`/`Q4_0` remain the packed weight formats.
+///
+/// `String` tensors (UTF-8 text, as ONNX's STRING) hold their elements apart from byte storage,
+/// in a shared immutable [`StringBuffer`](crate::StringBuffer): they have no byte view, never live
+/// in an arena, and `size_in_bytes` is the footprint of one element handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
     F32,
@@ -51,6 +55,7 @@ pub enum DType {
     U4,
     I2,
     U2,
+    String,
 }
 
 /// Elements per block of the block-quantized types.
@@ -58,7 +63,7 @@ pub const QUANT_BLOCK: usize = 32;
 
 impl DType {
     /// Every dtype, in declaration order.
-    pub const ALL: [DType; 25] = [
+    pub const ALL: [DType; 26] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -84,6 +89,7 @@ impl DType {
         DType::U4,
         DType::I2,
         DType::U2,
+        DType::String,
     ];
 
     /// Bytes of one storage unit: an element, or a whole block for quantized types.
@@ -106,6 +112,7 @@ impl DType {
             DType::F64 | DType::I64 | DType::U64 => 8,
             DType::Q8_0 => 2 + QUANT_BLOCK,
             DType::Q4_0 => 2 + QUANT_BLOCK / 2,
+            DType::String => std::mem::size_of::<Box<str>>(),
         }
     }
 
@@ -142,6 +149,11 @@ impl DType {
     /// True for the sub-byte integer types, held unpacked one element per byte.
     pub const fn is_sub_byte_int(self) -> bool {
         matches!(self, DType::I4 | DType::U4 | DType::I2 | DType::U2)
+    }
+
+    /// True for text, whose elements live in a [`StringBuffer`](crate::StringBuffer).
+    pub const fn is_string(self) -> bool {
+        matches!(self, DType::String)
     }
 
     pub const fn is_signed_int(self) -> bool {
@@ -196,6 +208,7 @@ impl DType {
             DType::U4 => "u4",
             DType::I2 => "i2",
             DType::U2 => "u2",
+            DType::String => "string",
         }
     }
 }
@@ -237,6 +250,7 @@ impl FromStr for DType {
                 "uint4" => Some(DType::U4),
                 "int2" => Some(DType::I2),
                 "uint2" => Some(DType::U2),
+                "str" => Some(DType::String),
                 _ => None,
             })
             .ok_or(CoreError::ParseDType {

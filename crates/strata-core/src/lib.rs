@@ -31,6 +31,6 @@ pub use memory::pinned::PinnedAllocator;
 pub use memory::registry::AllocatorRegistry;
 pub use memory::storage::Storage;
 pub use shape::{Shape, Strides};
-pub use tensor::{BytesRead, BytesWrite, Layout, ReadGuard, Tensor, WriteGuard};
+pub use tensor::{BytesRead, BytesWrite, Layout, ReadGuard, StringBuffer, Tensor, WriteGuard};
 
 pub use half::{bf16, f16};

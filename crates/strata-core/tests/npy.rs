@@ -108,10 +108,10 @@ fn logical_bytes(t: &Tensor) -> Vec<u8> {
 }
 
 fn numeric_dtypes() -> impl Iterator<Item = DType> {
-    // The dtypes with a NumPy form: no block formats, no ONNX low-precision types.
-    DType::ALL
-        .into_iter()
-        .filter(|d| !d.is_quantized() && !d.is_low_precision_float() && !d.is_sub_byte_int())
+    // The dtypes with a NumPy form: no block formats, no ONNX low-precision types, no text.
+    DType::ALL.into_iter().filter(|d| {
+        !d.is_quantized() && !d.is_low_precision_float() && !d.is_sub_byte_int() && !d.is_string()
+    })
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //!   exactly, dims always exactly);
 //! - `unsupported`: strata says *up front* that it does not implement something the case needs —
 //!   an operator (`OnnxError::UnsupportedOperators`), a value type it cannot hold (sequences,
-//!   maps, optionals, strings, complex, float8, ...), or a kernel for a dtype (`OpError::NoKernel`
+//!   maps, optionals, complex, float6, ...), or a kernel for a dtype (`OpError::NoKernel`
 //!   when the plan is built);
 //! - `fail`: anything else — a load, plan or run error, a wrong result, or a panic.
 
@@ -487,7 +487,7 @@ fn chain_says(err: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 /// A graph input or output whose type strata cannot hold: not a tensor (sequence, map,
-/// optional, sparse) or an element type with no strata dtype (string, complex, float8, ...).
+/// optional, sparse) or an element type with no strata dtype (complex, float6, ...).
 fn unsupported_value_type(model: &ModelProto) -> Option<String> {
     let graph = model.graph.as_ref()?;
     let initializers: Vec<&str> = graph.initializer.iter().map(|t| t.name()).collect();
@@ -558,6 +558,7 @@ fn compare(actual: &OutputView<'_>, expected: &Tensor, tolerance: &Tolerance) ->
         // Sub-byte integers are held one per byte, sign-extended when signed.
         DType::I4 | DType::I2 => compare_exact::<i8>(actual, expected, dims),
         DType::U4 | DType::U2 => compare_exact::<u8>(actual, expected, dims),
+        DType::String => compare_text(actual, expected, dims),
         // Low-precision floats compare by value (so any NaN pattern matches any NaN).
         DType::F8E8M0 => compare_floats::<u8>(actual, expected, dims, tolerance, |code| {
             f64::from(decode_e8m0(code))
@@ -626,8 +627,27 @@ fn compare_exact<T: Element + Copy + fmt::Debug>(
     dims: &[usize],
 ) -> Result<(), String> {
     let (a, e) = elements::<T>(actual, expected)?;
-    let differing = a.iter().zip(&e).filter(|(x, y)| x != y).count();
-    match a.iter().zip(&e).position(|(x, y)| x != y) {
+    first_difference(&a, &e, dims)
+}
+
+fn compare_text(actual: &OutputView<'_>, expected: &Tensor, dims: &[usize]) -> Result<(), String> {
+    let a = actual
+        .strings()
+        .map_err(|e| format!("reading the output: {e}"))?;
+    let e = expected
+        .strings()
+        .map_err(|e| format!("reading the expected tensor: {e}"))?;
+    first_difference(&a, &e, dims)
+}
+
+/// Exact comparison: the first differing element and how many differ.
+fn first_difference<T: PartialEq + fmt::Debug>(
+    a: &[T],
+    e: &[T],
+    dims: &[usize],
+) -> Result<(), String> {
+    let differing = a.iter().zip(e).filter(|(x, y)| x != y).count();
+    match a.iter().zip(e).position(|(x, y)| x != y) {
         None => Ok(()),
         Some(i) => Err(format!(
             "at {}: actual {:?} vs expected {:?} ({differing} of {} elements differ)",

@@ -4,8 +4,8 @@ use strata_core::DType;
 
 use crate::proto::tensor_proto::DataType;
 
-/// The strata dtype for an ONNX data type code; `None` for types strata cannot hold (strings,
-/// complex, float6, unknown codes).
+/// The strata dtype for an ONNX data type code; `None` for types strata cannot hold (complex,
+/// float6, unknown codes).
 pub fn dtype_from_onnx(data_type: i32) -> Option<DType> {
     let dtype = match DataType::try_from(data_type).ok()? {
         DataType::Float => DType::F32,
@@ -31,6 +31,7 @@ pub fn dtype_from_onnx(data_type: i32) -> Option<DType> {
         DataType::Uint4 => DType::U4,
         DataType::Int2 => DType::I2,
         DataType::Uint2 => DType::U2,
+        DataType::String => DType::String,
         _ => return None,
     };
     Some(dtype)
@@ -63,6 +64,7 @@ pub fn dtype_to_onnx(dtype: DType) -> Option<i32> {
         DType::U4 => DataType::Uint4,
         DType::I2 => DataType::Int2,
         DType::U2 => DataType::Uint2,
+        DType::String => DataType::String,
         DType::Q8_0 | DType::Q4_0 => return None,
     };
     Some(data_type as i32)
@@ -85,7 +87,10 @@ mod tests {
                 None => assert!(dtype.is_quantized()),
             }
         }
-        assert_eq!(dtype_from_onnx(DataType::String as i32), None);
+        assert_eq!(
+            dtype_from_onnx(DataType::String as i32),
+            Some(DType::String)
+        );
         assert_eq!(
             dtype_from_onnx(DataType::Float8e4m3fn as i32),
             Some(DType::F8E4M3FN)

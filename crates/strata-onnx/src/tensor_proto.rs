@@ -55,6 +55,9 @@ pub fn tensor_from_proto(tp: &TensorProto, weights: &WeightSource) -> Result<Ten
             "segmented tensors are not supported",
         ));
     }
+    if dtype.is_string() {
+        return from_string_data(tp, &dims, numel);
+    }
     if let Some(bits) = packed_bits(dtype) {
         return from_packed(tp, weights, &dims, dtype, numel, bits);
     }
@@ -95,6 +98,19 @@ pub fn tensor_to_proto(name: &str, tensor: &Tensor) -> Result<TensorProto> {
             "tensor '{name}': ONNX has no element type for {dtype}"
         ))
     })?;
+    if dtype.is_string() {
+        return Ok(TensorProto {
+            name: Some(name.to_string()),
+            data_type: Some(data_type),
+            dims: tensor.dims().iter().map(|&d| d as i64).collect(),
+            string_data: tensor
+                .strings()?
+                .into_iter()
+                .map(|s| Bytes::copy_from_slice(s.as_bytes()))
+                .collect(),
+            ..Default::default()
+        });
+    }
     let tensor = tensor.contiguous()?;
     let start = tensor.storage_offset() * dtype.size_in_bytes();
     let len = tensor.size_in_bytes()?;
@@ -111,6 +127,42 @@ pub fn tensor_to_proto(name: &str, tensor: &Tensor) -> Result<TensorProto> {
         raw_data: Some(Bytes::from(raw)),
         ..Default::default()
     })
+}
+
+/// Text rides in `string_data`, one entry per element (ONNX forbids `raw_data` for it); every
+/// entry must be UTF-8.
+fn from_string_data(tp: &TensorProto, dims: &[usize], numel: usize) -> Result<Tensor> {
+    let name = tp.name();
+    if tp.raw_data.as_ref().is_some_and(|raw| !raw.is_empty())
+        || tp
+            .data_location
+            .is_some_and(|l| l == DataLocation::External as i32)
+    {
+        return Err(OnnxError::invalid(
+            name,
+            "string tensors must use string_data, not raw or external data",
+        ));
+    }
+    if tp.string_data.len() != numel {
+        return Err(OnnxError::invalid(
+            name,
+            format!(
+                "string_data has {} entries for dims {dims:?} ({numel} elements)",
+                tp.string_data.len()
+            ),
+        ));
+    }
+    let elements = tp
+        .string_data
+        .iter()
+        .enumerate()
+        .map(|(i, bytes)| {
+            std::str::from_utf8(bytes).map_err(|err| {
+                OnnxError::invalid(name, format!("string_data[{i}] is not UTF-8: {err}"))
+            })
+        })
+        .collect::<Result<Vec<&str>>>()?;
+    Ok(Tensor::from_strings(dims, elements)?)
 }
 
 fn from_raw(
@@ -410,9 +462,10 @@ fn from_typed_fields(
             | DType::F8E8M0 => fill.put(out, "int32_data", &tp.int32_data, |v| {
                 (-0x80..=0xFF).contains(&v).then_some([v as u8])
             })?,
-            // ONNX data types never map to the block-quantized dtypes; the sub-byte types are
-            // decoded by `from_packed` before reaching here.
-            DType::Q8_0
+            // ONNX data types never map to the block-quantized dtypes; the sub-byte types and
+            // text are decoded by `from_packed` and `from_string_data` before reaching here.
+            DType::String
+            | DType::Q8_0
             | DType::Q4_0
             | DType::F4E2M1
             | DType::I4
@@ -717,8 +770,35 @@ mod tests {
     }
 
     #[test]
+    fn text_round_trips_and_bad_text_is_named() {
+        let mut tp = proto("words", DataType::String, &[2]);
+        tp.string_data = vec![Bytes::from_static(b"caf\xc3\xa9"), Bytes::new()];
+        let t = convert(&tp).unwrap();
+        assert_eq!(t.strings().unwrap(), ["café", ""]);
+        let back = tensor_to_proto("words", &t).unwrap();
+        assert_eq!(back.string_data, tp.string_data);
+        assert_eq!(back.data_type, Some(DataType::String as i32));
+
+        tp.string_data = vec![Bytes::from_static(b"\xff"), Bytes::new()];
+        let err = convert(&tp).unwrap_err().to_string();
+        assert!(
+            err.contains("words") && err.contains("string_data[0]"),
+            "{err}"
+        );
+        tp.string_data = vec![Bytes::new()];
+        let err = convert(&tp).unwrap_err().to_string();
+        assert!(
+            err.contains("1 entries") && err.contains("2 elements"),
+            "{err}"
+        );
+        tp.string_data = vec![Bytes::new(), Bytes::new()];
+        tp.raw_data = Some(Bytes::from_static(b"ab"));
+        assert!(matches!(convert(&tp), Err(OnnxError::InvalidTensor { .. })));
+    }
+
+    #[test]
     fn unsupported_types_are_named() {
-        for data_type in [DataType::String, DataType::Complex64, DataType::Undefined] {
+        for data_type in [DataType::Complex64, DataType::Undefined] {
             let err = convert(&proto("odd", data_type, &[1])).unwrap_err();
             assert!(
                 matches!(&err, OnnxError::UnsupportedDataType { tensor, data_type: d } if tensor == "odd" && *d == data_type as i32)

@@ -134,6 +134,14 @@ impl Attributes {
         }
     }
 
+    pub fn strings(&self, name: &str) -> OpResult<Option<Vec<String>>> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Attr::Strings(v)) => Ok(Some(v.clone())),
+            Some(other) => Err(self.wrong(name, "a list of strings", other)),
+        }
+    }
+
     pub fn tensor(&self, name: &str) -> OpResult<Option<Tensor>> {
         match self.get(name) {
             None => Ok(None),

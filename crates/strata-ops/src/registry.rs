@@ -85,10 +85,11 @@ const ONNX_FAMILIES: &[&[(&str, Constructor)]] = &[
     crate::ops::dropout::OPS,
     crate::ops::softmax::OPS,
     crate::ops::ngram::OPS,
+    crate::ops::text::OPS,
 ];
 
 /// The operator tables of the `ai.onnx.ml` domain.
-const ML_FAMILIES: &[&[(&str, Constructor)]] = &[crate::ops::ml::OPS];
+const ML_FAMILIES: &[&[(&str, Constructor)]] = &[crate::ops::ml::OPS, crate::ops::text::ML_OPS];
 
 /// The first operators: arithmetic, activations, CNN and transformer building blocks.
 const CORE_OPS: &[(&str, Constructor)] = &[
@@ -148,7 +149,16 @@ pub fn build_operator(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
         domain: ctx.domain.to_string(),
         opset: ctx.opset,
     })?;
-    build(ctx)
+    let op = build(ctx)?;
+    // Operators that only move elements also move text, through their own int64 kernels.
+    Ok(
+        match crate::ops::text::movement_inputs(ctx.op_type)
+            .filter(|_| is_default_domain(ctx.domain))
+        {
+            Some(data) => crate::ops::text::TextMovement::wrap(op, data),
+            None => op,
+        },
+    )
 }
 
 /// The op types of the default domain that strata implements.

@@ -172,7 +172,7 @@ impl ExecutionContext {
         for i in 0..self.pending.len() {
             if let Some(tensor) = self.pending[i].take() {
                 let id = self.plan.inputs()[i].value;
-                self.values[id.0].copy_from(&tensor)?;
+                set_value(&mut self.values[id.0], &tensor)?;
                 self.input_set[i] = true;
             }
         }
@@ -287,14 +287,7 @@ impl ExecutionContext {
                 // A value inferred from run-time inputs may be a view of an input's arena slot
                 // (Reshape, Squeeze), which a later node may reuse: give it its own memory.
                 (Some(v), _) => {
-                    let owned = Tensor::empty(
-                        v.dims(),
-                        v.dtype(),
-                        plan.config().device,
-                        MemoryKind::Workspace,
-                    )?;
-                    owned.copy_from(v)?;
-                    outputs.push(owned);
+                    outputs.push(v.detached(plan.config().device, MemoryKind::Workspace)?)
                 }
                 (None, Some(dims)) => outputs.push(Tensor::empty(
                     &dims,
@@ -469,7 +462,7 @@ impl ExecutionContext {
             };
         }
         for (i, old) in kept_inputs {
-            self.values[plan.inputs()[i].value.0].copy_from(&old)?;
+            set_value(&mut self.values[plan.inputs()[i].value.0], &old)?;
         }
         check_bindings(graph, &planned, &self.values)?;
         self.planned = Some(planned);
@@ -539,6 +532,17 @@ impl ExecutionContext {
     }
 }
 
+/// Writes an input's contents into its bound value. Text has no arena slot: the (immutable)
+/// tensor itself is bound.
+fn set_value(slot: &mut Tensor, tensor: &Tensor) -> Result<()> {
+    if tensor.dtype().is_string() {
+        *slot = tensor.clone();
+    } else {
+        slot.copy_from(tensor)?;
+    }
+    Ok(())
+}
+
 /// Strict mode: every value a static node reads or writes must be bound (a weight, a constant
 /// or a planned arena slot); values produced on the dynamic path are bound when they run.
 fn check_bindings(graph: &crate::Graph, planned: &Planned, values: &[Tensor]) -> Result<()> {
@@ -551,7 +555,8 @@ fn check_bindings(graph: &crate::Graph, planned: &Planned, values: &[Tensor]) ->
             continue;
         }
         for id in node.inputs.iter().flatten().chain(&node.outputs) {
-            if !values[id.0].is_defined() && !dynamic_output(id.0) {
+            let text = planned.spec.facts[id.0].dtype.is_string(); // bound when it exists
+            if !values[id.0].is_defined() && !dynamic_output(id.0) && !text {
                 return Err(RuntimeError::Graph(format!(
                     "value {:?} (used by node {:?}) has no memory plan entry",
                     graph.values[id.0].name, node.name
@@ -570,6 +575,7 @@ fn fits(memory: &crate::MemoryPlan, spec: &crate::Specialization, graph: &crate:
             value.source,
             ValueSource::Initializer(_) | ValueSource::Removed
         ) || fact.value.is_some()
+            || fact.dtype.is_string()
         {
             return true;
         }
@@ -639,15 +645,16 @@ impl<'a> OutputView<'a> {
         Ok(self.tensor.to_vec::<T>()?)
     }
 
-    /// A copy in fresh host memory, independent of the context.
+    /// A copy in fresh host memory, independent of the context (text is shared: it is
+    /// immutable).
     pub fn to_tensor(&self) -> Result<Tensor> {
-        let out = Tensor::empty(
-            self.tensor.dims(),
-            self.tensor.dtype(),
-            strata_core::Device::Cpu,
-            MemoryKind::Default,
-        )?;
-        out.copy_from(self.tensor)?;
-        Ok(out)
+        Ok(self
+            .tensor
+            .detached(strata_core::Device::Cpu, MemoryKind::Default)?)
+    }
+
+    /// The elements of a string output, in row-major order.
+    pub fn strings(&self) -> Result<Vec<&'a str>> {
+        Ok(self.tensor.strings()?)
     }
 }

@@ -42,8 +42,11 @@ pub fn eval_on_host(
         return Ok(out_facts.into_iter().filter_map(|f| f.value).collect());
     }
     let out_refs: Vec<&Fact> = out_facts.iter().collect();
-    if out_facts.iter().any(|f| f.concrete().is_none()) {
-        // Control flow: only running it tells the output dims.
+    if out_facts
+        .iter()
+        .any(|f| f.concrete().is_none() || f.dtype.is_string())
+    {
+        // Control flow: only running it tells the output dims. Text: it has no planned memory.
         let kernel = op
             .kernel(&fact_refs, &out_refs, Device::Cpu)
             .map_err(wrap)?;

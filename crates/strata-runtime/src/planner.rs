@@ -88,6 +88,9 @@ pub fn plan_memory(graph: &Graph, spec: &Specialization, alignment: usize) -> Re
         }
     };
     for id in graph.runtime_inputs() {
+        if spec.facts[id.0].dtype.is_string() {
+            continue; // text inputs are bound as given, not copied into the arena
+        }
         let bytes = size_of(id.0)?.unwrap_or(0);
         no_reuse += bytes;
         entry_of[id.0] = Some(entries.len());

@@ -1,7 +1,8 @@
 //! Shape specialization: given the dims of every runtime input, establishes the facts of every
 //! value. Shape computations (Shape → Gather → Concat → Reshape, …) are evaluated on the way,
 //! so their consumers get concrete dims and the nodes themselves need not run. Values whose
-//! dims still are not known depend on data (e.g. NonZero) and take the dynamic path.
+//! dims still are not known depend on data (e.g. NonZero) and take the dynamic path, as do
+//! string values (text has no size before it exists).
 
 use strata_core::{MemoryKind, Tensor};
 use strata_ops::{Dim, Fact};
@@ -105,8 +106,12 @@ pub fn specialize(
             .all(|(_, f)| f.value.is_some());
         // Data-dependent ops (NonZero, control flow) run on the dynamic path even when their
         // dims look known: only running them tells (a branch may even change the rank).
+        // Text has no fixed size and never lives in the arena: it is made when the node runs.
         dynamic[i] = !skip[i]
-            && (node.op.is_data_dependent() || outputs.iter().any(|f| f.concrete().is_none()));
+            && (node.op.is_data_dependent()
+                || outputs
+                    .iter()
+                    .any(|f| f.concrete().is_none() || f.dtype.is_string()));
         for (&out, fact) in node.outputs.iter().zip(outputs) {
             facts[out.0] = fact;
         }

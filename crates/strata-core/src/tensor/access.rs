@@ -346,6 +346,18 @@ impl Tensor {
         Ok(())
     }
 
+    /// A contiguous copy of this tensor in fresh memory of (`device`, `kind`), independent of
+    /// this one's storage. Text is immutable, so a string tensor is shared, not copied.
+    pub fn detached(&self, device: crate::Device, kind: crate::MemoryKind) -> Result<Tensor> {
+        if self.dtype.is_string() {
+            self.string_buffer()?;
+            return Ok(self.clone());
+        }
+        let out = Tensor::empty(self.dims(), self.dtype, device, kind)?;
+        out.copy_from(self)?;
+        Ok(out)
+    }
+
     /// Copies `src`'s elements into this tensor's view; dims and dtype must match. Layouts may
     /// differ arbitrarily. Copying between views of the same memory is a borrow error.
     pub fn copy_from(&self, src: &Tensor) -> Result<()> {

@@ -4,11 +4,13 @@ mod access;
 mod copy;
 mod layout;
 mod npy;
+mod strings;
 mod views;
 
 pub use access::{BytesRead, BytesWrite, ReadGuard, WriteGuard};
 pub use copy::copy_strided_bytes;
 pub use layout::Layout;
+pub use strings::StringBuffer;
 
 use std::fmt;
 
@@ -23,16 +25,29 @@ use crate::{AllocatorRegistry, CoreError, DType, Device, MemoryKind, Result, Sha
 /// optional input) and every data access on it is an error.
 #[derive(Clone)]
 pub struct Tensor {
-    storage: Option<Storage>,
+    data: Option<Data>,
     layout: Layout,
     dtype: DType,
 }
+
+/// Where a defined tensor's elements live.
+#[derive(Clone)]
+enum Data {
+    /// Every dtype but `String`: bytes of a memory block.
+    Bytes(Storage),
+    /// `String`: immutable text elements, indexed by layout positions like bytes are.
+    Strings(StringBuffer),
+}
+
+/// The message for byte access to a string tensor.
+const STRINGS_HAVE_NO_BYTES: &str =
+    "string tensors hold text elements, not bytes; use the string accessors";
 
 impl Tensor {
     /// The undefined tensor.
     pub fn undefined() -> Self {
         Tensor {
-            storage: None,
+            data: None,
             layout: Layout::contiguous(Shape::default(), 0),
             dtype: DType::F32,
         }
@@ -66,9 +81,13 @@ impl Tensor {
                 },
                 other => other,
             })?;
+        if dtype.is_string() {
+            // Text never lives in device memory blocks: "unspecified contents" are empty strings.
+            return Tensor::from_strings(dims, vec![String::new(); shape.numel()]);
+        }
         let block = registry.allocate(device, kind, bytes, DEFAULT_ALIGNMENT)?;
         Ok(Tensor {
-            storage: Some(Storage::new(block)),
+            data: Some(Data::Bytes(Storage::new(block))),
             layout: Layout::contiguous(shape, 0),
             dtype,
         })
@@ -108,6 +127,13 @@ impl Tensor {
     /// A tensor over `storage` with any layout; checks that every element the layout can reach
     /// lies inside the storage and that the storage is aligned for the dtype.
     pub fn from_storage(storage: Storage, layout: Layout, dtype: DType) -> Result<Tensor> {
+        if dtype.is_string() {
+            return Err(CoreError::UnsupportedDType {
+                op: "Tensor::from_storage",
+                dtype,
+                reason: STRINGS_HAVE_NO_BYTES,
+            });
+        }
         check_fits(&storage, &layout, dtype, "Tensor::from_storage")?;
         let align = element_align(dtype);
         if !(storage.as_ptr() as usize).is_multiple_of(align) {
@@ -119,14 +145,14 @@ impl Tensor {
             });
         }
         Ok(Tensor {
-            storage: Some(storage),
+            data: Some(Data::Bytes(storage)),
             layout,
             dtype,
         })
     }
 
     pub fn is_defined(&self) -> bool {
-        self.storage.is_some()
+        self.data.is_some()
     }
 
     pub fn dtype(&self) -> DType {
@@ -166,28 +192,34 @@ impl Tensor {
         self.layout.is_contiguous()
     }
 
-    /// The storage; an error for the undefined tensor.
+    /// The storage; an error for the undefined tensor and for string tensors.
     pub fn storage(&self) -> Result<&Storage> {
-        match &self.storage {
-            Some(storage) => Ok(storage),
-            None => Err(CoreError::Undefined { op: "storage" }),
+        self.defined_storage("storage")
+    }
+
+    /// The byte storage, if this tensor has one.
+    fn bytes_storage(&self) -> Option<&Storage> {
+        match &self.data {
+            Some(Data::Bytes(storage)) => Some(storage),
+            _ => None,
         }
     }
 
+    /// Host memory for text, the device for everything else.
     pub fn device(&self) -> Device {
-        self.storage.as_ref().map_or(Device::Cpu, Storage::device)
+        self.bytes_storage().map_or(Device::Cpu, Storage::device)
     }
 
-    /// The memory kind of the storage (`Default` for the undefined tensor).
+    /// The memory kind of the storage (`Default` for the undefined tensor and for text).
     pub fn memory_kind(&self) -> MemoryKind {
-        self.storage
-            .as_ref()
+        self.bytes_storage()
             .map_or(MemoryKind::Default, Storage::kind)
     }
 
-    /// The version counter shared with every view of the same memory (T4).
+    /// The version counter shared with every view of the same memory (T4); text is immutable
+    /// and stays at 0.
     pub fn version(&self) -> u64 {
-        self.storage.as_ref().map_or(0, |s| s.block().version())
+        self.bytes_storage().map_or(0, |s| s.block().version())
     }
 
     /// Bytes the elements occupy (numel in this dtype).
@@ -198,15 +230,21 @@ impl Tensor {
     /// Bytes available from the first element to the end of the storage (T5).
     pub fn capacity_bytes(&self) -> usize {
         let start = self.layout.offset() / self.dtype.block_size() * self.dtype.size_in_bytes();
-        self.storage
-            .as_ref()
-            .map_or(0, |s| s.len().saturating_sub(start))
+        match &self.data {
+            Some(Data::Bytes(s)) => s.len().saturating_sub(start),
+            Some(Data::Strings(strings)) => strings
+                .len()
+                .saturating_sub(self.layout.offset())
+                .saturating_mul(self.dtype.size_in_bytes()),
+            None => 0,
+        }
     }
 
-    /// True when both tensors use the same memory block.
+    /// True when both tensors use the same memory block (or the same text buffer).
     pub fn shares_storage(&self, other: &Tensor) -> bool {
-        match (&self.storage, &other.storage) {
-            (Some(a), Some(b)) => a.shares_block(b),
+        match (&self.data, &other.data) {
+            (Some(Data::Bytes(a)), Some(Data::Bytes(b))) => a.shares_block(b),
+            (Some(Data::Strings(a)), Some(Data::Strings(b))) => a.shares_buffer(b),
             _ => false,
         }
     }
@@ -229,18 +267,14 @@ impl Tensor {
         }
         let block =
             registry.allocate(storage.device(), storage.kind(), needed, DEFAULT_ALIGNMENT)?;
-        self.storage = Some(Storage::new(block));
+        self.data = Some(Data::Bytes(Storage::new(block)));
         self.layout = Layout::contiguous(shape, 0);
         Ok(())
     }
 
     /// Sets contiguous dims without ever allocating; an error when the storage is too small.
     pub fn set_shape_metadata(&mut self, dims: &[usize]) -> Result<()> {
-        if self.storage.is_none() {
-            return Err(CoreError::Undefined {
-                op: "set_shape_metadata",
-            });
-        }
+        self.defined_storage("set_shape_metadata")?;
         let shape = Shape::new(dims)?;
         let needed = shape.size_in_bytes(self.dtype)?;
         let capacity = self.capacity_bytes();
@@ -257,12 +291,13 @@ impl Tensor {
 
     /// A tensor sharing this one's storage with any layout, checked to fit the storage.
     pub(crate) fn with_checked_layout(&self, op: &'static str, layout: Layout) -> Result<Tensor> {
-        let Some(storage) = &self.storage else {
-            return Err(CoreError::Undefined { op });
-        };
-        check_fits(storage, &layout, self.dtype, op)?;
+        match &self.data {
+            None => return Err(CoreError::Undefined { op }),
+            Some(Data::Bytes(storage)) => check_fits(storage, &layout, self.dtype, op)?,
+            Some(Data::Strings(strings)) => strings.check_fits(&layout, op)?,
+        }
         Ok(Tensor {
-            storage: self.storage.clone(),
+            data: self.data.clone(),
             layout,
             dtype: self.dtype,
         })
@@ -274,26 +309,40 @@ impl Tensor {
     /// the storage without re-checking the span; only the block-quantized rule is checked.
     #[inline]
     pub(crate) fn derive(&self, op: &'static str, layout: Layout) -> Result<Tensor> {
-        let Some(storage) = &self.storage else {
-            return Err(CoreError::Undefined { op });
-        };
-        if self.dtype.is_quantized() {
-            check_quantized(&layout, self.dtype, op)?;
+        match &self.data {
+            None => return Err(CoreError::Undefined { op }),
+            Some(Data::Bytes(storage)) => {
+                if self.dtype.is_quantized() {
+                    check_quantized(&layout, self.dtype, op)?;
+                }
+                debug_assert!(
+                    check_fits(storage, &layout, self.dtype, op).is_ok(),
+                    "{op} left the storage"
+                );
+            }
+            Some(Data::Strings(strings)) => {
+                debug_assert!(
+                    strings.check_fits(&layout, op).is_ok(),
+                    "{op} left the text"
+                );
+            }
         }
-        debug_assert!(
-            check_fits(storage, &layout, self.dtype, op).is_ok(),
-            "{op} left the storage"
-        );
         Ok(Tensor {
-            storage: Some(storage.clone()),
+            data: self.data.clone(),
             layout,
             dtype: self.dtype,
         })
     }
 
+    /// The byte storage: an error for the undefined tensor and for string tensors.
     pub(crate) fn defined_storage(&self, op: &'static str) -> Result<&Storage> {
-        match &self.storage {
-            Some(storage) => Ok(storage),
+        match &self.data {
+            Some(Data::Bytes(storage)) => Ok(storage),
+            Some(Data::Strings(_)) => Err(CoreError::UnsupportedDType {
+                op,
+                dtype: self.dtype,
+                reason: STRINGS_HAVE_NO_BYTES,
+            }),
             None => Err(CoreError::Undefined { op }),
         }
     }

@@ -33,8 +33,10 @@ fn descr(dtype: DType) -> Option<&'static str> {
         DType::U32 => "<u4",
         DType::U64 => "<u8",
         DType::Bool => "|b1",
-        // No NumPy equivalent: block formats and the ONNX low-precision types.
-        DType::Q8_0
+        // No NumPy equivalent: block formats and the ONNX low-precision types; text (NumPy's
+        // fixed-width unicode arrays are not read here).
+        DType::String
+        | DType::Q8_0
         | DType::Q4_0
         | DType::F8E4M3FN
         | DType::F8E4M3FNUZ

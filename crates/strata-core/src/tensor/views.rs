@@ -71,6 +71,12 @@ impl Tensor {
     /// This tensor if already contiguous (a cheap clone), otherwise a contiguous copy on the
     /// same device and memory kind.
     pub fn contiguous(&self) -> Result<Tensor> {
+        if self.dtype.is_string() {
+            if self.layout.is_contiguous() {
+                return Ok(self.clone());
+            }
+            return Tensor::from_strings(self.dims(), self.strings()?);
+        }
         if self.layout.is_contiguous() {
             self.defined_storage("contiguous")?;
             return Ok(self.clone());

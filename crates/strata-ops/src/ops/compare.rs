@@ -1,5 +1,6 @@
 //! Comparisons with broadcasting, producing bool: Equal, Less, LessOrEqual, Greater,
-//! GreaterOrEqual, for every numeric dtype and bool. NaN compares false (IEEE).
+//! GreaterOrEqual, for every numeric dtype and bool. NaN compares false (IEEE). Equal also
+//! compares strings (`text::TextEqual`).
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -49,6 +50,11 @@ impl BinaryKind for CompareOp {
         let name = self.name();
         // Greater(a, b) is Less(b, a): swapped operands share one kernel per dtype.
         let swapped = matches!(self, CompareOp::Greater | CompareOp::GreaterOrEqual);
+        if a == DType::String {
+            // Text has equality only (ONNX allows strings in Equal alone), from opset 11.
+            return (matches!(self, CompareOp::Equal) && legacy.is_none())
+                .then(|| Box::new(crate::ops::text::TextEqual) as Box<dyn Kernel>);
+        }
         dispatch_plain!(a, T => Some(match self {
             CompareOp::Equal => compare_kernel(name, legacy, false, |x: T, y: T| (x == y) as u8),
             CompareOp::Less | CompareOp::Greater => {

@@ -55,14 +55,14 @@ pub mod broadcast;
 pub mod cast;
 pub mod clip;
 pub mod compare;
-#[cfg(test)]
-pub(crate) mod test_util;
 pub(crate) mod erf;
 pub(crate) mod f16_bits;
 pub(crate) mod fast_math;
 pub mod float_class;
 pub mod logical;
 pub mod pow;
+#[cfg(test)]
+pub(crate) mod test_util;
 pub mod variadic;
 pub mod where_op;
 
@@ -80,3 +80,4 @@ pub mod resample;
 pub mod selection;
 pub mod signal;
 pub mod spatial;
+pub mod text;

@@ -1,0 +1,31 @@
+//! Text: operators on string tensors (StringNormalizer, StringConcat, StringSplit,
+//! RegexFullMatch, and ai.onnx.ml LabelEncoder), and the wrapper that lets the element-moving
+//! operators carry text ([`movement`]).
+
+mod common;
+mod equal;
+mod label_encoder;
+mod movement;
+mod regex_full_match;
+mod string_concat;
+mod string_normalizer;
+mod string_split;
+
+pub use equal::TextEqual;
+pub use movement::{movement_inputs, DataInputs, TextMovement, MOVEMENT_OPS};
+
+use crate::Constructor;
+
+/// The family's default-domain operators, registered in `registry::ONNX_FAMILIES`.
+pub const OPS: &[(&str, Constructor)] = &[
+    (
+        "StringNormalizer",
+        string_normalizer::StringNormalizer::build,
+    ),
+    ("StringConcat", string_concat::StringConcat::build),
+    ("StringSplit", string_split::StringSplit::build),
+    ("RegexFullMatch", regex_full_match::RegexFullMatch::build),
+];
+
+/// The family's `ai.onnx.ml` operators, registered in `registry::ML_FAMILIES`.
+pub const ML_OPS: &[(&str, Constructor)] = &[("LabelEncoder", label_encoder::LabelEncoder::build)];
