@@ -1,12 +1,12 @@
-//! TfIdfVectorizer (opset 9): counts the n-grams of an integer pool (`pool_int64s`, grouped by
-//! length through `ngram_counts`) in each row of an int32/int64 input of shape [C] or [N, C],
+//! TfIdfVectorizer (opset 9): counts the n-grams of a pool (`pool_int64s` for int32/int64 input,
+//! `pool_strings` for string input; grouped by length through `ngram_counts`) in each row of an
+//! input of shape [C] or [N, C],
 //! n-grams possibly skipping up to `max_skip_count` tokens between items, and writes the counts
 //! (TF), their presence times a weight (IDF) or counts times a weight (TFIDF) as f32 rows of
-//! `max(ngram_indexes) + 1` columns. The pool is compiled into a trie at build time.
-//!
-//! String pools (`pool_strings`, string input) need string tensors and are rejected as
-//! unsupported.
+//! `max(ngram_indexes) + 1` columns. The pool is compiled into a trie at build time; a string
+//! pool is first numbered (a vocabulary of token ids), and string input is mapped through it.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use strata_core::{DType, Device, Tensor};
@@ -41,6 +41,8 @@ struct Vectorizer {
     columns: usize,
     /// Per output column (at least `columns` long), or empty for unit weights.
     weights: Vec<f32>,
+    /// For a string pool: each distinct pool string's id (the trie holds ids).
+    vocabulary: Option<HashMap<Box<str>, i64>>,
 }
 
 #[derive(Debug, Clone)]
@@ -66,13 +68,6 @@ fn non_negative(name: &str, v: i64) -> OpResult<usize> {
 
 impl TfIdfVectorizer {
     pub fn build(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
-        if ctx.attrs.contains("pool_strings") {
-            return Err(OpError::Unsupported {
-                op_type: format!("{OP} with pool_strings (string tensors)"),
-                domain: ctx.domain.to_string(),
-                opset: ctx.opset,
-            });
-        }
         let weighting = match ctx.attrs.string("mode")?.as_deref() {
             Some("TF") => Weighting::Tf,
             Some("IDF") => Weighting::Idf,
@@ -96,13 +91,30 @@ impl TfIdfVectorizer {
             ));
         }
         let max_skip = non_negative("max_skip_count", required_int(ctx, "max_skip_count")?)?;
-        let pool = ctx.attrs.ints("pool_int64s")?.ok_or_else(|| {
-            OpError::attribute(
-                OP,
-                "pool_int64s",
-                "one of pool_int64s or pool_strings is required",
-            )
-        })?;
+        let (pool, vocabulary) = match (
+            ctx.attrs.ints("pool_int64s")?,
+            ctx.attrs.strings("pool_strings")?,
+        ) {
+            (Some(pool), None) => (pool, None),
+            (None, Some(words)) => {
+                let (pool, vocabulary) = number_words(words);
+                (pool, Some(vocabulary))
+            }
+            (found_ints, _) => {
+                return Err(OpError::attribute(
+                    OP,
+                    "pool_int64s",
+                    format!(
+                        "exactly one of pool_int64s or pool_strings is required, found {}",
+                        if found_ints.is_some() {
+                            "both"
+                        } else {
+                            "neither"
+                        }
+                    ),
+                ))
+            }
+        };
         let counts = required_ints(ctx, "ngram_counts")?;
         let indexes = required_ints(ctx, "ngram_indexes")?;
         let columns = indexes
@@ -144,9 +156,23 @@ impl TfIdfVectorizer {
                 trie,
                 columns: output_columns,
                 weights,
+                vocabulary,
             }),
         }))
     }
+}
+
+/// Numbers a string pool: equal strings get equal ids, so the trie works on ids.
+fn number_words(words: Vec<String>) -> (Vec<i64>, HashMap<Box<str>, i64>) {
+    let mut vocabulary: HashMap<Box<str>, i64> = HashMap::new();
+    let pool = words
+        .into_iter()
+        .map(|w| {
+            let next = vocabulary.len() as i64;
+            *vocabulary.entry(w.into_boxed_str()).or_insert(next)
+        })
+        .collect();
+    (pool, vocabulary)
 }
 
 /// Builds the trie of the pool's n-grams whose length lies in `min_gram..=max_gram`. N-grams are
@@ -299,16 +325,24 @@ fn row_shape(dims: &[usize]) -> OpResult<(usize, usize)> {
     }
 }
 
-fn check_dtype(dtype: DType) -> OpResult<()> {
-    match dtype {
-        DType::I32 | DType::I64 => Ok(()),
-        _ => Err(OpError::DType {
-            op: OP.into(),
-            index: 0,
-            expected: "int32 or int64 (string input is not supported yet)".into(),
-            actual: dtype,
-        }),
+/// Integer input for an integer pool, string input for a string pool.
+fn check_dtype(v: &Vectorizer, dtype: DType) -> OpResult<()> {
+    let (ok, expected) = match &v.vocabulary {
+        None => (
+            matches!(dtype, DType::I32 | DType::I64),
+            "int32 or int64 (the pool is pool_int64s)",
+        ),
+        Some(_) => (dtype == DType::String, "string (the pool is pool_strings)"),
+    };
+    if ok {
+        return Ok(());
     }
+    Err(OpError::DType {
+        op: OP.into(),
+        index: 0,
+        expected: expected.into(),
+        actual: dtype,
+    })
 }
 
 impl Operator for TfIdfVectorizer {
@@ -318,7 +352,7 @@ impl Operator for TfIdfVectorizer {
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
         let x = required(OP, inputs, 0)?;
-        check_dtype(x.dtype)?;
+        check_dtype(&self.v, x.dtype)?;
         let columns = Dim::Known(self.v.columns);
         let dims = match x.dims.as_slice() {
             [] | [_] => vec![columns],
@@ -340,8 +374,10 @@ impl Operator for TfIdfVectorizer {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let x = required(OP, inputs, 0)?;
-        check_dtype(x.dtype)?;
-        cpu_plain(OP, x.dtype, device)?;
+        check_dtype(&self.v, x.dtype)?;
+        if !x.dtype.is_string() {
+            cpu_plain(OP, x.dtype, device)?;
+        }
         Ok(Box::new(self.clone()))
     }
 
@@ -363,12 +399,41 @@ fn vectorize<T: strata_core::Element + Copy + Into<i64>>(
     let data = r
         .as_slice()
         .ok_or_else(|| OpError::kernel(OP, "input is not contiguous"))?;
+    vectorize_rows(v, data, c, out, counts);
+    Ok(())
+}
+
+/// String input: every token becomes its pool id (-1, matching nothing, when not in the pool).
+/// Text allocates anyway, so the ids go to a fresh buffer.
+fn vectorize_text(
+    v: &Vectorizer,
+    vocabulary: &HashMap<Box<str>, i64>,
+    x: &Tensor,
+    c: usize,
+    out: &mut [f32],
+    counts: &mut [u32],
+) -> OpResult<()> {
+    let ids: Vec<i64> = x
+        .strings()?
+        .into_iter()
+        .map(|s| vocabulary.get(s).copied().unwrap_or(-1))
+        .collect();
+    vectorize_rows(v, &ids, c, out, counts);
+    Ok(())
+}
+
+fn vectorize_rows<T: Copy + Into<i64>>(
+    v: &Vectorizer,
+    data: &[T],
+    c: usize,
+    out: &mut [f32],
+    counts: &mut [u32],
+) {
     for (row, out_row) in out.chunks_exact_mut(v.columns).enumerate() {
         counts.fill(0);
         v.count_row(&data[row * c..(row + 1) * c], counts);
         v.write_row(counts, out_row);
     }
-    Ok(())
 }
 
 impl Kernel for TfIdfVectorizer {
@@ -403,10 +468,12 @@ impl Kernel for TfIdfVectorizer {
         let counts = counts
             .get_mut(..v.columns)
             .ok_or_else(|| OpError::kernel(OP, "scratch is too small"))?;
-        match x.dtype() {
-            DType::I64 => vectorize::<i64>(v, x, c, out, counts),
-            DType::I32 => vectorize::<i32>(v, x, c, out, counts),
-            other => check_dtype(other),
+        check_dtype(v, x.dtype())?;
+        match (x.dtype(), &v.vocabulary) {
+            (DType::I64, None) => vectorize::<i64>(v, x, c, out, counts),
+            (DType::I32, None) => vectorize::<i32>(v, x, c, out, counts),
+            (DType::String, Some(vocabulary)) => vectorize_text(v, vocabulary, x, c, out, counts),
+            (other, _) => Err(OpError::kernel(OP, format!("no kernel for {other} input"))),
         }
     }
 }
@@ -539,15 +606,36 @@ mod tests {
     }
 
     #[test]
+    fn string_pools_count_tokens() {
+        // Unigrams "a", "b" and the bigram ("b", "a"); "a" appears twice in the pool.
+        let a = Attributes::new(OP)
+            .with("mode", Attr::String("TF".into()))
+            .with("min_gram_length", Attr::Int(1))
+            .with("max_gram_length", Attr::Int(2))
+            .with("max_skip_count", Attr::Int(0))
+            .with("ngram_counts", Attr::Ints(vec![0, 2]))
+            .with("ngram_indexes", Attr::Ints(vec![0, 1, 2]))
+            .with(
+                "pool_strings",
+                Attr::Strings(["a", "b", "b", "a"].map(String::from).to_vec()),
+            );
+        let x = Tensor::from_strings(&[2, 3], ["b", "a", "zz", "a", "a", "b"]).unwrap();
+        let (dims, y) = run(&a, &x).unwrap();
+        assert_eq!(dims, [2, 3]);
+        assert_eq!(y, [1.0, 1.0, 1.0, 2.0, 1.0, 0.0]);
+        let ints = Tensor::from_slice(&[0i64], &[1]).unwrap();
+        assert!(matches!(run(&a, &ints), Err(OpError::DType { .. })));
+    }
+
+    #[test]
     fn bad_attributes_and_inputs_are_errors() {
         let good = attrs("TF", 1, 1, 0, &[0], &[0, 1], &[1, 2]);
         let s = good
             .clone()
             .with("pool_strings", Attr::Strings(vec!["a".into()]));
-        assert!(matches!(
-            build(&s).unwrap_err(),
-            OpError::Unsupported { .. }
-        ));
+        assert!(build(&s).unwrap_err().to_string().contains("both"));
+        let text = Tensor::from_strings(&[1], ["a"]).unwrap();
+        assert!(matches!(run(&good, &text), Err(OpError::DType { .. })));
         let m = good.clone().with("mode", Attr::String("BM25".into()));
         assert!(build(&m).unwrap_err().to_string().contains("mode"));
         // Three items do not make whole bigrams.
