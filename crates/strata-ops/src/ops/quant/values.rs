@@ -60,8 +60,9 @@ pub(crate) fn scratch<'a>(op: &str, io: &KernelIo<'a>) -> OpResult<BytesWrite<'a
     Ok(tensor.write_bytes("quantization kernel")?)
 }
 
-/// The elements of `tensor` in logical order, as f64 values (a new vector: for plan-time
-/// evaluation and tests; kernels use [`read_f64_into`]).
+/// The elements of `tensor` in logical order, as f64 values (a new vector, for tests; kernels
+/// use [`read_f64_into`]).
+#[cfg(test)]
 pub(crate) fn read_f64(op: &str, tensor: &Tensor) -> OpResult<Vec<f64>> {
     let mut values = vec![0.0; tensor.numel()];
     read_f64_into(op, tensor, &mut values)?;
