@@ -1,6 +1,6 @@
 //! String tensors end to end: a model built by our own builder takes text in, moves it through
 //! ordinary operators (Unsqueeze, Transpose, Gather), transforms it with the text operators, and
-//! hands text, bools and integers out — across changing input sizes, repeated runs and
+//! casts between text and numbers, and hands text, bools and numbers out — across changing input sizes, repeated runs and
 //! concurrent contexts.
 
 use std::sync::Arc;
@@ -60,6 +60,16 @@ fn text_model() -> Arc<InferencePlan> {
                 .ints("values_int64s", &[1, 2])
                 .int("default_int64", 0),
         )
+        // Numbers back to text, and text to numbers.
+        .node("Cast", &["ids"], &["id_text"], Attrs::new().int("to", 8))
+        .node(
+            "Cast",
+            &["id_text"],
+            &["id_values"],
+            Attrs::new().int("to", 1),
+        )
+        .output("id_text", DType::String, &[Dim::Sym("N")])
+        .output("id_values", DType::F32, &[Dim::Sym("N")])
         .output("shouted", DType::String, &[Dim::Unknown, Dim::Fixed(1)])
         .output("head", DType::String, &[Dim::Fixed(1)])
         .output("is_apple", DType::Bool, &[Dim::Sym("N")])
@@ -117,6 +127,14 @@ fn text_flows_through_movement_and_text_operators() {
     assert_eq!(out.is_apple, [false, true, false, false, false]);
     assert_eq!(out.has_digit, [false, false, false, true, false]);
     assert_eq!(out.ids, [0, 1, 2, 0, 0]);
+    assert_eq!(
+        ctx.output("id_text").unwrap().strings().unwrap(),
+        ["0", "1", "2", "0", "0"]
+    );
+    assert_eq!(
+        ctx.output("id_values").unwrap().to_vec::<f32>().unwrap(),
+        [0.0, 1.0, 2.0, 0.0, 0.0]
+    );
 
     // A different size re-specializes; the same size again reuses the plan.
     let out = run(&mut ctx, &["pear", "pear"]);

@@ -2,6 +2,7 @@
 //! RegexFullMatch, and ai.onnx.ml LabelEncoder), and the wrapper that lets the element-moving
 //! operators carry text ([`movement`]).
 
+mod cast;
 mod common;
 mod equal;
 mod label_encoder;
@@ -11,6 +12,7 @@ mod string_concat;
 mod string_normalizer;
 mod string_split;
 
+pub use cast::text_cast_kernel;
 pub use equal::TextEqual;
 pub use movement::{movement_inputs, DataInputs, TextMovement, MOVEMENT_OPS};
 
