@@ -11,7 +11,7 @@
 
 use std::fmt;
 
-use strata_core::{bf16, f16, DType, Device, MemoryKind, Tensor};
+use strata_core::{bf16, f16, DType, Device, Tensor};
 
 use super::common::text_input;
 use crate::{Kernel, KernelIo, OpError, OpResult};
@@ -167,23 +167,23 @@ impl Kernel for FormatText {
     }
 }
 
-/// Runs a parse kernel into a fresh output (for tests).
-#[cfg(test)]
-fn parse_into(kernel: &dyn Kernel, x: &Tensor, to: DType) -> OpResult<Tensor> {
-    let out = Tensor::empty(x.dims(), to, Device::Cpu, MemoryKind::Default)?;
-    kernel.run(&KernelIo {
-        inputs: &[x],
-        outputs: &[&out],
-        scratch: None,
-        in_place: None,
-        threads: 1,
-    })?;
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use strata_core::MemoryKind;
+
+    /// Runs a parse kernel into a fresh output (for tests).
+    fn parse_into(kernel: &dyn Kernel, x: &Tensor, to: DType) -> OpResult<Tensor> {
+        let out = Tensor::empty(x.dims(), to, Device::Cpu, MemoryKind::Default)?;
+        kernel.run(&KernelIo {
+            inputs: &[x],
+            outputs: &[&out],
+            scratch: None,
+            in_place: None,
+            threads: 1,
+        })?;
+        Ok(out)
+    }
 
     /// A stand-in for the numeric cast: i64/f64 straight to i32/f32.
     #[derive(Debug)]
@@ -218,13 +218,13 @@ mod tests {
 
     #[test]
     fn text_to_numbers() {
-        let x = Tensor::from_strings(&[5], ["3.14", " 1E8 ", "-inf", "NaN", "+INF"]).unwrap();
+        let x = Tensor::from_strings(&[5], ["2.5", " 1E8 ", "-inf", "NaN", "+INF"]).unwrap();
         let k = text_cast_kernel("Cast", DType::String, DType::F32, narrow).unwrap();
         let y = parse_into(k.as_ref(), &x, DType::F32)
             .unwrap()
             .to_vec::<f32>()
             .unwrap();
-        assert_eq!(y[..3], [3.14, 1e8, f32::NEG_INFINITY]);
+        assert_eq!(y[..3], [2.5, 1e8, f32::NEG_INFINITY]);
         assert!(y[3].is_nan() && y[4] == f32::INFINITY);
         let n = Tensor::from_strings(&[2], ["100.5", "-7"]).unwrap();
         let k = text_cast_kernel("Cast", DType::String, DType::I32, narrow).unwrap();
