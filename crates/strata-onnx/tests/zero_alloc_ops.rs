@@ -3,79 +3,15 @@
 //! GRU, LSTM), DFT, the quantization kernels (QLinearConv, QLinearMatMul, ConvInteger,
 //! MatMulInteger, DynamicQuantizeLinear, QuantizeLinear, DequantizeLinear), Einsum and Det. Each
 //! operator runs in a small model of its own, so a failure names the operator.
-//!
-//! To find where an allocation comes from, run with `STRATA_ALLOC_BACKTRACE=1`: every counted
-//! allocation then prints its size and a backtrace to stderr.
+//! See `alloc_counter` for how allocations are counted (and `STRATA_ALLOC_BACKTRACE=1`).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+mod alloc_counter;
 
 use strata_core::{DType, Tensor};
 use strata_onnx::{models, Attrs, Dim, ModelBuilder};
 use strata_runtime::PlanConfig;
 
-struct Counting;
-
-thread_local! {
-    static WATCHING: Cell<bool> = const { Cell::new(false) };
-}
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-/// Print a backtrace for every counted allocation (set from `STRATA_ALLOC_BACKTRACE`).
-static BACKTRACES: AtomicBool = AtomicBool::new(false);
-
-/// Counts an allocation made while this thread is watched (and reports it when asked to).
-fn record(bytes: usize) {
-    if WATCHING.with(Cell::get) {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        if BACKTRACES.load(Ordering::Relaxed) {
-            // Capturing and printing allocate: stop watching meanwhile.
-            WATCHING.with(|w| w.set(false));
-            eprintln!(
-                "allocation of {bytes} bytes while watching:\n{}",
-                std::backtrace::Backtrace::force_capture()
-            );
-            WATCHING.with(|w| w.set(true));
-        }
-    }
-}
-
-// SAFETY: forwards every call unchanged to the system allocator; the counter has no effect on
-// the memory returned.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        record(layout.size());
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        record(new_size);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
-
-/// Allocations made on this thread by `f`.
-fn allocations_during(f: impl FnOnce()) -> usize {
-    BACKTRACES.store(
-        std::env::var_os("STRATA_ALLOC_BACKTRACE").is_some_and(|v| v != "0"),
-        Ordering::Relaxed,
-    );
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
-    WATCHING.with(|w| w.set(true));
-    f();
-    WATCHING.with(|w| w.set(false));
-    ALLOCATIONS.load(Ordering::Relaxed) - before
-}
+use alloc_counter::allocations_during;
 
 /// Every output's bytes (copied into fresh tensors, so views of the arena compare by value).
 fn snapshot(ctx: &strata_runtime::ExecutionContext) -> Vec<Vec<u8>> {

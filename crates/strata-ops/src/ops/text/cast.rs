@@ -13,7 +13,7 @@ use std::fmt;
 
 use strata_core::{bf16, f16, DType, Device, Tensor};
 
-use super::common::text_input;
+use super::common::{text_input, TextOutputs};
 use crate::{Kernel, KernelIo, OpError, OpResult};
 
 /// The kernel for a cast with text on either side; `numeric_cast(from)` builds the ordinary cast
@@ -25,7 +25,7 @@ pub fn text_cast_kernel(
     numeric_cast: impl Fn(DType) -> Option<Box<dyn Kernel>>,
 ) -> Option<Box<dyn Kernel>> {
     match (from.is_string(), to.is_string()) {
-        (true, true) => Some(Box::new(FormatText { name })),
+        (true, true) => Some(format_kernel(name)),
         (true, false) => {
             let integer = to.is_signed_int() || to.is_unsigned_int() || to.is_sub_byte_int();
             let parsed = if integer { DType::I64 } else { DType::F64 };
@@ -35,11 +35,24 @@ pub fn text_cast_kernel(
                 then: numeric_cast(parsed)?,
             }))
         }
-        (false, true) => {
-            formattable(from).then(|| Box::new(FormatText { name }) as Box<dyn Kernel>)
-        }
+        (false, true) => formattable(from).then(|| format_kernel(name)),
         (false, false) => None,
     }
+}
+
+/// Numbers (or text) to text, made when the node runs.
+fn format_kernel(name: &'static str) -> Box<dyn Kernel> {
+    TextOutputs::boxed(name, move |inputs| {
+        let x = inputs
+            .first()
+            .copied()
+            .ok_or_else(|| OpError::MissingInput {
+                op: name.to_string(),
+                index: 0,
+            })?;
+        let text = format_all(name, x)?;
+        Ok(vec![Tensor::from_strings(x.dims(), text)?])
+    })
 }
 
 fn formattable(dtype: DType) -> bool {
@@ -96,17 +109,6 @@ impl Kernel for ParseText {
     }
 }
 
-/// Numbers (or text) to text; the output has no planned memory, so this runs to outputs.
-struct FormatText {
-    name: &'static str,
-}
-
-impl fmt::Debug for FormatText {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "FormatText({})", self.name)
-    }
-}
-
 /// Special values as the spec spells them; the rest in Rust's shortest round-trip form.
 fn float_text<F: Into<f64> + fmt::Display + Copy>(x: F) -> String {
     let wide: f64 = x.into();
@@ -147,23 +149,6 @@ fn format_all(op: &str, x: &Tensor) -> OpResult<Vec<String>> {
             dtype: other,
             device: Device::Cpu,
         }),
-    }
-}
-
-impl Kernel for FormatText {
-    fn run(&self, _io: &KernelIo<'_>) -> OpResult<()> {
-        Err(OpError::kernel(
-            self.name,
-            "text outputs are made by run_to_outputs",
-        ))
-    }
-
-    fn run_to_outputs(&self, inputs: &[&Tensor], _threads: usize) -> Option<OpResult<Vec<Tensor>>> {
-        let x = inputs.first().copied()?;
-        Some(
-            format_all(self.name, x)
-                .and_then(|text| Ok(vec![Tensor::from_strings(x.dims(), text)?])),
-        )
     }
 }
 

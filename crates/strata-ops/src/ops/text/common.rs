@@ -2,8 +2,48 @@
 
 use strata_core::{DType, StringBuffer, Tensor};
 
+use std::fmt;
+
 use crate::ops::broadcast::{expanded, Row, Walk};
-use crate::{Fact, OpError, OpResult};
+use crate::{Fact, Kernel, KernelIo, OpError, OpResult};
+
+/// The kernel of an operator whose outputs are text: text has no planned memory, so the kernel
+/// makes its outputs when it runs (`run_to_outputs`, which the runtime calls for such nodes).
+pub struct TextOutputs<F> {
+    op: &'static str,
+    make: F,
+}
+
+impl<F> TextOutputs<F>
+where
+    F: Fn(&[&Tensor]) -> OpResult<Vec<Tensor>> + Send + Sync + 'static,
+{
+    pub fn boxed(op: &'static str, make: F) -> Box<dyn Kernel> {
+        Box::new(TextOutputs { op, make })
+    }
+}
+
+impl<F> fmt::Debug for TextOutputs<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TextOutputs({})", self.op)
+    }
+}
+
+impl<F> Kernel for TextOutputs<F>
+where
+    F: Fn(&[&Tensor]) -> OpResult<Vec<Tensor>> + Send + Sync,
+{
+    fn run(&self, _io: &KernelIo<'_>) -> OpResult<()> {
+        Err(OpError::kernel(
+            self.op,
+            "text outputs are made by run_to_outputs, not into planned memory",
+        ))
+    }
+
+    fn run_to_outputs(&self, inputs: &[&Tensor], _threads: usize) -> Option<OpResult<Vec<Tensor>>> {
+        Some((self.make)(inputs))
+    }
+}
 
 /// Input `index` of a text operator's facts: present and a string.
 pub fn text_fact<'a>(op: &str, inputs: &[&'a Fact], index: usize) -> OpResult<&'a Fact> {

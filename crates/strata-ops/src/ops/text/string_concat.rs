@@ -3,9 +3,9 @@
 
 use strata_core::{DType, Tensor};
 
-use super::common::{for_each_pair, text_fact, text_input};
+use super::common::{for_each_pair, text_fact, text_input, TextOutputs};
 use crate::fact::{broadcast_dims, broadcast_shapes};
-use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{Fact, Kernel, OpContext, OpResult, Operator};
 
 const OP: &str = "StringConcat";
 
@@ -37,23 +37,7 @@ impl Operator for StringConcat {
         _outputs: &[&Fact],
         _device: strata_core::Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        Ok(Box::new(ConcatKernel))
-    }
-}
-
-#[derive(Debug)]
-struct ConcatKernel;
-
-impl Kernel for ConcatKernel {
-    fn run(&self, _io: &KernelIo<'_>) -> OpResult<()> {
-        Err(OpError::kernel(
-            OP,
-            "text outputs are made by run_to_outputs",
-        ))
-    }
-
-    fn run_to_outputs(&self, inputs: &[&Tensor], _threads: usize) -> Option<OpResult<Vec<Tensor>>> {
-        Some(concat(inputs))
+        Ok(TextOutputs::boxed(OP, concat))
     }
 }
 
@@ -68,6 +52,7 @@ fn concat(inputs: &[&Tensor]) -> OpResult<Vec<Tensor>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::OpError;
 
     #[test]
     fn concatenates_with_broadcasting_and_utf8() {

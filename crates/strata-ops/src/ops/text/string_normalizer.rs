@@ -10,8 +10,8 @@ use std::collections::HashSet;
 
 use strata_core::{DType, Tensor};
 
-use super::common::{text_fact, text_input};
-use crate::{Attributes, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use super::common::{text_fact, text_input, TextOutputs};
+use crate::{Attributes, Dim, Fact, Kernel, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "StringNormalizer";
 
@@ -128,23 +128,8 @@ impl Operator for StringNormalizer {
         _outputs: &[&Fact],
         _device: strata_core::Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        Ok(Box::new(NormalizeKernel(self.clone())))
-    }
-}
-
-#[derive(Debug)]
-struct NormalizeKernel(StringNormalizer);
-
-impl Kernel for NormalizeKernel {
-    fn run(&self, _io: &KernelIo<'_>) -> OpResult<()> {
-        Err(OpError::kernel(
-            OP,
-            "text outputs are made by run_to_outputs",
-        ))
-    }
-
-    fn run_to_outputs(&self, inputs: &[&Tensor], _threads: usize) -> Option<OpResult<Vec<Tensor>>> {
-        Some(normalize(&self.0, inputs))
+        let op = self.clone();
+        Ok(TextOutputs::boxed(OP, move |inputs| normalize(&op, inputs)))
     }
 }
 

@@ -5,8 +5,8 @@
 
 use strata_core::{DType, Tensor};
 
-use super::common::{text_fact, text_input};
-use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use super::common::{text_fact, text_input, TextOutputs};
+use crate::{Dim, Fact, Kernel, OpContext, OpResult, Operator};
 
 const OP: &str = "StringSplit";
 
@@ -97,23 +97,8 @@ impl Operator for StringSplit {
         _outputs: &[&Fact],
         _device: strata_core::Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        Ok(Box::new(SplitKernel(self.clone())))
-    }
-}
-
-#[derive(Debug)]
-struct SplitKernel(StringSplit);
-
-impl Kernel for SplitKernel {
-    fn run(&self, _io: &KernelIo<'_>) -> OpResult<()> {
-        Err(OpError::kernel(
-            OP,
-            "text outputs are made by run_to_outputs",
-        ))
-    }
-
-    fn run_to_outputs(&self, inputs: &[&Tensor], _threads: usize) -> Option<OpResult<Vec<Tensor>>> {
-        Some(split(&self.0, inputs))
+        let op = self.clone();
+        Ok(TextOutputs::boxed(OP, move |inputs| split(&op, inputs)))
     }
 }
 
@@ -138,6 +123,7 @@ fn split(op: &StringSplit, inputs: &[&Tensor]) -> OpResult<Vec<Tensor>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::OpError;
 
     fn op(delimiter: Option<&str>, maxsplit: Option<usize>) -> StringSplit {
         StringSplit {
