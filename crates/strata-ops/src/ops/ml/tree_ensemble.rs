@@ -313,7 +313,7 @@ impl Operator for TreeEnsemble {
         }
         let n = match x.dims.as_slice() {
             [n, f] => {
-                check_features(f.known(), m.forest.features_read())?;
+                m.forest.check_features(OP, f.known())?;
                 n.clone()
             }
             other => {
@@ -341,22 +341,7 @@ impl Operator for TreeEnsemble {
 
     /// One row of f64 scores.
     fn scratch_bytes(&self, _inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
-        self.model
-            .forest
-            .targets()
-            .checked_mul(std::mem::size_of::<f64>())
-            .ok_or_else(|| OpError::shape(OP, "too many targets"))
-    }
-}
-
-/// X must hold every feature the trees read.
-fn check_features(features: Option<usize>, read: usize) -> OpResult<()> {
-    match features {
-        Some(f) if f < read => Err(OpError::shape(
-            OP,
-            format!("X has {f} features, the trees read feature {}", read - 1),
-        )),
-        _ => Ok(()),
+        self.model.forest.score_scratch_bytes(OP)
     }
 }
 
@@ -418,7 +403,7 @@ impl Kernel for TreeEnsemble {
                 format!("X must be [N, F], got {:?}", x.dims()),
             ));
         };
-        check_features(Some(f), m.forest.features_read())?;
+        m.forest.check_features(OP, Some(f))?;
         if x.dtype() != m.dtype || y.dtype() != m.dtype || y.dims() != [n, targets] {
             return Err(OpError::kernel(
                 OP,

@@ -316,7 +316,7 @@ impl Operator for TreeEnsembleRegressor {
                 ))
             }
         };
-        check_features(f.known(), self.model.forest.features_read())?;
+        self.model.forest.check_features(OP, f.known())?;
         Ok(vec![Fact::new(
             DType::F32,
             vec![n, Dim::Known(self.model.forest.targets())],
@@ -337,21 +337,7 @@ impl Operator for TreeEnsembleRegressor {
 
     /// One row of f64 scores.
     fn scratch_bytes(&self, _inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
-        self.model
-            .forest
-            .targets()
-            .checked_mul(std::mem::size_of::<f64>())
-            .ok_or_else(|| OpError::shape(OP, "too many targets"))
-    }
-}
-
-fn check_features(features: Option<usize>, read: usize) -> OpResult<()> {
-    match features {
-        Some(f) if f < read => Err(OpError::shape(
-            OP,
-            format!("X has {f} features, the trees read feature {}", read - 1),
-        )),
-        _ => Ok(()),
+        self.model.forest.score_scratch_bytes(OP)
     }
 }
 
@@ -412,7 +398,7 @@ impl Kernel for TreeEnsembleRegressor {
         let (x, y) = (io.input(0), io.output(0));
         let targets = m.forest.targets();
         let (n, f) = rows_and_features(x.dims())?;
-        check_features(Some(f), m.forest.features_read())?;
+        m.forest.check_features(OP, Some(f))?;
         if y.dtype() != DType::F32 || y.dims() != [n, targets] {
             return Err(OpError::kernel(
                 OP,

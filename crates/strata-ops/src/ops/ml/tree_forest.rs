@@ -239,6 +239,25 @@ impl Forest {
         })
     }
 
+    /// Scratch for one row of f64 scores, named for `op`'s errors.
+    pub fn score_scratch_bytes(&self, op: &str) -> OpResult<usize> {
+        self.targets()
+            .checked_mul(std::mem::size_of::<f64>())
+            .ok_or_else(|| OpError::shape(op, "too many targets"))
+    }
+
+    /// X, with `features` columns (if known), must hold every feature the trees read.
+    pub fn check_features(&self, op: &str, features: Option<usize>) -> OpResult<()> {
+        let read = self.features_read();
+        match features {
+            Some(f) if f < read => Err(OpError::shape(
+                op,
+                format!("X has {f} features, the trees read feature {}", read - 1),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     pub fn targets(&self) -> usize {
         self.targets
     }
