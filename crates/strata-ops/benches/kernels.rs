@@ -4,7 +4,10 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use strata_ops::kernels::{conv_f32, conv_output_dims, conv_scratch_len, gemm_f32, ConvParams};
+use strata_ops::kernels::gemm_f32;
+use strata_ops::ops::convolution::conv_kernel::{
+    conv_f32, conv_output_dims, conv_scratch_len, ConvParams,
+};
 
 const THREADS: [usize; 2] = [1, 2];
 

@@ -8,14 +8,13 @@ pub mod attributes;
 pub mod error;
 pub mod fact;
 pub mod kernels;
-pub mod numeric;
 pub mod operator;
 pub mod ops;
-pub mod registry;
-pub mod strided;
+mod registry;
+pub mod support;
 
 pub use attributes::{Attr, Attributes};
 pub use error::{OpError, OpResult};
 pub use fact::{broadcast_dims, broadcast_shapes, int_values, Dim, Fact};
-pub use operator::{Kernel, KernelIo, Operator};
-pub use registry::{build_operator, is_supported, supported_ops, Constructor, OpContext};
+pub use operator::{Constructor, Kernel, KernelIo, OpContext, OpTable, Operator};
+pub use registry::{build_operator, is_supported, supported_ops};

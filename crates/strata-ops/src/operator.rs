@@ -6,7 +6,7 @@ use std::fmt;
 
 use strata_core::{Device, Tensor};
 
-use crate::{Fact, OpResult};
+use crate::{Attributes, Fact, OpResult};
 
 /// An operator instance with its validated attributes.
 pub trait Operator: Send + Sync + fmt::Debug {
@@ -101,3 +101,22 @@ impl<'a> KernelIo<'a> {
 }
 
 static UNDEFINED: std::sync::LazyLock<Tensor> = std::sync::LazyLock::new(Tensor::undefined);
+
+/// Everything a constructor needs to know about the node.
+pub struct OpContext<'a> {
+    pub op_type: &'a str,
+    pub domain: &'a str,
+    /// The opset version imported for the node's domain.
+    pub opset: i64,
+    pub attrs: &'a Attributes,
+    /// How many inputs and outputs the node lists (optional ones left empty included).
+    pub num_inputs: usize,
+    pub num_outputs: usize,
+}
+
+/// Builds an operator from its node's context.
+pub type Constructor = fn(&OpContext) -> OpResult<Box<dyn Operator>>;
+
+/// One table of (op type, constructor) pairs; a family lists its tables and the registry reads
+/// the families.
+pub type OpTable = &'static [(&'static str, Constructor)];

@@ -6,21 +6,23 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 struct Counting;
 
 thread_local! {
     static WATCHING: Cell<bool> = const { Cell::new(false) };
+    // Per thread: tests of one binary run concurrently, and one test's allocations must not
+    // count against another's window.
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
 }
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
 /// Print a backtrace for every counted allocation (set from `STRATA_ALLOC_BACKTRACE`).
 static BACKTRACES: AtomicBool = AtomicBool::new(false);
 
 /// Counts an allocation made while this thread is watched (and reports it when asked to).
 fn record(bytes: usize) {
     if WATCHING.with(Cell::get) {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
         if BACKTRACES.load(Ordering::Relaxed) {
             // Capturing and printing allocate: stop watching meanwhile.
             WATCHING.with(|w| w.set(false));
@@ -63,9 +65,9 @@ pub fn allocations_during(f: impl FnOnce()) -> usize {
         std::env::var_os("STRATA_ALLOC_BACKTRACE").is_some_and(|v| v != "0"),
         Ordering::Relaxed,
     );
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = ALLOCATIONS.with(Cell::get);
     WATCHING.with(|w| w.set(true));
     f();
     WATCHING.with(|w| w.set(false));
-    ALLOCATIONS.load(Ordering::Relaxed) - before
+    ALLOCATIONS.with(Cell::get) - before
 }

@@ -7,7 +7,7 @@
 
 use num_traits::{Float, Zero};
 
-use crate::numeric::Real;
+use crate::support::numeric::Real;
 use crate::{OpError, OpResult};
 
 const OP: &str = "Attention";

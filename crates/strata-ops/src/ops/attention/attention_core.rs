@@ -10,7 +10,7 @@ use strata_core::{bf16, f16};
 use super::attention_bias::Bias;
 use super::attention_geometry::Geometry;
 use crate::kernels::{gemm, GemmFloat};
-use crate::numeric::{Real, WideFloat};
+use crate::support::numeric::{Real, WideFloat};
 use crate::OpResult;
 
 /// What the optional `qk_matmul_output` holds (`qk_matmul_output_mode`).

@@ -16,8 +16,8 @@ use super::attention_bias::{Bias, Mask, MaskValues};
 use super::attention_core::{attend, Buffers, QkCapture, ScoreParams, SoftmaxPrecision};
 use super::attention_geometry::{Geometry, InputDims};
 use crate::kernels::GemmFloat;
-use crate::numeric::{Real, WideFloat};
-use crate::ops::axes::{optional, required};
+use crate::support::axes::{optional, required};
+use crate::support::numeric::{Real, WideFloat};
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "Attention";
@@ -675,7 +675,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::test_util::OpRun;
+    use crate::support::test_util::OpRun;
     use crate::{Attr, Attributes};
 
     /// Runs Attention (opset 23) and returns Y and qk_matmul_output.

@@ -11,8 +11,8 @@ use std::marker::PhantomData;
 use num_traits::Zero;
 use strata_core::{DType, Device};
 
-use crate::numeric::{Real, WideFloat};
-use crate::ops::axes::{optional, required};
+use crate::support::axes::{optional, required};
+use crate::support::numeric::{Real, WideFloat};
 use crate::{dispatch_float, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "CausalConvWithState";
@@ -266,7 +266,7 @@ impl<T: Real> Kernel for CausalConvKernel<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::test_util::OpRun;
+    use crate::support::test_util::OpRun;
     use crate::Attr;
     use strata_core::Tensor;
 

@@ -12,8 +12,8 @@ use std::marker::PhantomData;
 use num_traits::Zero;
 use strata_core::{DType, Device};
 
-use crate::numeric::{Real, WideFloat};
-use crate::ops::axes::{optional, required};
+use crate::support::axes::{optional, required};
+use crate::support::numeric::{Real, WideFloat};
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "LinearAttention";
@@ -446,7 +446,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::test_util::OpRun;
+    use crate::support::test_util::OpRun;
     use crate::Attr;
     use strata_core::Tensor;
 

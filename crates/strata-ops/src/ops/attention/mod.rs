@@ -9,7 +9,7 @@ mod linear_attention;
 mod rotary_embedding;
 mod swiglu;
 
-use crate::Constructor;
+use crate::OpTable;
 
 pub use attention_op::Attention;
 pub use causal_conv_with_state::CausalConvWithState;
@@ -17,11 +17,11 @@ pub use linear_attention::LinearAttention;
 pub use rotary_embedding::RotaryEmbedding;
 pub use swiglu::SwiGlu;
 
-/// The family's operators, registered in `registry::ONNX_FAMILIES`.
-pub const OPS: &[(&str, Constructor)] = &[
+/// The family's operators, read by the registry.
+pub const OPS: &[OpTable] = &[&[
     ("Attention", Attention::build),
     ("RotaryEmbedding", RotaryEmbedding::build),
     ("SwiGLU", SwiGlu::build),
     ("LinearAttention", LinearAttention::build),
     ("CausalConvWithState", CausalConvWithState::build),
-];
+]];

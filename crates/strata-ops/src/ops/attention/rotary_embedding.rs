@@ -9,8 +9,8 @@ use std::marker::PhantomData;
 
 use strata_core::{DType, Device};
 
-use crate::numeric::Real;
-use crate::ops::axes::{optional, required};
+use crate::support::axes::{optional, required};
+use crate::support::numeric::Real;
 use crate::{dispatch_float, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "RotaryEmbedding";
@@ -310,7 +310,7 @@ impl<T: Real> Kernel for RotaryKernel<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::test_util::OpRun;
+    use crate::support::test_util::OpRun;
     use crate::Attributes;
     use strata_core::Tensor;
 

@@ -7,8 +7,8 @@ use std::marker::PhantomData;
 
 use strata_core::{DType, Device};
 
-use crate::numeric::{Real, WideFloat};
-use crate::ops::axes::required;
+use crate::support::axes::required;
+use crate::support::numeric::{Real, WideFloat};
 use crate::{dispatch_float, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "SwiGLU";
@@ -141,7 +141,7 @@ impl<T: Real> Kernel for SwiGluKernel<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::test_util::OpRun;
+    use crate::support::test_util::OpRun;
     use crate::Attr;
     use strata_core::Tensor;
 

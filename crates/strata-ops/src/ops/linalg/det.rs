@@ -6,8 +6,8 @@ use std::marker::PhantomData;
 
 use strata_core::{DType, Device, Element};
 
-use crate::numeric::Real;
-use crate::ops::axes::required;
+use crate::support::axes::required;
+use crate::support::numeric::Real;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "Det";
@@ -214,7 +214,7 @@ mod tests {
 
     #[test]
     fn batched_kernel_and_bad_shapes() {
-        use crate::ops::test_util::OpRun;
+        use crate::support::test_util::OpRun;
         use strata_core::Tensor;
         let x =
             Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 2.0, 0.0, 0.0, 2.0], &[2, 2, 2]).unwrap();

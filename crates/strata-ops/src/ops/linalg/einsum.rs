@@ -11,7 +11,7 @@ use strata_core::{DType, Device, Element};
 
 use super::einsum_plan::{Equation, Plan, View};
 use crate::kernels::{gemm, Float, GemmFloat};
-use crate::numeric::Real;
+use crate::support::numeric::Real;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "Einsum";
@@ -322,7 +322,7 @@ fn advance(idx: &mut [usize], sizes: &[usize], strides: &[usize], mut offset: us
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::test_util::OpRun;
+    use crate::support::test_util::OpRun;
     use crate::{Attr, Attributes};
     use strata_core::Tensor;
 

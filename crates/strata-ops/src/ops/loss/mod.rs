@@ -3,12 +3,12 @@
 pub mod nll;
 pub mod softmax_cross_entropy;
 
-use crate::Constructor;
+use crate::OpTable;
 use nll::NllLoss;
 use softmax_cross_entropy::SoftmaxCrossEntropy;
 
-/// The family's operators, registered in `registry::ONNX_FAMILIES`.
-pub const OPS: &[(&str, Constructor)] = &[
+/// The family's operators, read by the registry.
+pub const OPS: &[OpTable] = &[&[
     ("NegativeLogLikelihoodLoss", NllLoss::build),
     ("SoftmaxCrossEntropyLoss", SoftmaxCrossEntropy::build),
-];
+]];

@@ -9,10 +9,10 @@ use std::marker::PhantomData;
 use num_traits::{One, Zero};
 use strata_core::{DType, Device, Tensor};
 
-use crate::numeric::Real;
-use crate::ops::axes::{check_int_input, optional, required};
-use crate::ops::gather_elements::{with_indices, Indices};
+use crate::ops::indexing::gather_elements::{with_indices, Indices};
 use crate::ops::normalization::common::{contiguous, contiguous_mut, float_input, same_dtype};
+use crate::support::axes::{check_int_input, optional, required};
+use crate::support::numeric::Real;
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 /// How the per-element losses are combined.
@@ -271,7 +271,7 @@ impl<T: Real> Kernel for NllKernel<T> {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::test_util::{assert_close, run_outputs as run};
+    use crate::support::test_util::{assert_close, run_outputs as run};
     use crate::Attr;
     use strata_core::Tensor;
 

@@ -7,9 +7,9 @@ use std::marker::PhantomData;
 use strata_core::Device;
 
 use super::nll::{loss_kernel, LossConfig};
-use crate::numeric::Real;
+use crate::ops::activation::softmax::{apply_lanes, SoftmaxKind};
 use crate::ops::normalization::common::{contiguous, contiguous_mut, float_input};
-use crate::ops::softmax::{apply_lanes, SoftmaxKind};
+use crate::support::numeric::Real;
 use crate::{dispatch_float, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "SoftmaxCrossEntropyLoss";
@@ -134,7 +134,7 @@ impl<T: Real> Kernel for SceKernel<T> {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::test_util::{assert_close, run_outputs as run};
+    use crate::support::test_util::{assert_close, run_outputs as run};
     use crate::Attr;
     use strata_core::Tensor;
 

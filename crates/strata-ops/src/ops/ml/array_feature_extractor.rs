@@ -6,8 +6,8 @@
 
 use strata_core::{DType, Device, Tensor};
 
-use crate::ops::axes::{check_int_input, cpu_plain, required};
-use crate::ops::gather_elements::{resolve_index, with_indices, Indices};
+use crate::ops::indexing::gather_elements::{resolve_index, with_indices, Indices};
+use crate::support::axes::{check_int_input, cpu_plain, required};
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "ArrayFeatureExtractor";

@@ -4,7 +4,7 @@
 
 use strata_core::{DType, Device, Element, Tensor};
 
-use crate::ops::axes::{cpu_plain, required};
+use crate::support::axes::{cpu_plain, required};
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "Binarizer";

@@ -10,10 +10,10 @@ mod tree_ensemble;
 mod tree_ensemble_regressor;
 mod tree_forest;
 
-use crate::Constructor;
+use crate::OpTable;
 
 /// The domain's operators, registered in `registry::ML_FAMILIES`.
-pub const OPS: &[(&str, Constructor)] = &[
+pub const OPS: &[OpTable] = &[&[
     (
         "ArrayFeatureExtractor",
         array_feature_extractor::ArrayFeatureExtractor::build,
@@ -24,4 +24,4 @@ pub const OPS: &[(&str, Constructor)] = &[
         "TreeEnsembleRegressor",
         tree_ensemble_regressor::TreeEnsembleRegressor::build,
     ),
-];
+]];

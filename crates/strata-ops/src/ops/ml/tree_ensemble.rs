@@ -14,8 +14,8 @@ use strata_core::{f16, DType, Device, Tensor};
 
 use super::post_transform::PostTransform;
 use super::tree_forest::{BranchSpec, Comparison, Contribution, Forest, Next, ScoreValue};
-use crate::ops::axes::{cpu_plain, required};
-use crate::ops::scratch::scratch_as;
+use crate::support::axes::{cpu_plain, required};
+use crate::support::scratch::scratch_as;
 use crate::{Attributes, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "TreeEnsemble";

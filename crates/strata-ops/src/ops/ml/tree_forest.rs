@@ -11,7 +11,7 @@ use std::cmp::Ordering;
 
 use strata_core::f16;
 
-use crate::numeric::Real;
+use crate::support::numeric::Real;
 use crate::{OpError, OpResult};
 
 /// A branch node's comparison of `x[feature]` against its threshold (or set).

@@ -4,8 +4,8 @@
 
 use strata_core::{DType, Device, Element, ReadGuard, Tensor, WriteGuard};
 
-use crate::numeric::{Real, WideFloat};
-use crate::ops::axes::{optional, required};
+use crate::support::axes::{optional, required};
+use crate::support::numeric::{Real, WideFloat};
 use crate::{Dim, Fact, OpError, OpResult};
 
 /// Input `index`, required, with a floating-point dtype.

@@ -12,8 +12,8 @@ use strata_core::Device;
 use super::common::{
     check_vector, contiguous, contiguous_mut, cpu_only, float_input, mean_var, same_dtype,
 };
-use crate::numeric::{Real, WideFloat};
-use crate::ops::axes::required;
+use crate::support::axes::required;
+use crate::support::numeric::{Real, WideFloat};
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 /// How the channels are grouped.
@@ -203,7 +203,7 @@ impl<T: Real> Kernel for GroupNormKernel<T> {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::test_util::{assert_close, run_outputs};
+    use crate::support::test_util::{assert_close, run_outputs};
     use crate::Attr;
     use strata_core::Tensor;
 

@@ -13,9 +13,9 @@ use super::common::{
     block_param_len, check_block_param, contiguous, contiguous_mut, cpu_only, float_input,
     same_dtype,
 };
-use crate::numeric::{Real, WideFloat};
-use crate::ops::axes::{normalize_axis, optional, required};
-use crate::ops::cast::dtype_from_onnx_code;
+use crate::ops::cast::cast::dtype_from_onnx_code;
+use crate::support::axes::{normalize_axis, optional, required};
+use crate::support::numeric::{Real, WideFloat};
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 /// Whether the rows are centered before scaling.
@@ -234,7 +234,7 @@ fn write_stats<W: Float>(op: &str, out: &Tensor, values: &[W], rows: usize) -> O
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::test_util::{assert_close, run_outputs};
+    use crate::support::test_util::{assert_close, run_outputs};
     use crate::Attr;
     use strata_core::{f16, Tensor};
 

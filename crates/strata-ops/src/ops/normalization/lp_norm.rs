@@ -8,8 +8,8 @@ use num_traits::{Float, Zero};
 use strata_core::Device;
 
 use super::common::{contiguous, contiguous_mut, cpu_only, float_input};
-use crate::numeric::Real;
-use crate::ops::axes::normalize_axis;
+use crate::support::axes::normalize_axis;
+use crate::support::numeric::Real;
 use crate::{dispatch_float, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "LpNormalization";
@@ -110,7 +110,7 @@ impl<T: Real> Kernel for LpNormKernel<T> {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::test_util::{assert_close, run_outputs};
+    use crate::support::test_util::{assert_close, run_outputs};
     use crate::Attr;
     use strata_core::Tensor;
 

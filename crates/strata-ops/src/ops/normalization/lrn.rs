@@ -9,7 +9,7 @@ use num_traits::{Float, Zero};
 use strata_core::Device;
 
 use super::common::{contiguous, contiguous_mut, cpu_only, float_input};
-use crate::numeric::{Real, WideFloat};
+use crate::support::numeric::{Real, WideFloat};
 use crate::{dispatch_float, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "LRN";
@@ -116,7 +116,7 @@ impl<T: Real> Kernel for LrnKernel<T> {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::test_util::{assert_close, run_outputs};
+    use crate::support::test_util::{assert_close, run_outputs};
     use crate::Attr;
     use strata_core::Tensor;
 

@@ -9,9 +9,9 @@ use smallvec::SmallVec;
 use strata_core::Device;
 
 use super::common::{contiguous, contiguous_mut, cpu_only, float_input};
-use crate::numeric::{Real, WideFloat};
-use crate::ops::axes::{contiguous_strides, normalize_axes, Axes};
-use crate::ops::gather_elements::for_each_index;
+use crate::ops::indexing::gather_elements::for_each_index;
+use crate::support::axes::{contiguous_strides, normalize_axes, Axes};
+use crate::support::numeric::{Real, WideFloat};
 use crate::{dispatch_float, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "MeanVarianceNormalization";
@@ -118,7 +118,7 @@ impl<T: Real> Kernel for MvnKernel<T> {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::test_util::{assert_close, run_outputs};
+    use crate::support::test_util::{assert_close, run_outputs};
     use crate::Attr;
     use strata_core::Tensor;
 

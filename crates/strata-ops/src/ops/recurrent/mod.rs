@@ -3,17 +3,17 @@
 mod activation;
 mod gru;
 mod lstm;
-mod op;
+mod recurrent_op;
 mod rnn;
 mod sequence;
 
-pub use op::Recurrent;
+pub use recurrent_op::Recurrent;
 
-use crate::Constructor;
+use crate::OpTable;
 
-/// The family's operators, registered in `registry::ONNX_FAMILIES`.
-pub const OPS: &[(&str, Constructor)] = &[
+/// The family's operators, read by the registry.
+pub const OPS: &[OpTable] = &[&[
     ("RNN", Recurrent::build_rnn),
     ("GRU", Recurrent::build_gru),
     ("LSTM", Recurrent::build_lstm),
-];
+]];

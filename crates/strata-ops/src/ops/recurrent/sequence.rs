@@ -11,10 +11,10 @@ use strata_core::{DType, Device, ReadGuard, Tensor, WriteGuard};
 use super::activation::{Activation, RecurrentFloat};
 use super::gru::gru_step;
 use super::lstm::lstm_step;
-use super::op::{Cell, Recurrent};
 use super::rnn::rnn_step;
 use crate::kernels::gemm;
-use crate::ops::scratch::{carve, scratch_as};
+use crate::ops::recurrent::recurrent_op::{Cell, Recurrent};
+use crate::support::scratch::{carve, scratch_as};
 use crate::{Kernel, KernelIo, OpError, OpResult};
 
 /// What a cell needs for one time step of one direction.
@@ -523,7 +523,7 @@ impl Kernel for SequenceKernel {
 mod tests {
     use strata_core::Tensor;
 
-    use crate::ops::test_util::OpRun;
+    use crate::support::test_util::OpRun;
     use crate::Attr;
 
     fn t(values: &[f32], dims: &[usize]) -> Tensor {

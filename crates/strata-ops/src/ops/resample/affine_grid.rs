@@ -11,7 +11,7 @@ use smallvec::SmallVec;
 use strata_core::{DType, Device, Tensor};
 
 use crate::kernels::gemm::{gemm, GemmFloat};
-use crate::ops::axes::{check_int_input, known_ints, read_ints, required};
+use crate::support::axes::{check_int_input, known_ints, read_ints, required};
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "AffineGrid";

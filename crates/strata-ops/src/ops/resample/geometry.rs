@@ -154,7 +154,7 @@ impl ResizeSpec {
         };
         let mut out: SmallVec<[usize; 8]> = SmallVec::new();
         for &a in axes {
-            let axis = crate::ops::axes::normalize_axis(self.op, "axes", a, rank)?;
+            let axis = crate::support::axes::normalize_axis(self.op, "axes", a, rank)?;
             if out.contains(&axis) {
                 return Err(OpError::attribute(
                     self.op,

@@ -12,7 +12,7 @@ use smallvec::SmallVec;
 use strata_core::{Device, Tensor};
 
 use super::sample::{dispatch_sample, is_sampled, Sample};
-use crate::ops::axes::required;
+use crate::support::axes::required;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "GridSample";

@@ -15,8 +15,8 @@ use strata_core::{DType, Device, Tensor};
 use super::geometry::{AspectPolicy, AxisGeometry, CoordMode, Filter, NearestMode, ResizeSpec};
 use super::interpolate::{resize_into, tap_table_bytes};
 use super::sample::is_sampled;
-use crate::numeric::Real;
-use crate::ops::axes::{optional, required};
+use crate::support::axes::{optional, required};
+use crate::support::numeric::Real;
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 /// Where the scales come from.
@@ -213,7 +213,7 @@ impl Operator for Resize {
             self.check_float("roi", 1, f.dtype)?;
         }
         if let Some(i) = self.sizes {
-            crate::ops::axes::check_int_input(op, inputs, i)?;
+            crate::support::axes::check_int_input(op, inputs, i)?;
         }
         let axes = self.spec.resized_axes(x.rank())?;
         let dims = match self.fact_geometry(inputs)? {

@@ -5,7 +5,7 @@
 use num_traits::ToPrimitive;
 use strata_core::{bf16, f16, DType, Element};
 
-use crate::numeric::{Real, WideFloat};
+use crate::support::numeric::{Real, WideFloat};
 
 pub(crate) trait Sample: Element + Copy {
     fn load(self) -> f64;

@@ -1,19 +1,17 @@
-//! Selection and reordering: Unique, NonMaxSuppression, ReverseSequence, TensorScatter.
+//! Choosing elements by value: TopK, Unique, NonMaxSuppression.
 
 mod non_max_suppression;
-mod reverse_sequence;
-mod tensor_scatter;
+pub mod topk;
 mod unique;
 
-use crate::Constructor;
+use crate::OpTable;
 
-/// The family's operators, registered in `registry::ONNX_FAMILIES`.
-pub const OPS: &[(&str, Constructor)] = &[
-    (
+/// The family's operator tables, read by the registry.
+pub const OPS: &[OpTable] = &[
+    topk::OPS,
+    &[("Unique", unique::Unique::build)],
+    &[(
         "NonMaxSuppression",
         non_max_suppression::NonMaxSuppression::build,
-    ),
-    ("ReverseSequence", reverse_sequence::ReverseSequence::build),
-    ("TensorScatter", tensor_scatter::TensorScatter::build),
-    ("Unique", unique::Unique::build),
+    )],
 ];

@@ -8,7 +8,7 @@
 
 use strata_core::{DType, Device, Tensor};
 
-use crate::ops::axes::{optional, read_ints, required};
+use crate::support::axes::{optional, read_ints, required};
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "NonMaxSuppression";

@@ -9,7 +9,7 @@ use std::cmp::Ordering;
 
 use strata_core::{bf16, f16, DType, Device, Element, Tensor};
 
-use crate::ops::axes::{normalize_axis, required};
+use crate::support::axes::{normalize_axis, required};
 use crate::{dispatch_arith, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "Unique";

@@ -12,8 +12,8 @@ use super::fft::{Complex, Fft};
 use super::values::{
     known_scalar_int, scalar_int, with_float_output, with_floats, Floats, FloatsMut,
 };
-use crate::ops::axes::{check_int_input, normalize_axis, optional, required, Axes};
-use crate::ops::scratch::{carve, scratch_as};
+use crate::support::axes::{check_int_input, normalize_axis, optional, required, Axes};
+use crate::support::scratch::{carve, scratch_as};
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "DFT";
@@ -288,7 +288,7 @@ impl Kernel for Dft {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::test_util::OpRun;
+    use crate::support::test_util::OpRun;
     use crate::Attr;
     use strata_core::Tensor;
 

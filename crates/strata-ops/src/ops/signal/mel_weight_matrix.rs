@@ -8,8 +8,8 @@
 use strata_core::{DType, Device, Tensor};
 
 use super::values::{is_storable, known_scalar_int, read_f64, scalar_int, to_tensor};
-use crate::ops::axes::required;
-use crate::ops::cast::dtype_from_onnx_code;
+use crate::ops::cast::cast::dtype_from_onnx_code;
+use crate::support::axes::required;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "MelWeightMatrix";

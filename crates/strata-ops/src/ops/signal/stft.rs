@@ -12,8 +12,8 @@ use super::fft::{Complex, Fft};
 use super::values::{
     known_scalar_int, scalar_int, with_float_output, with_floats, Floats, FloatsMut,
 };
-use crate::ops::axes::{check_int_input, optional, required};
-use crate::ops::scratch::{carve, scratch_as};
+use crate::support::axes::{check_int_input, optional, required};
+use crate::support::scratch::{carve, scratch_as};
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "STFT";
@@ -298,7 +298,7 @@ impl Kernel for Stft {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::test_util::OpRun;
+    use crate::support::test_util::OpRun;
 
     fn stft(x: &[f32], step: i64, window: Option<&[f32]>, frame: Option<i64>) -> OpResult<Tensor> {
         let x = Tensor::from_slice(x, &[1, x.len(), 1])?;

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 
 use strata_core::{bf16, f16, DType, Element, ReadGuard, Tensor};
 
-use crate::ops::axes::read_ints;
+use crate::support::axes::read_ints;
 use crate::{int_values, OpError, OpResult};
 
 /// A scalar (or one-element) int32/int64 tensor's value.

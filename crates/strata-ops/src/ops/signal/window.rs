@@ -9,8 +9,8 @@ use std::f64::consts::PI;
 use strata_core::{DType, Device, Tensor};
 
 use super::values::{is_storable, known_scalar_int, scalar_int, to_tensor};
-use crate::ops::axes::{check_int_input, required};
-use crate::ops::cast::dtype_from_onnx_code;
+use crate::ops::cast::cast::dtype_from_onnx_code;
+use crate::support::axes::{check_int_input, required};
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 /// Which window.

@@ -4,7 +4,7 @@ use strata_core::{DType, StringBuffer, Tensor};
 
 use std::fmt;
 
-use crate::ops::broadcast::{expanded, Row, Walk};
+use crate::support::broadcast::{expanded, Row, Walk};
 use crate::{Fact, Kernel, KernelIo, OpError, OpResult};
 
 /// The kernel of an operator whose outputs are text: text has no planned memory, so the kernel

@@ -1,5 +1,5 @@
 //! Text: operators on string tensors (StringNormalizer, StringConcat, StringSplit,
-//! RegexFullMatch, and ai.onnx.ml LabelEncoder), and the wrapper that lets the element-moving
+//! RegexFullMatch, TfIdfVectorizer with its n-gram pool compiled into a trie, and ai.onnx.ml LabelEncoder), and the wrapper that lets the element-moving
 //! operators carry text ([`movement`]).
 
 mod cast;
@@ -7,19 +7,21 @@ mod common;
 mod equal;
 mod label_encoder;
 mod movement;
+mod ngram_trie;
 mod regex_full_match;
 mod string_concat;
 mod string_normalizer;
 mod string_split;
+mod tfidf_vectorizer;
 
 pub use cast::text_cast_kernel;
 pub use equal::TextEqual;
 pub use movement::{movement_inputs, DataInputs, TextMovement, MOVEMENT_OPS};
 
-use crate::Constructor;
+use crate::OpTable;
 
-/// The family's default-domain operators, registered in `registry::ONNX_FAMILIES`.
-pub const OPS: &[(&str, Constructor)] = &[
+/// The family's default-domain operators, read by the registry.
+pub const OPS: &[OpTable] = &[&[
     (
         "StringNormalizer",
         string_normalizer::StringNormalizer::build,
@@ -27,7 +29,8 @@ pub const OPS: &[(&str, Constructor)] = &[
     ("StringConcat", string_concat::StringConcat::build),
     ("StringSplit", string_split::StringSplit::build),
     ("RegexFullMatch", regex_full_match::RegexFullMatch::build),
-];
+    ("TfIdfVectorizer", tfidf_vectorizer::TfIdfVectorizer::build),
+]];
 
 /// The family's `ai.onnx.ml` operators, registered in `registry::ML_FAMILIES`.
-pub const ML_OPS: &[(&str, Constructor)] = &[("LabelEncoder", label_encoder::LabelEncoder::build)];
+pub const ML_OPS: &[OpTable] = &[&[("LabelEncoder", label_encoder::LabelEncoder::build)]];

@@ -1,0 +1,346 @@
+//! Conv (N-d, groups, dilations, pads, auto_pad) through im2col + GEMM; the im2col buffer is
+//! planned scratch space. f32 and f64 compute natively; f16 and bf16 are widened to f32 in
+//! scratch, convolved there and rounded once on store.
+
+use std::marker::PhantomData;
+
+use strata_core::{DType, Device, Element};
+
+use crate::kernels::{resolve_auto_pad, Activation, GemmFloat};
+use crate::ops::convolution::conv_kernel::{conv, conv_output_dims, conv_scratch_len, ConvParams};
+use crate::ops::shape::identity::first_input;
+use crate::support::numeric::Real;
+use crate::support::scratch::{carve, scratch_as};
+use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+
+#[derive(Debug, Clone)]
+pub struct Conv {
+    auto_pad: String,
+    kernel_shape: Option<Vec<usize>>,
+    strides: Option<Vec<usize>>,
+    pads: Option<Vec<usize>>,
+    dilations: Option<Vec<usize>>,
+    groups: usize,
+    /// An activation fused in by the graph optimizer.
+    pub post: Activation,
+}
+
+impl Conv {
+    pub fn build(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
+        let a = ctx.attrs;
+        let groups = a.int_or("group", 1)?;
+        if groups < 1 {
+            return Err(OpError::attribute(
+                "Conv",
+                "group",
+                format!("must be >= 1, got {groups}"),
+            ));
+        }
+        Ok(Box::new(Conv {
+            auto_pad: a.string_or("auto_pad", "NOTSET")?,
+            kernel_shape: a.usizes("kernel_shape")?,
+            strides: a.usizes("strides")?,
+            pads: a.usizes("pads")?,
+            dilations: a.usizes("dilations")?,
+            groups: groups as usize,
+            post: Activation::None,
+        }))
+    }
+
+    /// Concrete kernel parameters for input dims `x` and weight dims `w`.
+    pub fn params(&self, x: &[usize], w: &[usize]) -> OpResult<ConvParams> {
+        if x.len() < 3 || w.len() != x.len() {
+            return Err(OpError::shape(
+                "Conv",
+                format!("input {x:?} and weight {w:?} must have the same rank >= 3"),
+            ));
+        }
+        let spatial = x.len() - 2;
+        let kernel = self.kernel_shape.clone().unwrap_or_else(|| w[2..].to_vec());
+        if kernel.len() != spatial || kernel.as_slice() != &w[2..] {
+            return Err(OpError::attribute(
+                "Conv",
+                "kernel_shape",
+                format!("{kernel:?} does not match weight dims {w:?}"),
+            ));
+        }
+        let ones = vec![1; spatial];
+        let strides = self.strides.clone().unwrap_or_else(|| ones.clone());
+        let dilations = self.dilations.clone().unwrap_or_else(|| ones.clone());
+        let (pads_begin, pads_end) = match self.auto_pad.as_str() {
+            "" | "NOTSET" => match &self.pads {
+                Some(p) if p.len() == 2 * spatial => (p[..spatial].to_vec(), p[spatial..].to_vec()),
+                Some(p) => {
+                    return Err(OpError::attribute(
+                        "Conv",
+                        "pads",
+                        format!("{p:?} needs {} entries", 2 * spatial),
+                    ))
+                }
+                None => (vec![0; spatial], vec![0; spatial]),
+            },
+            mode => resolve_auto_pad(mode, &x[2..], &kernel, &strides, &dilations)?,
+        };
+        Ok(ConvParams {
+            kernel,
+            strides,
+            pads_begin,
+            pads_end,
+            dilations,
+            groups: self.groups,
+            post: self.post,
+        })
+    }
+}
+
+impl Operator for Conv {
+    fn op_type(&self) -> &str {
+        "Conv"
+    }
+
+    fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
+        let x = first_input("Conv", inputs)?;
+        let w = inputs
+            .get(1)
+            .filter(|f| f.is_defined())
+            .ok_or_else(|| OpError::MissingInput {
+                op: "Conv".into(),
+                index: 1,
+            })?;
+        if x.dtype != w.dtype {
+            return Err(OpError::DType {
+                op: "Conv".into(),
+                index: 1,
+                expected: x.dtype.to_string(),
+                actual: w.dtype,
+            });
+        }
+        let w_dims = w.concrete_or_err("Conv")?;
+        // The batch dim may be symbolic: compute with 1 and put it back.
+        let mut x_dims: Vec<usize> = Vec::with_capacity(x.rank());
+        for (i, d) in x.dims.iter().enumerate() {
+            match d.known() {
+                Some(v) => x_dims.push(v),
+                None if i == 0 => x_dims.push(1),
+                None => {
+                    let mut dims = vec![x.dims[0].clone(), Dim::Known(w_dims[0])];
+                    dims.extend(std::iter::repeat_n(
+                        Dim::Unknown,
+                        x.rank().saturating_sub(2),
+                    ));
+                    return Ok(vec![Fact::new(x.dtype, dims)]);
+                }
+            }
+        }
+        let p = self.params(&x_dims, &w_dims)?;
+        let mut out: Vec<Dim> = conv_output_dims(&x_dims, &w_dims, &p)?
+            .into_iter()
+            .map(Dim::Known)
+            .collect();
+        out[0] = x.dims[0].clone();
+        if let Some(b) = inputs.get(2).filter(|f| f.is_defined()) {
+            if b.dims != [Dim::Known(w_dims[0])] {
+                return Err(OpError::shape(
+                    "Conv",
+                    format!("bias has dims {:?}, expected [{}]", b.dims, w_dims[0]),
+                ));
+            }
+        }
+        Ok(vec![Fact::new(x.dtype, out)])
+    }
+
+    fn with_activation(&self, activation: Activation) -> Option<Box<dyn Operator>> {
+        (self.post == Activation::None).then(|| {
+            Box::new(Conv {
+                post: activation,
+                ..self.clone()
+            }) as Box<dyn Operator>
+        })
+    }
+
+    fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
+        let (Some(x), Some(w)) = (inputs[0].concrete(), inputs[1].concrete()) else {
+            return Ok(0);
+        };
+        let p = self.params(&x, &w)?;
+        let unfold = conv_scratch_len(&x, &w, &p);
+        match inputs[0].dtype {
+            DType::F16 | DType::BF16 => {
+                let bias = inputs.get(2).and_then(|b| b.numel()).unwrap_or(0);
+                let out = conv_output_dims(&x, &w, &p)?.iter().product::<usize>();
+                let len = [unfold, x.iter().product(), w.iter().product(), bias, out]
+                    .iter()
+                    .try_fold(0usize, |acc, &n| acc.checked_add(n))
+                    .and_then(|n| n.checked_mul(std::mem::size_of::<f32>()))
+                    .ok_or_else(|| OpError::shape("Conv", "f32 working set size overflows"))?;
+                Ok(len)
+            }
+            dtype => Ok(unfold * dtype.size_in_bytes()),
+        }
+    }
+
+    fn kernel(
+        &self,
+        inputs: &[&Fact],
+        _outputs: &[&Fact],
+        device: Device,
+    ) -> OpResult<Box<dyn Kernel>> {
+        // Parameters resolved now for the planned dims; recomputed at run time only if the
+        // spatial dims change under SAME_* padding.
+        let planned = match (inputs[0].concrete(), inputs[1].concrete()) {
+            (Some(x), Some(w)) => Some((x.clone(), self.params(&x, &w)?)),
+            _ => None,
+        };
+        match (inputs[0].dtype, device) {
+            (DType::F32, Device::Cpu) => Ok(Box::new(ConvKernel::<f32> {
+                op: self.clone(),
+                planned,
+                _t: PhantomData,
+            })),
+            (DType::F64, Device::Cpu) => Ok(Box::new(ConvKernel::<f64> {
+                op: self.clone(),
+                planned,
+                _t: PhantomData,
+            })),
+            (DType::F16, Device::Cpu) => Ok(Box::new(WidenedConvKernel::<strata_core::f16> {
+                op: self.clone(),
+                _t: PhantomData,
+            })),
+            (DType::BF16, Device::Cpu) => Ok(Box::new(WidenedConvKernel::<strata_core::bf16> {
+                op: self.clone(),
+                _t: PhantomData,
+            })),
+            (dtype, device) => Err(OpError::NoKernel {
+                op: "Conv".into(),
+                dtype,
+                device,
+            }),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct ConvKernel<T> {
+    op: Conv,
+    planned: Option<(Vec<usize>, ConvParams)>,
+    _t: PhantomData<T>,
+}
+
+impl<T: Element + GemmFloat> Kernel for ConvKernel<T> {
+    fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
+        let (x, w, b, out) = (io.input(0), io.input(1), io.input(2), io.output(0));
+        let fresh;
+        let params = match &self.planned {
+            Some((dims, p))
+                if dims.as_slice() == x.dims()
+                    || matches!(self.op.auto_pad.as_str(), "" | "NOTSET" | "VALID") =>
+            {
+                p
+            }
+            _ => {
+                fresh = self.op.params(x.dims(), w.dims())?;
+                &fresh
+            }
+        };
+        let not_contiguous = || OpError::kernel("Conv", "operands must be contiguous");
+        let (rx, rw) = (x.read::<T>()?, w.read::<T>()?);
+        let rb = if b.is_defined() {
+            Some(b.read::<T>()?)
+        } else {
+            None
+        };
+        let bias = match &rb {
+            Some(r) => Some(r.as_slice().ok_or_else(not_contiguous)?),
+            None => None,
+        };
+        let mut wo = out.write::<T>()?;
+        let mut scratch_guard = match io.scratch {
+            Some(s) => Some(s.write_bytes("Conv")?),
+            None => None,
+        };
+        let scratch: &mut [T] = match &mut scratch_guard {
+            Some(g) => {
+                let bytes = g.bytes();
+                let whole = bytes.len() / std::mem::size_of::<T>() * std::mem::size_of::<T>();
+                bytemuck::try_cast_slice_mut(&mut bytes[..whole])
+                    .map_err(|e| OpError::kernel("Conv", format!("scratch: {e}")))?
+            }
+            None => &mut [],
+        };
+        conv(
+            rx.as_slice().ok_or_else(not_contiguous)?,
+            x.dims(),
+            rw.as_slice().ok_or_else(not_contiguous)?,
+            w.dims(),
+            bias,
+            params,
+            wo.as_mut_slice().ok_or_else(not_contiguous)?,
+            scratch,
+            io.threads,
+        )?;
+        Ok(())
+    }
+}
+
+/// Conv for 16-bit floats: operands widened to f32 in scratch (after the im2col tile), the
+/// f32 convolution, then one rounding per output element.
+#[derive(Debug)]
+struct WidenedConvKernel<H> {
+    op: Conv,
+    _t: PhantomData<H>,
+}
+
+impl<H: Element + Real<Wide = f32>> Kernel for WidenedConvKernel<H> {
+    fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
+        let (x, w, b, out) = (io.input(0), io.input(1), io.input(2), io.output(0));
+        let params = self.op.params(x.dims(), w.dims())?;
+        let not_contiguous = || OpError::kernel("Conv", "operands must be contiguous");
+        let (rx, rw) = (x.read::<H>()?, w.read::<H>()?);
+        let rb = if b.is_defined() {
+            Some(b.read::<H>()?)
+        } else {
+            None
+        };
+        let mut wo = out.write::<H>()?;
+        let mut guard = match io.scratch {
+            Some(s) => s.write_bytes("Conv")?,
+            None => return Err(OpError::kernel("Conv", "f16 convolution needs scratch")),
+        };
+        let mut rest: &mut [f32] = scratch_as("Conv", guard.bytes())?;
+        let unfold = carve(
+            "Conv",
+            &mut rest,
+            conv_scratch_len(x.dims(), w.dims(), &params),
+        )?;
+        let mut widen = |src: &[H]| -> OpResult<&mut [f32]> {
+            let dst = carve("Conv", &mut rest, src.len())?;
+            for (d, &v) in dst.iter_mut().zip(src) {
+                *d = v.widen();
+            }
+            Ok(dst)
+        };
+        let xf = widen(rx.as_slice().ok_or_else(not_contiguous)?)?;
+        let wf = widen(rw.as_slice().ok_or_else(not_contiguous)?)?;
+        let bf = match &rb {
+            Some(r) => Some(&*widen(r.as_slice().ok_or_else(not_contiguous)?)?),
+            None => None,
+        };
+        let out_h = wo.as_mut_slice().ok_or_else(not_contiguous)?;
+        let out_f = carve("Conv", &mut rest, out_h.len())?;
+        conv(
+            xf,
+            x.dims(),
+            wf,
+            w.dims(),
+            bf,
+            &params,
+            out_f,
+            unfold,
+            io.threads,
+        )?;
+        for (d, &v) in out_h.iter_mut().zip(out_f.iter()) {
+            *d = H::narrow(v);
+        }
+        Ok(())
+    }
+}

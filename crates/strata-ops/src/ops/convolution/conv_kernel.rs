@@ -1,0 +1,705 @@
+//! ONNX Conv, N-d with groups, strides, asymmetric pads, dilations, optional bias and a fused
+//! activation: per (batch, group) an im2col unfold and one GEMM, or for 1x1 / stride 1 / no pad
+//! kernels a GEMM straight on the input (the unfold would be a copy).
+
+use crate::kernels::activation::Activation;
+use crate::kernels::error::{KernelError, KernelResult};
+use crate::kernels::gemm::{gemm, GemmFloat};
+use crate::kernels::spatial::{check_len, checked_product, WindowAttrs, WindowGeometry};
+use crate::ops::convolution::im2col::im2col;
+
+const OP: &str = "Conv";
+
+/// Target size of one im2col tile (1 MiB of f32): small enough to stay in L2 between the unfold
+/// and the GEMM, which is what makes tiling pay.
+const TILE_ELEMENTS: usize = 1 << 18;
+/// Narrower tiles would make the GEMM repack the weights too often for too little work.
+const MIN_TILE_COLUMNS: usize = 256;
+
+/// Conv attributes. Empty vectors take the ONNX defaults: `kernel` from the weight's spatial
+/// dims, strides and dilations 1, pads 0. `auto_pad` is resolved beforehand with
+/// [`resolve_auto_pad`](super::resolve_auto_pad).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConvParams {
+    pub kernel: Vec<usize>,
+    pub strides: Vec<usize>,
+    pub pads_begin: Vec<usize>,
+    pub pads_end: Vec<usize>,
+    pub dilations: Vec<usize>,
+    pub groups: usize,
+    /// Activation applied while the output is written (a fused Conv+Relu, say).
+    pub post: Activation,
+}
+
+impl Default for ConvParams {
+    fn default() -> Self {
+        ConvParams {
+            kernel: Vec::new(),
+            strides: Vec::new(),
+            pads_begin: Vec::new(),
+            pads_end: Vec::new(),
+            dilations: Vec::new(),
+            groups: 1,
+            post: Activation::None,
+        }
+    }
+}
+
+/// Output dims `[N, M, out spatial...]` for an input `[N, C, spatial...]` and a weight
+/// `[M, C / groups, kernel...]`; errors name the mismatch.
+pub fn conv_output_dims(
+    input_dims: &[usize],
+    weight_dims: &[usize],
+    p: &ConvParams,
+) -> KernelResult<Vec<usize>> {
+    let g = ConvGeometry::new(input_dims, weight_dims, p)?;
+    let mut dims = vec![g.batch, g.out_channels];
+    dims.extend_from_slice(&g.window.out_dims);
+    Ok(dims)
+}
+
+/// Elements of scratch [`conv_f32`] needs: one im2col tile (about 1 MiB of f32, at most one
+/// group's whole unfolded input), or 0 on the direct 1x1 path. Returns 0 for invalid dims too
+/// (the conv call then reports the error).
+pub fn conv_scratch_len(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) -> usize {
+    ConvGeometry::new(input_dims, weight_dims, p).map_or(0, |g| g.scratch_len)
+}
+
+/// ONNX Conv in `f32`. See [`conv`].
+#[allow(clippy::too_many_arguments)]
+pub fn conv_f32(
+    input: &[f32],
+    input_dims: &[usize],
+    weight: &[f32],
+    weight_dims: &[usize],
+    bias: Option<&[f32]>,
+    p: &ConvParams,
+    out: &mut [f32],
+    scratch: &mut [f32],
+    threads: usize,
+) -> KernelResult<()> {
+    conv(
+        input,
+        input_dims,
+        weight,
+        weight_dims,
+        bias,
+        p,
+        out,
+        scratch,
+        threads,
+    )
+}
+
+/// ONNX Conv: `out = post(conv(input, weight) + bias)` on contiguous NC(spatial) slices, with
+/// `out` of [`conv_output_dims`] and `scratch` of at least [`conv_scratch_len`] elements.
+/// Every length is checked first; errors, never panics. `threads > 1` threads the GEMMs and the
+/// unfold.
+#[allow(clippy::too_many_arguments)]
+pub fn conv<T: GemmFloat>(
+    input: &[T],
+    input_dims: &[usize],
+    weight: &[T],
+    weight_dims: &[usize],
+    bias: Option<&[T]>,
+    p: &ConvParams,
+    out: &mut [T],
+    scratch: &mut [T],
+    threads: usize,
+) -> KernelResult<()> {
+    let g = ConvGeometry::new(input_dims, weight_dims, p)?;
+    check_len(OP, "input", input.len(), g.input_len)?;
+    check_len(OP, "weight", weight.len(), g.weight_len)?;
+    check_len(OP, "output", out.len(), g.output_len)?;
+    if let Some(bias) = bias {
+        check_len(OP, "bias", bias.len(), g.out_channels)?;
+    }
+    if scratch.len() < g.scratch_len {
+        return Err(KernelError::BufferLength {
+            op: OP,
+            buffer: "scratch",
+            expected: g.scratch_len,
+            actual: scratch.len(),
+        });
+    }
+
+    let w = &g.window;
+    let (cg, mg) = (g.in_per_group, g.out_per_group);
+    // Per group: weight is mg x depth, the unfolded input depth x out_len.
+    let depth = cg * w.kernel_len;
+    let row = |cols: usize| (cols as isize, 1isize);
+    let finish = |y: &mut [T], grp: usize, columns: std::ops::Range<usize>| {
+        if bias.is_some() || p.post != Activation::None {
+            for oc in 0..mg {
+                let shift = bias.map_or(T::ZERO, |bias| bias[grp * mg + oc]);
+                p.post
+                    .add_bias_and_apply(&mut y[oc * w.out_len..][columns.clone()], shift);
+            }
+        }
+    };
+    for b in 0..g.batch {
+        for grp in 0..g.groups {
+            let x = &input[(b * g.in_channels + grp * cg) * w.in_len..][..cg * w.in_len];
+            let wt = &weight[grp * mg * depth..][..mg * depth];
+            let y = &mut out[(b * g.out_channels + grp * mg) * w.out_len..][..mg * w.out_len];
+            if g.tile_columns == 0 {
+                // Pointwise: the input plane already is the (cg x out_len) matrix.
+                gemm(
+                    mg,
+                    w.out_len,
+                    cg,
+                    wt,
+                    row(cg),
+                    x,
+                    row(w.out_len),
+                    y,
+                    row(w.out_len),
+                    T::ONE,
+                    T::ZERO,
+                    threads,
+                )?;
+                finish(y, grp, 0..w.out_len);
+                continue;
+            }
+            // Unfold a tile of output columns at a time, so the unfolded matrix stays in cache
+            // between im2col writing it and the GEMM reading it.
+            let mut start = 0;
+            while start < w.out_len {
+                let end = (start + g.tile_columns).min(w.out_len);
+                let width = end - start;
+                im2col(x, cg, w, start..end, scratch, threads);
+                let cols = &scratch[..depth * width];
+                let y_tile = &mut y[start..];
+                gemm(
+                    mg,
+                    width,
+                    depth,
+                    wt,
+                    row(depth),
+                    cols,
+                    row(width),
+                    y_tile,
+                    row(w.out_len),
+                    T::ONE,
+                    T::ZERO,
+                    threads,
+                )?;
+                finish(y, grp, start..end);
+                start = end;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Validated Conv dims.
+struct ConvGeometry {
+    batch: usize,
+    in_channels: usize,
+    out_channels: usize,
+    groups: usize,
+    in_per_group: usize,
+    out_per_group: usize,
+    window: WindowGeometry,
+    input_len: usize,
+    weight_len: usize,
+    output_len: usize,
+    /// Output columns unfolded per im2col tile; 0 on the pointwise path.
+    tile_columns: usize,
+    scratch_len: usize,
+}
+
+impl ConvGeometry {
+    fn new(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) -> KernelResult<Self> {
+        let rank = input_dims.len();
+        if rank < 3 {
+            return Err(KernelError::Rank {
+                op: OP,
+                operand: "input",
+                rank,
+                expected: "must be at least 3 (N, C, spatial...)".into(),
+            });
+        }
+        if weight_dims.len() != rank {
+            return Err(KernelError::Rank {
+                op: OP,
+                operand: "weight",
+                rank: weight_dims.len(),
+                expected: format!("must equal the input rank {rank} (M, C/groups, kernel...)"),
+            });
+        }
+        let groups = p.groups;
+        if groups == 0 {
+            return Err(KernelError::InvalidParam {
+                op: OP,
+                param: "group",
+                reason: "must be at least 1".into(),
+            });
+        }
+        let (batch, in_channels) = (input_dims[0], input_dims[1]);
+        let (out_channels, in_per_group) = (weight_dims[0], weight_dims[1]);
+        let expected_channels =
+            in_per_group
+                .checked_mul(groups)
+                .ok_or(KernelError::SizeOverflow {
+                    op: OP,
+                    what: "channels",
+                })?;
+        if expected_channels != in_channels {
+            return Err(KernelError::ChannelMismatch {
+                op: OP,
+                input_channels: in_channels,
+                expected_channels,
+                groups,
+            });
+        }
+        if out_channels % groups != 0 {
+            return Err(KernelError::GroupsDivide {
+                op: OP,
+                what: "output channels (weight dim 0)",
+                value: out_channels,
+                groups,
+            });
+        }
+        let kernel = &weight_dims[2..];
+        if !p.kernel.is_empty() && p.kernel != kernel {
+            return Err(KernelError::InvalidParam {
+                op: OP,
+                param: "kernel_shape",
+                reason: format!(
+                    "{:?} does not match the weight's spatial dims {kernel:?}",
+                    p.kernel
+                ),
+            });
+        }
+        let attrs = WindowAttrs {
+            kernel,
+            strides: &p.strides,
+            pads_begin: &p.pads_begin,
+            pads_end: &p.pads_end,
+            dilations: &p.dilations,
+            ceil_mode: false,
+        };
+        let window = WindowGeometry::new(OP, &input_dims[2..], &attrs)?;
+        let size = |what, dims: &[usize]| checked_product(OP, what, dims);
+        let depth = size("im2col depth", &[in_per_group, window.kernel_len])?;
+        let tile_columns = if window.is_pointwise() {
+            0
+        } else {
+            (TILE_ELEMENTS / depth.max(1))
+                .max(MIN_TILE_COLUMNS)
+                .min(window.out_len)
+        };
+        let scratch_len = size("im2col scratch", &[depth, tile_columns])?;
+        Ok(ConvGeometry {
+            batch,
+            in_channels,
+            out_channels,
+            groups,
+            in_per_group,
+            out_per_group: out_channels / groups,
+            input_len: size("input size", input_dims)?,
+            weight_len: size("weight size", weight_dims)?,
+            output_len: size("output size", &[batch, out_channels, window.out_len])?,
+            tile_columns,
+            scratch_len,
+            window,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::test_util::{assert_close, Rng};
+
+    /// Direct N-d convolution straight from the ONNX definition, accumulating in f64.
+    fn naive(
+        input: &[f32],
+        in_dims: &[usize],
+        weight: &[f32],
+        w_dims: &[usize],
+        bias: Option<&[f32]>,
+        p: &ConvParams,
+        out_dims: &[usize],
+    ) -> Vec<f32> {
+        let rank = in_dims.len() - 2;
+        let (n, c, m) = (in_dims[0], in_dims[1], w_dims[0]);
+        let (cg, mg) = (c / p.groups, m / p.groups);
+        let attr = |v: &Vec<usize>, d: usize| {
+            if v.is_empty() {
+                vec![d; rank]
+            } else {
+                v.clone()
+            }
+        };
+        let (strides, dil, pads) = (
+            attr(&p.strides, 1),
+            attr(&p.dilations, 1),
+            attr(&p.pads_begin, 0),
+        );
+        let kernel = &w_dims[2..];
+        let in_sp = &in_dims[2..];
+        let out_sp = &out_dims[2..];
+        let count = |d: &[usize]| d.iter().product::<usize>();
+        let unravel = |mut i: usize, dims: &[usize]| {
+            let mut v = vec![0; dims.len()];
+            for a in (0..dims.len()).rev() {
+                v[a] = i % dims[a];
+                i /= dims[a];
+            }
+            v
+        };
+        let mut out = Vec::new();
+        for b in 0..n {
+            for oc in 0..m {
+                let grp = oc / mg;
+                for o in 0..count(out_sp) {
+                    let oi = unravel(o, out_sp);
+                    let mut acc = bias.map_or(0.0, |bias| bias[oc] as f64);
+                    for ic in 0..cg {
+                        for t in 0..count(kernel) {
+                            let ki = unravel(t, kernel);
+                            let mut off = 0usize;
+                            let mut inside = true;
+                            for a in 0..rank {
+                                let i = (oi[a] * strides[a] + ki[a] * dil[a]) as isize
+                                    - pads[a] as isize;
+                                inside &= i >= 0 && (i as usize) < in_sp[a];
+                                off = off * in_sp[a] + i.max(0) as usize;
+                            }
+                            if inside {
+                                let x = input[(b * c + grp * cg + ic) * count(in_sp) + off];
+                                let w = weight[(oc * cg + ic) * count(kernel) + t];
+                                acc += x as f64 * w as f64;
+                            }
+                        }
+                    }
+                    out.push(p.post.apply(acc as f32));
+                }
+            }
+        }
+        out
+    }
+
+    fn run(
+        input: &[f32],
+        in_dims: &[usize],
+        weight: &[f32],
+        w_dims: &[usize],
+        bias: Option<&[f32]>,
+        p: &ConvParams,
+        threads: usize,
+    ) -> (Vec<usize>, Vec<f32>) {
+        let out_dims = conv_output_dims(in_dims, w_dims, p).unwrap();
+        let mut out = vec![f32::NAN; out_dims.iter().product()];
+        let mut scratch = vec![f32::NAN; conv_scratch_len(in_dims, w_dims, p)];
+        conv_f32(
+            input,
+            in_dims,
+            weight,
+            w_dims,
+            bias,
+            p,
+            &mut out,
+            &mut scratch,
+            threads,
+        )
+        .unwrap();
+        (out_dims, out)
+    }
+
+    #[test]
+    fn random_convolutions_match_reference() {
+        let mut rng = Rng::new(0xc0_4e);
+        for case in 0..400 {
+            let rank = rng.range(1, 3);
+            let groups = [1, 1, 2, 3][rng.below(4)];
+            let cg = rng.range(1, 3);
+            let depthwise = rng.below(4) == 0;
+            let (cg, mg) = if depthwise {
+                (1, rng.range(1, 2))
+            } else {
+                (cg, rng.range(1, 3))
+            };
+            let n = rng.range(1, 2);
+            let kernel: Vec<usize> = (0..rank).map(|_| rng.range(1, 3)).collect();
+            let mut p = ConvParams {
+                strides: (0..rank).map(|_| rng.range(1, 3)).collect(),
+                dilations: (0..rank).map(|_| rng.range(1, 2)).collect(),
+                pads_begin: (0..rank).map(|_| rng.below(3)).collect(),
+                pads_end: (0..rank).map(|_| rng.below(3)).collect(),
+                groups,
+                post: [Activation::None, Activation::Relu][rng.below(2)],
+                ..ConvParams::default()
+            };
+            if rng.below(2) == 0 {
+                p.kernel = kernel.clone();
+            }
+            let max_side = if rank == 3 { 6 } else { 9 };
+            let spatial: Vec<usize> = kernel
+                .iter()
+                .zip(&p.dilations)
+                .map(|(&k, &d)| rng.range((k - 1) * d + 1, max_side.max((k - 1) * d + 1)))
+                .collect();
+            let in_dims = [vec![n, cg * groups], spatial].concat();
+            let w_dims = [vec![mg * groups, cg], kernel].concat();
+            let input = rng.vec(in_dims.iter().product());
+            let weight = rng.vec(w_dims.iter().product());
+            let bias = rng.vec(mg * groups);
+            let bias = (rng.below(2) == 0).then_some(&bias[..]);
+            let threads = 1 + rng.below(2);
+            let (out_dims, out) = run(&input, &in_dims, &weight, &w_dims, bias, &p, threads);
+            let expected = naive(&input, &in_dims, &weight, &w_dims, bias, &p, &out_dims);
+            assert_close(
+                &out,
+                &expected,
+                &format!("case {case}: {in_dims:?} * {w_dims:?} {p:?}"),
+            );
+        }
+    }
+
+    #[test]
+    fn pointwise_conv_skips_im2col() {
+        let mut rng = Rng::new(11);
+        let (in_dims, w_dims) = ([2, 6, 5, 7], [4, 3, 1, 1]);
+        let p = ConvParams {
+            groups: 2,
+            ..ConvParams::default()
+        };
+        assert_eq!(conv_scratch_len(&in_dims, &w_dims, &p), 0);
+        let input = rng.vec(2 * 6 * 35);
+        let weight = rng.vec(12);
+        let bias = rng.vec(4);
+        let (out_dims, out) = run(&input, &in_dims, &weight, &w_dims, Some(&bias), &p, 1);
+        assert_eq!(out_dims, [2, 4, 5, 7]);
+        assert_close(
+            &out,
+            &naive(
+                &input,
+                &in_dims,
+                &weight,
+                &w_dims,
+                Some(&bias),
+                &p,
+                &out_dims,
+            ),
+            "1x1",
+        );
+        // A strided 1x1 conv is not pointwise and needs scratch.
+        let strided = ConvParams {
+            strides: vec![2, 2],
+            ..p.clone()
+        };
+        assert_eq!(conv_scratch_len(&in_dims, &w_dims, &strided), 3 * 3 * 4);
+    }
+
+    #[test]
+    fn larger_conv_multithreaded() {
+        let mut rng = Rng::new(5);
+        let (in_dims, w_dims) = ([1, 16, 30, 30], [24, 16, 3, 3]);
+        let p = ConvParams {
+            pads_begin: vec![1, 1],
+            pads_end: vec![1, 1],
+            post: Activation::Relu,
+            ..ConvParams::default()
+        };
+        let input = rng.vec(16 * 900);
+        let weight = rng.vec(24 * 16 * 9);
+        let (out_dims, out) = run(&input, &in_dims, &weight, &w_dims, None, &p, 2);
+        assert_close(
+            &out,
+            &naive(&input, &in_dims, &weight, &w_dims, None, &p, &out_dims),
+            "3x3 threads 2",
+        );
+    }
+
+    #[test]
+    fn outputs_wider_than_one_im2col_tile() {
+        let mut rng = Rng::new(9);
+        // depth 64 * 9 = 576 -> tiles of 455 columns over 40 * 39 outputs, splitting rows.
+        let (in_dims, w_dims) = ([1, 64, 40, 40], [3, 64, 3, 3]);
+        let p = ConvParams {
+            pads_begin: vec![1, 0],
+            pads_end: vec![1, 1],
+            ..ConvParams::default()
+        };
+        assert_eq!(conv_scratch_len(&in_dims, &w_dims, &p), 576 * 455);
+        let input = rng.vec(64 * 1600);
+        let weight = rng.vec(3 * 576);
+        let bias = rng.vec(3);
+        let (out_dims, out) = run(&input, &in_dims, &weight, &w_dims, Some(&bias), &p, 1);
+        assert_eq!(out_dims, [1, 3, 40, 39]);
+        let expected = naive(
+            &input,
+            &in_dims,
+            &weight,
+            &w_dims,
+            Some(&bias),
+            &p,
+            &out_dims,
+        );
+        assert_close(&out, &expected, "2-d tiles");
+        // 1-D: depth 300 * 3 = 900 -> tiles of 291 columns over 999 outputs.
+        let (in_dims, w_dims) = ([1, 300, 1000], [2, 300, 3]);
+        let p = ConvParams {
+            dilations: vec![2],
+            pads_begin: vec![1],
+            pads_end: vec![2],
+            ..ConvParams::default()
+        };
+        let input = rng.vec(300 * 1000);
+        let weight = rng.vec(2 * 900);
+        let (out_dims, out) = run(&input, &in_dims, &weight, &w_dims, None, &p, 2);
+        assert_close(
+            &out,
+            &naive(&input, &in_dims, &weight, &w_dims, None, &p, &out_dims),
+            "1-d tiles",
+        );
+    }
+
+    #[test]
+    fn known_values_1d() {
+        // x = [1, 2, 3, 4], w = [1, 0, -1], pad 1 both sides -> [-2, -2, -2, 3].
+        let p = ConvParams {
+            pads_begin: vec![1],
+            pads_end: vec![1],
+            ..ConvParams::default()
+        };
+        let (dims, out) = run(
+            &[1.0, 2.0, 3.0, 4.0],
+            &[1, 1, 4],
+            &[1.0, 0.0, -1.0],
+            &[1, 1, 3],
+            None,
+            &p,
+            1,
+        );
+        assert_eq!(dims, [1, 1, 4]);
+        assert_eq!(out, [-2.0, -2.0, -2.0, 3.0]);
+    }
+
+    #[test]
+    fn dimension_errors_say_what_and_why() {
+        let p = ConvParams::default();
+        let err = conv_output_dims(&[1, 3, 8, 8], &[2, 4, 3, 3], &p).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Conv: input has 3 channels but weight expects 4 (groups 1)"
+        );
+        let p2 = ConvParams {
+            groups: 2,
+            ..ConvParams::default()
+        };
+        let err = conv_output_dims(&[1, 4, 8, 8], &[3, 2, 3, 3], &p2).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Conv: output channels (weight dim 0) (3) is not divisible by groups (2)"
+        );
+        let err = conv_output_dims(&[1, 3, 8], &[2, 3, 3, 3], &p).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Conv: weight has rank 4 but must equal the input rank 3 (M, C/groups, kernel...)"
+        );
+        let err = conv_output_dims(&[3, 8], &[2, 3, 3], &p).unwrap_err();
+        assert!(err.to_string().contains("input has rank 2"), "{err}");
+        let err = conv_output_dims(&[1, 3, 2, 8], &[2, 3, 3, 3], &p).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Conv: kernel extent 3 exceeds the padded input size 2 on spatial axis 0"
+        );
+        let bad_kernel = ConvParams {
+            kernel: vec![5, 5],
+            ..ConvParams::default()
+        };
+        assert!(conv_output_dims(&[1, 3, 8, 8], &[2, 3, 3, 3], &bad_kernel).is_err());
+        assert_eq!(conv_scratch_len(&[1, 3, 8, 8], &[2, 4, 3, 3], &p), 0);
+    }
+
+    #[test]
+    fn wrong_buffers_are_errors_not_panics() {
+        let p = ConvParams::default();
+        let (in_dims, w_dims) = ([1, 2, 4, 4], [3, 2, 3, 3]);
+        let input = vec![0.0; 32];
+        let weight = vec![0.0; 54];
+        let mut out = vec![0.0; 12];
+        let mut scratch = vec![0.0; conv_scratch_len(&in_dims, &w_dims, &p)];
+        assert_eq!(scratch.len(), 2 * 9 * 4);
+        let err = conv_f32(
+            &input[..31],
+            &in_dims,
+            &weight,
+            &w_dims,
+            None,
+            &p,
+            &mut out,
+            &mut scratch,
+            1,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Conv: input has 31 elements but 32 are required"
+        );
+        let err = conv_f32(
+            &input,
+            &in_dims,
+            &weight,
+            &w_dims,
+            Some(&[0.0; 2]),
+            &p,
+            &mut out,
+            &mut scratch,
+            1,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Conv: bias has 2 elements but 3 are required"
+        );
+        let err = conv_f32(
+            &input,
+            &in_dims,
+            &weight,
+            &w_dims,
+            None,
+            &p,
+            &mut out,
+            &mut scratch[..10],
+            1,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Conv: scratch has 10 elements but 72 are required"
+        );
+        let err = conv_f32(
+            &input,
+            &in_dims,
+            &weight,
+            &w_dims,
+            None,
+            &p,
+            &mut out[..11],
+            &mut scratch,
+            1,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("output has 11"), "{err}");
+    }
+
+    #[test]
+    fn empty_inputs() {
+        let p = ConvParams::default();
+        // Batch 0.
+        let (dims, out) = run(&[], &[0, 2, 4, 4], &[0.0; 54], &[3, 2, 3, 3], None, &p, 1);
+        assert_eq!((dims, out.len()), (vec![0, 3, 2, 2], 0));
+        // No input channels: the output is the bias.
+        let (dims, out) = run(&[], &[1, 0, 3], &[], &[2, 0, 1], Some(&[1.5, -2.0]), &p, 1);
+        assert_eq!(dims, [1, 2, 3]);
+        assert_eq!(out, [1.5, 1.5, 1.5, -2.0, -2.0, -2.0]);
+        // Empty spatial axis.
+        let (dims, out) = run(&[], &[1, 1, 0, 5], &[0.0; 9], &[1, 1, 3, 3], None, &p, 1);
+        assert_eq!((dims, out.len()), (vec![1, 1, 0, 3], 0));
+    }
+}

@@ -1,0 +1,398 @@
+//! im2col: unfolds the sliding windows of an N-d input into a matrix so that convolution becomes
+//! one GEMM. Row `(c, tap)` of the result holds, for every output position, the input element
+//! that kernel tap `tap` of channel `c` sees there (0 in the padding).
+
+use std::ops::Range;
+
+use rayon::prelude::*;
+use smallvec::SmallVec;
+
+use crate::kernels::float::Float;
+use crate::kernels::spatial::{advance, Dims, WindowGeometry};
+
+/// Below this many elements the unfold runs on the calling thread: spawning costs more.
+const PARALLEL_MIN_ELEMENTS: usize = 1 << 16;
+
+/// Fills `col` (`channels * kernel_len` rows of `positions.len()`) with the columns
+/// `positions` (flat output positions) of the unfolded `input` (`channels` planes of `in_len`).
+/// Unfolding a range of columns at a time lets the caller keep the matrix in cache. Callers
+/// guarantee the slice lengths (the conv kernel checks them before calling).
+pub(crate) fn im2col<T: Float>(
+    input: &[T],
+    channels: usize,
+    g: &WindowGeometry,
+    positions: Range<usize>,
+    col: &mut [T],
+    threads: usize,
+) {
+    let (rows, width) = (channels * g.kernel_len, positions.len());
+    if rows == 0 || width == 0 {
+        return;
+    }
+    let col = &mut col[..rows * width];
+    let unfold = |(row, dst): (usize, &mut [T])| {
+        let (c, tap) = (row / g.kernel_len, row % g.kernel_len);
+        unfold_row(
+            &input[c * g.in_len..(c + 1) * g.in_len],
+            g,
+            tap,
+            positions.start,
+            dst,
+        );
+    };
+    if threads > 1 && col.len() >= PARALLEL_MIN_ELEMENTS {
+        col.par_chunks_mut(width)
+            .enumerate()
+            .with_min_len(rows.div_ceil(threads))
+            .for_each(unfold);
+    } else {
+        col.chunks_mut(width).enumerate().for_each(unfold);
+    }
+}
+
+/// One im2col row: what kernel tap `tap` sees at output positions `first..first + dst.len()`
+/// of one input plane. Positions are walked as segments of runs along the last axis, where
+/// the in-bounds part is a strided (usually contiguous) copy and the rest is padding.
+fn unfold_row<T: Float>(plane: &[T], g: &WindowGeometry, tap: usize, first: usize, dst: &mut [T]) {
+    let rank = g.in_dims.len();
+    let last = rank - 1;
+    // Input coordinate of this tap minus the window's output coordinate times stride, per axis.
+    let mut offset: SmallVec<[isize; 6]> = SmallVec::from_elem(0, rank);
+    let mut rem = tap;
+    for axis in (0..rank).rev() {
+        let k = rem % g.kernel[axis];
+        rem /= g.kernel[axis];
+        offset[axis] = (k * g.dilations[axis]) as isize - g.pads_begin[axis] as isize;
+    }
+
+    // Along the last axis, output x reads input x * s + off; valid x form one range [lo, hi).
+    let (ow, iw, s, off) = (
+        g.out_dims[last],
+        g.in_dims[last] as isize,
+        g.strides[last],
+        offset[last],
+    );
+    let lo = if off >= 0 {
+        0
+    } else {
+        off.unsigned_abs().div_ceil(s)
+    }
+    .min(ow);
+    let hi = if iw <= off {
+        0
+    } else {
+        ((iw - off) as usize).div_ceil(s)
+    }
+    .clamp(lo, ow);
+
+    if rank <= 2 && g.strides.iter().all(|&s| s == 1) && ow == iw as usize {
+        let (in_rows, out_rows, dy) = if rank == 2 {
+            (g.in_dims[0], g.out_dims[0], offset[0])
+        } else {
+            (1, 1, 0)
+        };
+        unfold_row_same_width(plane, ow, in_rows, out_rows, dy, off, lo..hi, first, dst);
+        return;
+    }
+
+    // Plain slices: indexing a SmallVec re-checks inline vs heap on every access.
+    let (in_dims, out_dims, strides) =
+        (&g.in_dims[..last], &g.out_dims[..last], &g.strides[..last]);
+    let offset = &offset[..last];
+
+    // Walk runs with an odometer over the outer output axes: no division per run.
+    let mut x0 = first % ow;
+    let mut outer_dims: Dims = Dims::from_elem(0, last);
+    let outer = &mut outer_dims[..];
+    let mut run = first / ow;
+    for axis in (0..last).rev() {
+        outer[axis] = run % out_dims[axis];
+        run /= out_dims[axis];
+    }
+
+    let mut done = 0;
+    while done < dst.len() {
+        let len = (ow - x0).min(dst.len() - done);
+        let segment = &mut dst[done..done + len];
+        // Input row (plane offset / iw) under the outer coordinates, unless it is padding.
+        let (mut row, mut stride, mut inside) = (0usize, 1usize, true);
+        for axis in (0..last).rev() {
+            let i = (outer[axis] * strides[axis]) as isize + offset[axis];
+            if i < 0 || i >= in_dims[axis] as isize {
+                inside = false;
+                break;
+            }
+            row += i as usize * stride;
+            stride *= in_dims[axis];
+        }
+        if inside {
+            // Valid x within this segment: [a, b).
+            let (a, b) = (lo.clamp(x0, x0 + len), hi.clamp(x0, x0 + len));
+            // The pad parts are a few elements at most: skip the calls when empty.
+            if a > x0 {
+                segment[..a - x0].fill(T::ZERO);
+            }
+            if b < x0 + len {
+                segment[b - x0..].fill(T::ZERO);
+            }
+            // An empty valid range (padding wider than the input: lo is clamped down to the
+            // output width, below the first valid x) leaves the segment all padding, and
+            // `start` would be negative.
+            if a < b {
+                // Input index of output x = a; non-negative because a >= lo here.
+                let start = ((row * iw as usize + a * s) as isize + off) as usize;
+                let valid = &mut segment[a - x0..b - x0];
+                if s == 1 {
+                    valid.copy_from_slice(&plane[start..start + valid.len()]);
+                } else {
+                    for (j, v) in valid.iter_mut().enumerate() {
+                        *v = plane[start + j * s];
+                    }
+                }
+            }
+        } else {
+            segment.fill(T::ZERO);
+        }
+        done += len;
+        x0 = 0;
+        advance(outer, out_dims);
+    }
+}
+
+/// [`unfold_row`] for 1-D and 2-D windows with stride 1 whose output rows are as wide (`width`)
+/// as the input rows (the usual "same" padding): output position `p` (row `y = p / width`,
+/// column `x = p % width`) reads `plane[p + dy * width + dx]` whenever it is inside, so the
+/// inside rows are one contiguous copy, after which the few columns outside `columns` (which
+/// picked up a neighbouring row's elements) are zeroed. One `memcpy` per row of the unfolded
+/// matrix instead of one per output row.
+#[allow(clippy::too_many_arguments)]
+fn unfold_row_same_width<T: Float>(
+    plane: &[T],
+    width: usize,
+    in_rows: usize,
+    out_rows: usize,
+    dy: isize,
+    dx: isize,
+    columns: Range<usize>,
+    first: usize,
+    dst: &mut [T],
+) {
+    let end = first + dst.len();
+    // Output rows whose input row y + dy exists.
+    let row_lo = dy.min(0).unsigned_abs().min(out_rows);
+    let row_hi = (in_rows as isize - dy).clamp(row_lo as isize, out_rows as isize) as usize;
+    let (copy_lo, copy_hi) = (first.max(row_lo * width), end.min(row_hi * width));
+    if copy_lo >= copy_hi {
+        dst.fill(T::ZERO);
+        return;
+    }
+    dst[..copy_lo - first].fill(T::ZERO);
+    dst[copy_hi - first..].fill(T::ZERO);
+    // Source index of position p is p + delta. Positions whose source falls outside the plane
+    // are columns outside `columns` (an inside row and column is always in the plane), zeroed
+    // below with the rest of them.
+    let delta = dy * width as isize + dx;
+    let src_lo = ((copy_lo as isize).max(-delta) as usize).min(copy_hi);
+    let src_hi = (copy_hi as isize)
+        .min(plane.len() as isize - delta)
+        .max(src_lo as isize) as usize;
+    if src_lo < src_hi {
+        // Non-negative: src_lo >= -delta here.
+        let start = (src_lo as isize + delta) as usize;
+        dst[src_lo - first..src_hi - first]
+            .copy_from_slice(&plane[start..start + (src_hi - src_lo)]);
+    }
+    // One element per row and outside column: a strided walk, no per-row range arithmetic.
+    for x in (0..columns.start).chain(columns.end..width) {
+        let mut p = copy_lo - copy_lo % width + x;
+        if p < copy_lo {
+            p += width;
+        }
+        while p < copy_hi {
+            dst[p - first] = T::ZERO;
+            p += width;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::spatial::WindowAttrs;
+
+    #[test]
+    fn unfolds_a_padded_strided_2d_window() {
+        // 1 channel, 3x3 input, 2x2 kernel, stride 2, pad 1 on every side -> 2x2 output.
+        let input: Vec<f32> = (1..=9).map(|v| v as f32).collect();
+        let attrs = WindowAttrs {
+            kernel: &[2, 2],
+            strides: &[2, 2],
+            pads_begin: &[1, 1],
+            pads_end: &[1, 1],
+            dilations: &[],
+            ceil_mode: false,
+        };
+        let g = WindowGeometry::new("test", &[3, 3], &attrs).unwrap();
+        assert_eq!(g.out_dims.as_slice(), &[2, 2]);
+        let mut col = vec![f32::NAN; 4 * 4];
+        im2col(&input, 1, &g, 0..4, &mut col, 1);
+        #[rustfmt::skip]
+        let expected = [
+            0.0, 0.0, 0.0, 5.0, // tap (0, 0)
+            0.0, 0.0, 4.0, 6.0, // tap (0, 1)
+            0.0, 2.0, 0.0, 8.0, // tap (1, 0)
+            1.0, 3.0, 7.0, 9.0, // tap (1, 1)
+        ];
+        assert_eq!(col, expected);
+        // Any column range gives the matching columns.
+        for start in 0..4 {
+            for end in start..=4 {
+                let width = end - start;
+                let mut part = vec![f32::NAN; 4 * width];
+                im2col(&input, 1, &g, start..end, &mut part, 1);
+                for row in 0..4 {
+                    assert_eq!(
+                        part[row * width..(row + 1) * width],
+                        expected[row * 4 + start..row * 4 + end]
+                    );
+                }
+            }
+        }
+    }
+
+    /// im2col straight from the definition: row (c, tap), column p.
+    fn naive(input: &[f32], channels: usize, g: &WindowGeometry) -> Vec<f32> {
+        let rank = g.in_dims.len();
+        let mut col = Vec::new();
+        for c in 0..channels {
+            for tap in 0..g.kernel_len {
+                for p in 0..g.out_len {
+                    let (mut t, mut q, mut at, mut inside) = (tap, p, 0usize, true);
+                    let mut coords = vec![0isize; rank];
+                    for axis in (0..rank).rev() {
+                        let (k, o) = (t % g.kernel[axis], q % g.out_dims[axis]);
+                        t /= g.kernel[axis];
+                        q /= g.out_dims[axis];
+                        coords[axis] = (o * g.strides[axis] + k * g.dilations[axis]) as isize
+                            - g.pads_begin[axis] as isize;
+                    }
+                    for (&i, &extent) in coords.iter().zip(&g.in_dims) {
+                        inside &= i >= 0 && (i as usize) < extent;
+                        at = at * extent + i.max(0) as usize;
+                    }
+                    col.push(if inside {
+                        input[c * g.in_len + at]
+                    } else {
+                        0.0
+                    });
+                }
+            }
+        }
+        col
+    }
+
+    #[test]
+    fn same_width_fast_path_matches_the_definition() {
+        // Stride 1 with output rows as wide as input rows, 1-D and 2-D, odd and even kernels,
+        // dilations, asymmetric pads, and every column range of a few widths.
+        // (input dims, kernel, pads begin, pads end, dilations)
+        type Case = (
+            &'static [usize],
+            &'static [usize],
+            &'static [usize],
+            &'static [usize],
+            &'static [usize],
+        );
+        let cases: [Case; 6] = [
+            (&[5, 4], &[3, 3], &[1, 1], &[1, 1], &[1, 1]),
+            (&[4, 6], &[3, 3], &[0, 1], &[0, 1], &[1, 1]),
+            (&[6, 5], &[2, 4], &[1, 2], &[0, 1], &[1, 1]),
+            (&[5, 7], &[3, 3], &[2, 2], &[2, 2], &[2, 2]),
+            (&[3, 2], &[5, 5], &[2, 2], &[2, 2], &[1, 1]),
+            (&[9], &[3], &[1], &[1], &[1]),
+        ];
+        for (in_dims, kernel, pads_begin, pads_end, dilations) in cases {
+            let attrs = WindowAttrs {
+                kernel,
+                strides: &[],
+                pads_begin,
+                pads_end,
+                dilations,
+                ceil_mode: false,
+            };
+            let g = WindowGeometry::new("test", in_dims, &attrs).unwrap();
+            assert_eq!(
+                g.out_dims.last(),
+                g.in_dims.last(),
+                "{in_dims:?} {kernel:?}"
+            );
+            let channels = 2;
+            let input: Vec<f32> = (0..channels * g.in_len).map(|v| v as f32 + 1.0).collect();
+            let expected = naive(&input, channels, &g);
+            let rows = channels * g.kernel_len;
+            for start in 0..g.out_len {
+                for end in [start + 1, (start + 5).min(g.out_len), g.out_len] {
+                    let width = end - start;
+                    let mut col = vec![f32::NAN; rows * width];
+                    im2col(&input, channels, &g, start..end, &mut col, 1);
+                    for row in 0..rows {
+                        assert_eq!(
+                            col[row * width..(row + 1) * width],
+                            expected[row * g.out_len + start..row * g.out_len + end],
+                            "{in_dims:?} kernel {kernel:?} pads {pads_begin:?}/{pads_end:?} \
+                             row {row} columns {start}..{end}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn padding_wider_than_the_input_is_all_zero_not_a_panic() {
+        // pytorch Conv1d_pad2size1: width 1, kernel 5, pad 2 on both sides -> width 1; only
+        // the middle tap sees the input. Tap 0 has no valid position at all (lo > hi before
+        // clamping), which used to form a negative start index.
+        let attrs = WindowAttrs {
+            kernel: &[5],
+            strides: &[1],
+            pads_begin: &[2],
+            pads_end: &[2],
+            dilations: &[],
+            ceil_mode: false,
+        };
+        let g = WindowGeometry::new("test", &[1], &attrs).unwrap();
+        assert_eq!(g.out_dims.as_slice(), &[1]);
+        let mut col = vec![f32::NAN; 2 * 5];
+        im2col(&[7.0, -3.0], 2, &g, 0..1, &mut col, 1);
+        assert_eq!(col, [0.0, 0.0, 7.0, 0.0, 0.0, 0.0, 0.0, -3.0, 0.0, 0.0]);
+        // 2-D with a stride: 1x2 input, 3x3 kernel, pads 2, stride 2 -> 2x2 output.
+        let attrs = WindowAttrs {
+            kernel: &[3, 3],
+            strides: &[2, 2],
+            pads_begin: &[2, 2],
+            pads_end: &[2, 2],
+            dilations: &[],
+            ceil_mode: false,
+        };
+        let g = WindowGeometry::new("test", &[1, 2], &attrs).unwrap();
+        assert_eq!(g.out_dims.as_slice(), &[2, 2]);
+        let mut col = vec![f32::NAN; 9 * 4];
+        im2col(&[1.0, 2.0], 1, &g, 0..4, &mut col, 1);
+        // Output (oh, ow) reads input (2 * oh + kh - 2, 2 * ow + kw - 2): only kh = 0 at
+        // oh = 1 and kh = 2 at oh = 0 reach input row 0; the middle kernel row never does.
+        #[rustfmt::skip]
+        let expected = [
+            0.0, 0.0, 0.0, 1.0, // tap (0, 0)
+            0.0, 0.0, 0.0, 2.0, // tap (0, 1)
+            0.0, 0.0, 1.0, 0.0, // tap (0, 2)
+            0.0, 0.0, 0.0, 0.0, // tap (1, 0)
+            0.0, 0.0, 0.0, 0.0, // tap (1, 1)
+            0.0, 0.0, 0.0, 0.0, // tap (1, 2)
+            0.0, 1.0, 0.0, 0.0, // tap (2, 0)
+            0.0, 2.0, 0.0, 0.0, // tap (2, 1)
+            1.0, 0.0, 0.0, 0.0, // tap (2, 2)
+        ];
+        assert_eq!(col, expected);
+    }
+}

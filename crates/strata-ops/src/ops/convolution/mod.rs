@@ -1,0 +1,28 @@
+//! Convolution in one place: Conv (im2col + GEMM kernels in `conv_kernel` / `im2col`),
+//! ConvTranspose (GEMM then the `col2im_fold`), DeformConv, the Col2Im operator, and the integer
+//! convolutions ConvInteger and QLinearConv on `integer_conv_kernel`.
+
+pub mod col2im;
+pub(crate) mod col2im_fold;
+pub mod conv;
+pub mod conv_integer;
+pub mod conv_kernel;
+pub mod conv_transpose;
+pub mod deform_conv;
+mod im2col;
+mod integer_conv_kernel;
+pub mod qlinear_conv;
+#[cfg(test)]
+pub(crate) mod test_util;
+
+use crate::OpTable;
+
+/// The family's operator tables, read by the registry.
+pub const OPS: &[OpTable] = &[
+    &[("Conv", conv::Conv::build)],
+    &[("ConvTranspose", conv_transpose::ConvTranspose::build)],
+    &[("DeformConv", deform_conv::DeformConv::build)],
+    &[("Col2Im", col2im::Col2Im::build)],
+    &[("ConvInteger", conv_integer::ConvInteger::build)],
+    &[("QLinearConv", qlinear_conv::QLinearConv::build)],
+];

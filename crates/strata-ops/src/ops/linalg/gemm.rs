@@ -1,0 +1,176 @@
+//! Gemm: Y = alpha · op(A) · op(B) + beta · C, with transposes as strides (no copies) and C
+//! broadcast to [M, N].
+
+use std::marker::PhantomData;
+
+use strata_core::{DType, Device, Element};
+
+use crate::kernels::{gemm, GemmFloat};
+use crate::support::strided::for_each_broadcast;
+use crate::{broadcast_dims, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+
+#[derive(Debug, Clone, Copy)]
+pub struct Gemm {
+    alpha: f32,
+    beta: f32,
+    trans_a: bool,
+    trans_b: bool,
+}
+
+impl Gemm {
+    pub fn build(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
+        let a = ctx.attrs;
+        Ok(Box::new(Gemm {
+            alpha: a.float_or("alpha", 1.0)?,
+            beta: a.float_or("beta", 1.0)?,
+            trans_a: a.int_or("transA", 0)? != 0,
+            trans_b: a.int_or("transB", 0)? != 0,
+        }))
+    }
+
+    fn mnk(&self, a: &[Dim], b: &[Dim]) -> OpResult<(Dim, Dim)> {
+        if a.len() != 2 || b.len() != 2 {
+            return Err(OpError::shape(
+                "Gemm",
+                format!("A and B must be matrices, got {a:?} and {b:?}"),
+            ));
+        }
+        let (m, ka) = if self.trans_a {
+            (&a[1], &a[0])
+        } else {
+            (&a[0], &a[1])
+        };
+        let (kb, n) = if self.trans_b {
+            (&b[1], &b[0])
+        } else {
+            (&b[0], &b[1])
+        };
+        if let (Dim::Known(x), Dim::Known(y)) = (ka, kb) {
+            if x != y {
+                return Err(OpError::shape(
+                    "Gemm",
+                    format!(
+                        "inner dims differ: A {a:?} (transA {}) and B {b:?} (transB {})",
+                        self.trans_a, self.trans_b
+                    ),
+                ));
+            }
+        }
+        Ok((m.clone(), n.clone()))
+    }
+}
+
+impl Operator for Gemm {
+    fn op_type(&self) -> &str {
+        "Gemm"
+    }
+
+    fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
+        let (a, b) = match inputs {
+            [a, b, ..] if a.is_defined() && b.is_defined() => (a, b),
+            _ => {
+                return Err(OpError::InputCount {
+                    op: "Gemm".into(),
+                    expected: "2 or 3".into(),
+                    actual: inputs.len(),
+                })
+            }
+        };
+        let (m, n) = self.mnk(&a.dims, &b.dims)?;
+        let out = vec![m, n];
+        if let Some(c) = inputs.get(2).filter(|c| c.is_defined()) {
+            let joint = broadcast_dims("Gemm", &c.dims, &out)?;
+            if joint.len() != 2 {
+                return Err(OpError::shape(
+                    "Gemm",
+                    format!("C {:?} does not broadcast to [M, N] {out:?}", c.dims),
+                ));
+            }
+        }
+        Ok(vec![Fact::new(a.dtype, out)])
+    }
+
+    fn kernel(
+        &self,
+        inputs: &[&Fact],
+        _outputs: &[&Fact],
+        device: Device,
+    ) -> OpResult<Box<dyn Kernel>> {
+        match (inputs[0].dtype, device) {
+            (DType::F32, Device::Cpu) => Ok(Box::new(GemmKernel::<f32> {
+                op: *self,
+                _t: PhantomData,
+            })),
+            (DType::F64, Device::Cpu) => Ok(Box::new(GemmKernel::<f64> {
+                op: *self,
+                _t: PhantomData,
+            })),
+            (dtype, device) => Err(OpError::NoKernel {
+                op: "Gemm".into(),
+                dtype,
+                device,
+            }),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct GemmKernel<T> {
+    op: Gemm,
+    _t: PhantomData<T>,
+}
+
+impl<T: Element + GemmFloat> Kernel for GemmKernel<T> {
+    fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
+        let (a, b, c, out) = (io.input(0), io.input(1), io.input(2), io.output(0));
+        let (m, n) = (out.dims()[0], out.dims()[1]);
+        let k = if self.op.trans_a {
+            a.dims()[0]
+        } else {
+            a.dims()[1]
+        };
+        let (ra, rb) = (a.read::<T>()?, b.read::<T>()?);
+        let mut w = out.write::<T>()?;
+        let not_contiguous = || OpError::kernel("Gemm", "operands must be contiguous");
+        let (sa, sb) = (
+            ra.as_slice().ok_or_else(not_contiguous)?,
+            rb.as_slice().ok_or_else(not_contiguous)?,
+        );
+        let so = w.as_mut_slice().ok_or_else(not_contiguous)?;
+        let beta = if c.is_defined() {
+            let lc = c.layout().expand(out.dims())?;
+            let rc = c.read::<T>()?;
+            let data = rc.storage_data();
+            let lo = out.layout();
+            for_each_broadcast(lo, &lc, |i, _, pc| so[i] = data[pc]);
+            T::from_f32(self.op.beta)
+        } else {
+            T::from_f32(0.0)
+        };
+        let a_strides = if self.op.trans_a {
+            (1, m as isize)
+        } else {
+            (k as isize, 1)
+        };
+        let b_strides = if self.op.trans_b {
+            (1, k as isize)
+        } else {
+            (n as isize, 1)
+        };
+        gemm(
+            m,
+            n,
+            k,
+            sa,
+            a_strides,
+            sb,
+            b_strides,
+            so,
+            (n as isize, 1),
+            T::from_f32(self.op.alpha),
+            beta,
+            io.threads,
+        )?;
+        Ok(())
+    }
+}

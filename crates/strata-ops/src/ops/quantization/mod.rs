@@ -1,0 +1,25 @@
+//! Quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, with how their scale
+//! and zero-point parameters map onto elements (`params`) and element access for every quantized
+//! dtype (`values`). The integer products live with their float cousins (`linalg`, `convolution`).
+
+pub mod dequantize_linear;
+pub mod dynamic_quantize_linear;
+pub mod low_float;
+pub(crate) mod params;
+pub mod quantize_linear;
+pub(crate) mod values;
+
+use crate::OpTable;
+
+/// The family's operator tables, read by the registry.
+pub const OPS: &[OpTable] = &[&[
+    ("QuantizeLinear", quantize_linear::QuantizeLinear::build),
+    (
+        "DequantizeLinear",
+        dequantize_linear::DequantizeLinear::build,
+    ),
+    (
+        "DynamicQuantizeLinear",
+        dynamic_quantize_linear::DynamicQuantizeLinear::build,
+    ),
+]];

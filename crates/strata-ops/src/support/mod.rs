@@ -1,0 +1,19 @@
+//! Helpers shared across operator families, each written once: axis normalization and integer
+//! arguments (`axes`), carving planned scratch (`scratch`), element values as bytes (`scalar`),
+//! strided copies (`copy_runs`), broadcast walks (`broadcast`, `strided`), per-dtype arithmetic
+//! (`numeric`, `accumulate`), math functions (`erf`, `fast_math`, `f16_bits`), and the operator
+//! test harness (`test_util`).
+
+pub(crate) mod accumulate;
+pub(crate) mod axes;
+pub mod broadcast;
+pub(crate) mod copy_runs;
+pub(crate) mod erf;
+pub(crate) mod f16_bits;
+pub(crate) mod fast_math;
+pub mod numeric;
+pub(crate) mod scalar;
+pub(crate) mod scratch;
+pub mod strided;
+#[cfg(test)]
+pub(crate) mod test_util;
