@@ -51,9 +51,9 @@ pub(crate) fn external_ref(tp: &TensorProto, tensor: &str) -> Result<ExternalRef
 /// Normalizes `location` to a path inside the model directory, or says why it is not one.
 ///
 /// The check is lexical: absolute paths, drive prefixes and `..` climbing above the directory
-/// are refused. Symbolic links inside the directory are followed on purpose (model caches such as
-/// Hugging Face's link weight files to a shared blob store). Backslashes count as separators,
-/// since ONNX files travel between Windows and Unix.
+/// are refused. Symbolic links are resolved when the file is opened
+/// ([`crate::WeightSource`]), where a link leading outside the directory is refused too.
+/// Backslashes count as separators, since ONNX files travel between Windows and Unix.
 pub(crate) fn relative_location(location: &str) -> std::result::Result<PathBuf, &'static str> {
     if location.contains('\0') {
         return Err("contains a NUL byte");

@@ -15,6 +15,8 @@ use crate::error::{OnnxError, Result};
 #[derive(Debug, Default)]
 pub struct WeightSource {
     model_dir: Option<PathBuf>,
+    /// Follow symbolic links that resolve outside the model directory (off unless asked for).
+    links_may_leave: bool,
     files: Mutex<HashMap<PathBuf, Arc<MappedFile>>>,
 }
 
@@ -23,8 +25,17 @@ impl WeightSource {
     pub fn new(model_dir: impl Into<PathBuf>) -> Self {
         WeightSource {
             model_dir: Some(model_dir.into()),
+            links_may_leave: false,
             files: Mutex::default(),
         }
+    }
+
+    /// Opts in to external data behind symbolic links that resolve outside the model directory
+    /// (a model cache that links weight files to a shared blob store, say). Off by default: a
+    /// model from a stranger must not read `/etc/passwd` through `weights.bin -> /etc/passwd`.
+    pub fn allow_links_outside(mut self, allow: bool) -> Self {
+        self.links_may_leave = allow;
+        self
     }
 
     /// External data resolves against the directory holding the model file at `model_path`.
@@ -67,7 +78,7 @@ impl WeightSource {
                 "the model was loaded from memory, so it has no directory for external files",
             )
         })?;
-        let path = dir.join(relative_path);
+        let path = self.confined(tensor, dir, relative_path)?;
         // A poisoned lock only means another thread panicked mid-insert; the map is still valid.
         let mut files = self
             .files
@@ -81,5 +92,31 @@ impl WeightSource {
         })?;
         files.insert(path, file.clone());
         Ok(file)
+    }
+
+    /// `dir/relative_path` with every symbolic link resolved, refused unless it stays inside
+    /// `dir` (also resolved) or the caller allowed links to leave it. `relative_path` is already
+    /// lexically inside `dir`; only links can take it out.
+    fn confined(&self, tensor: &str, dir: &Path, relative_path: &Path) -> Result<PathBuf> {
+        let joined = dir.join(relative_path);
+        let resolve = |path: &Path| {
+            std::fs::canonicalize(path).map_err(|err| {
+                OnnxError::external(tensor, format!("cannot open '{}': {err}", path.display()))
+            })
+        };
+        let resolved = resolve(&joined)?;
+        if !self.links_may_leave && !resolved.starts_with(resolve(dir)?) {
+            return Err(OnnxError::external(
+                tensor,
+                format!(
+                    "'{}' is a link to '{}', outside the model directory '{}' (links out of it \
+                     are refused unless allowed with WeightSource::allow_links_outside)",
+                    joined.display(),
+                    resolved.display(),
+                    dir.display()
+                ),
+            ));
+        }
+        Ok(resolved)
     }
 }

@@ -265,6 +265,43 @@ fn locations_cannot_escape_the_model_directory() {
     std::fs::remove_dir_all(&root).ok();
 }
 
+#[cfg(unix)]
+#[test]
+fn links_out_of_the_model_directory_are_refused_unless_allowed() {
+    use std::os::unix::fs::symlink;
+    let root = temp_dir("external-links");
+    let model_dir = root.join("model");
+    let inside = model_dir.join("blobs");
+    std::fs::create_dir_all(&inside).unwrap();
+    let secret = root.join("secret.bin");
+    std::fs::write(&secret, 7.0f32.to_le_bytes().repeat(4)).unwrap();
+    std::fs::write(inside.join("w.bin"), 3.0f32.to_le_bytes().repeat(4)).unwrap();
+    // A file link and a directory link leading out, and a link that stays inside.
+    symlink(&secret, model_dir.join("file_link.bin")).unwrap();
+    symlink(&root, model_dir.join("dir_link")).unwrap();
+    symlink(inside.join("w.bin"), model_dir.join("inner_link.bin")).unwrap();
+
+    let confined = WeightSource::new(&model_dir);
+    for location in ["file_link.bin", "dir_link/secret.bin"] {
+        let tp = external("leak", DataType::Float, &[4], &[("location", location)]);
+        let message = external_error(&tp, &confined);
+        assert!(message.contains("outside the model directory"), "{message}");
+    }
+    assert_eq!(confined.mapped_files(), 0, "nothing outside was opened");
+
+    let read = |weights: &WeightSource, location: &str| {
+        let tp = external("w", DataType::Float, &[4], &[("location", location)]);
+        tensor_from_proto(&tp, weights)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()
+    };
+    assert_eq!(read(&confined, "inner_link.bin"), [3.0; 4]);
+    let trusting = WeightSource::new(&model_dir).allow_links_outside(true);
+    assert_eq!(read(&trusting, "file_link.bin"), [7.0; 4]);
+    std::fs::remove_dir_all(&root).ok();
+}
+
 #[test]
 fn models_loaded_from_memory_with_external_data_fail_cleanly() {
     let dir = temp_dir("external-memory");
