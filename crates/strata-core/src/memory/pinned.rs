@@ -3,8 +3,12 @@
 //! With a CUDA driver present, memory comes from `cuMemHostAlloc` (see [`cuda_host`]); without
 //! one it falls back to ordinary aligned host memory, so code that asks for pinned staging
 //! buffers runs everywhere. Its device is always the CPU.
+//!
+//! The driver is probed on the first allocation, not when the allocator is made: the global
+//! registry makes one at start-up, and a CPU-only run must not load the CUDA driver library.
 
 use std::ptr::NonNull;
+use std::sync::OnceLock;
 
 use crate::memory::cuda_host::CudaHostMemory;
 use crate::{Allocator, AllocatorStats, CpuAllocator, Device, Result};
@@ -18,30 +22,41 @@ enum Backend {
 /// Page-locked host memory when a CUDA driver is available, aligned host memory otherwise.
 #[derive(Debug)]
 pub struct PinnedAllocator {
-    backend: Backend,
+    /// Chosen on first use (see the module doc).
+    backend: OnceLock<Backend>,
 }
 
 impl PinnedAllocator {
-    /// Uses the CUDA driver when one can be loaded and initialized, the host fallback otherwise.
+    /// Uses the CUDA driver when one can be loaded and initialized, the host fallback otherwise;
+    /// the driver is looked for on the first allocation.
     pub fn new() -> Self {
-        match CudaHostMemory::load() {
-            Some(cuda) => PinnedAllocator {
-                backend: Backend::Cuda(cuda),
-            },
-            None => PinnedAllocator::host_fallback(),
+        PinnedAllocator {
+            backend: OnceLock::new(),
         }
     }
 
     /// Always the ordinary host memory fallback.
     pub fn host_fallback() -> Self {
         PinnedAllocator {
-            backend: Backend::Host(CpuAllocator::new()),
+            backend: OnceLock::from(Backend::Host(CpuAllocator::new())),
         }
     }
 
-    /// True when allocations are really page-locked by a CUDA driver.
+    /// True when allocations are really page-locked by a CUDA driver (probes for it).
     pub fn is_page_locked(&self) -> bool {
-        matches!(self.backend, Backend::Cuda(_))
+        matches!(self.backend(), Backend::Cuda(_))
+    }
+
+    /// Whether the backend has been chosen yet (the driver probed, or the fallback given).
+    pub fn is_probed(&self) -> bool {
+        self.backend.get().is_some()
+    }
+
+    fn backend(&self) -> &Backend {
+        self.backend.get_or_init(|| match CudaHostMemory::load() {
+            Some(cuda) => Backend::Cuda(cuda),
+            None => Backend::Host(CpuAllocator::new()),
+        })
     }
 }
 
@@ -53,14 +68,14 @@ impl Default for PinnedAllocator {
 
 impl Allocator for PinnedAllocator {
     fn allocate(&self, bytes: usize, align: usize) -> Result<NonNull<u8>> {
-        match &self.backend {
+        match self.backend() {
             Backend::Cuda(cuda) => cuda.allocate(bytes, align),
             Backend::Host(host) => host.allocate(bytes, align),
         }
     }
 
     unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, align: usize) {
-        match &self.backend {
+        match self.backend() {
             // SAFETY: forwarded unchanged; the caller's guarantee covers the backend that made it.
             Backend::Cuda(cuda) => unsafe { cuda.deallocate(ptr, bytes, align) },
             // SAFETY: as above.
@@ -73,9 +88,11 @@ impl Allocator for PinnedAllocator {
     }
 
     fn stats(&self) -> AllocatorStats {
-        match &self.backend {
-            Backend::Cuda(cuda) => cuda.stats(),
-            Backend::Host(host) => host.stats(),
+        match self.backend.get() {
+            Some(Backend::Cuda(cuda)) => cuda.stats(),
+            Some(Backend::Host(host)) => host.stats(),
+            // Nothing allocated yet: nothing to report, and no reason to load a driver.
+            None => AllocatorStats::default(),
         }
     }
 }
@@ -100,7 +117,14 @@ mod tests {
     fn detected_backend_allocates() {
         // Page-locked where a CUDA driver exists (the GPU machine), host memory elsewhere.
         let a = PinnedAllocator::new();
+        assert!(
+            !a.is_probed(),
+            "making the allocator must not load a driver"
+        );
+        assert_eq!(a.stats().active_bytes, 0);
+        assert!(!a.is_probed(), "reading stats must not load a driver");
         let p = a.allocate(1 << 20, 256).unwrap();
+        assert!(a.is_probed());
         assert_eq!(p.as_ptr() as usize % 256, 0);
         assert_eq!(a.stats().active_bytes, 1 << 20);
         // SAFETY: p came from allocate(1 MiB, 256).
