@@ -11,6 +11,7 @@ pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod memory;
+mod parse;
 pub mod shape;
 pub mod tensor;
 
