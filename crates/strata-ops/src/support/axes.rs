@@ -3,7 +3,7 @@
 //! the input is a constant, read from the tensor at run time otherwise).
 
 use smallvec::SmallVec;
-use strata_core::{DType, Device, Tensor};
+use strata_core::{DType, Tensor};
 
 use crate::{int_values, Fact, OpError, OpResult};
 
@@ -127,18 +127,6 @@ pub(crate) fn read_optional_ints(
         Some(t) if t.is_defined() => Ok(Some(read_ints(op, t)?)),
         _ => Ok(None),
     }
-}
-
-/// Rejects devices other than the CPU and block-quantized dtypes (no per-element addressing).
-pub(crate) fn cpu_plain(op: &str, dtype: DType, device: Device) -> OpResult<()> {
-    if device != Device::Cpu || dtype.is_quantized() {
-        return Err(OpError::NoKernel {
-            op: op.into(),
-            dtype,
-            device,
-        });
-    }
-    Ok(())
 }
 
 /// Row-major contiguous strides of `dims`, inline.

@@ -11,6 +11,7 @@ pub(crate) mod copy_runs;
 pub(crate) mod erf;
 pub(crate) mod f16_bits;
 pub(crate) mod fast_math;
+pub(crate) mod kernel_choice;
 pub mod numeric;
 pub(crate) mod scalar;
 pub(crate) mod scratch;

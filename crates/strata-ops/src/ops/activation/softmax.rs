@@ -8,6 +8,7 @@ use num_traits::{Float, Zero};
 use strata_core::Device;
 
 use crate::ops::shape::identity::first_input;
+use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::{Real, WideFloat};
 use crate::{
     dispatch_float, Constructor, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator,
@@ -123,17 +124,10 @@ impl Operator for Softmax {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = first_input(self.kind.name(), inputs)?.dtype;
-        let no_kernel = || OpError::NoKernel {
-            op: self.kind.name().into(),
-            dtype,
-            device,
-        };
-        if device != Device::Cpu {
-            return Err(no_kernel());
-        }
+        cpu_only(self.kind.name(), dtype, device)?;
         let op = *self;
         dispatch_float!(dtype, T => Ok(Box::new(SoftmaxKernel::<T> { op, _t: PhantomData })
-            as Box<dyn Kernel>), _ => Err(no_kernel()))
+            as Box<dyn Kernel>), _ => Err(OpError::no_kernel(self.kind.name(), dtype, device)))
     }
 
     fn in_place_input(&self) -> Option<usize> {

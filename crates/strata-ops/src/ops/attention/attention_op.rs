@@ -17,6 +17,7 @@ use super::attention_core::{attend, Buffers, QkCapture, ScoreParams, SoftmaxPrec
 use super::attention_geometry::{Geometry, InputDims};
 use crate::kernels::GemmFloat;
 use crate::support::axes::{optional, required};
+use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::{Real, WideFloat};
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -348,18 +349,11 @@ impl Operator for Attention {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = self.check_inputs(inputs)?;
-        let no_kernel = || OpError::NoKernel {
-            op: OP.into(),
-            dtype,
-            device,
-        };
-        if device != Device::Cpu {
-            return Err(no_kernel());
-        }
+        cpu_only(OP, dtype, device)?;
         dispatch_float!(dtype, T => Ok(Box::new(AttentionKernel::<T> {
             op: self.clone(),
             _t: PhantomData,
-        }) as Box<dyn Kernel>), _ => Err(no_kernel()))
+        }) as Box<dyn Kernel>), _ => Err(OpError::no_kernel(OP, dtype, device)))
     }
 
     fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {

@@ -12,6 +12,7 @@ use num_traits::Zero;
 use strata_core::{DType, Device};
 
 use crate::support::axes::{optional, required};
+use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::{Real, WideFloat};
 use crate::{dispatch_float, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -153,18 +154,11 @@ impl Operator for CausalConvWithState {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(OP, inputs, 0)?.dtype;
-        let no_kernel = || OpError::NoKernel {
-            op: OP.into(),
-            dtype,
-            device,
-        };
-        if device != Device::Cpu {
-            return Err(no_kernel());
-        }
+        cpu_only(OP, dtype, device)?;
         dispatch_float!(dtype, T => Ok(Box::new(CausalConvKernel::<T> {
             silu: self.silu,
             _t: PhantomData,
-        }) as Box<dyn Kernel>), _ => Err(no_kernel()))
+        }) as Box<dyn Kernel>), _ => Err(OpError::no_kernel(OP, dtype, device)))
     }
 }
 

@@ -13,6 +13,7 @@ use num_traits::Zero;
 use strata_core::{DType, Device};
 
 use crate::support::axes::{optional, required};
+use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::{Real, WideFloat};
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -256,18 +257,11 @@ impl Operator for LinearAttention {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(OP, inputs, 0)?.dtype;
-        let no_kernel = || OpError::NoKernel {
-            op: OP.into(),
-            dtype,
-            device,
-        };
-        if device != Device::Cpu {
-            return Err(no_kernel());
-        }
+        cpu_only(OP, dtype, device)?;
         dispatch_float!(dtype, T => Ok(Box::new(LinearAttentionKernel::<T> {
             op: *self,
             _t: PhantomData,
-        }) as Box<dyn Kernel>), _ => Err(no_kernel()))
+        }) as Box<dyn Kernel>), _ => Err(OpError::no_kernel(OP, dtype, device)))
     }
 
     fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {

@@ -61,13 +61,7 @@ impl Operator for BitCast {
             (Device::Cpu, 2) => Box::new(Reinterpret::<u16>(PhantomData)),
             (Device::Cpu, 4) => Box::new(Reinterpret::<u32>(PhantomData)),
             (Device::Cpu, 8) => Box::new(Reinterpret::<u64>(PhantomData)),
-            _ => {
-                return Err(OpError::NoKernel {
-                    op: "BitCast".into(),
-                    dtype,
-                    device,
-                })
-            }
+            _ => return Err(OpError::no_kernel("BitCast", dtype, device)),
         })
     }
 

@@ -213,10 +213,12 @@ impl Operator for Cast {
         } else {
             cast_kernel(name, x.dtype, to, self.rounding)
         };
-        kernel.ok_or_else(|| OpError::NoKernel {
-            op: self.name().into(),
-            dtype: if to.is_quantized() { to } else { x.dtype },
-            device,
+        kernel.ok_or_else(|| {
+            OpError::no_kernel(
+                self.name(),
+                if to.is_quantized() { to } else { x.dtype },
+                device,
+            )
         })
     }
 }

@@ -7,6 +7,7 @@ use smallvec::SmallVec;
 use strata_core::{Device, Tensor};
 
 use crate::support::axes::{check_int_input, known_ints, read_ints, required};
+use crate::support::kernel_choice::cpu_supported;
 use crate::support::numeric::{Real, WideFloat};
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -191,13 +192,7 @@ impl Operator for Col2Im {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(OP, inputs, 0)?.dtype;
-        if device != Device::Cpu || !dtype.is_float() {
-            return Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype,
-                device,
-            });
-        }
+        cpu_supported(OP, dtype, device, dtype.is_float())?;
         Ok(Box::new(self.clone()))
     }
 }

@@ -210,11 +210,7 @@ impl Operator for Conv {
                 op: self.clone(),
                 _t: PhantomData,
             })),
-            (dtype, device) => Err(OpError::NoKernel {
-                op: "Conv".into(),
-                dtype,
-                device,
-            }),
+            (dtype, device) => Err(OpError::no_kernel("Conv", dtype, device)),
         }
     }
 }

@@ -377,11 +377,7 @@ impl Operator for ConvTranspose {
                 op: self.clone(),
                 _t: PhantomData,
             })),
-            (dtype, device) => Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype,
-                device,
-            }),
+            (dtype, device) => Err(OpError::no_kernel(OP, dtype, device)),
         }
     }
 }

@@ -16,6 +16,7 @@ use strata_core::{DType, Device};
 
 use crate::kernels::{gemm, GemmFloat};
 use crate::support::axes::{optional, required};
+use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::{Real, WideFloat};
 use crate::support::scratch::{carve, scratch_as};
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
@@ -375,17 +376,10 @@ impl Operator for DeformConv {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(OP, inputs, 0)?.dtype;
-        let no_kernel = || OpError::NoKernel {
-            op: OP.into(),
-            dtype,
-            device,
-        };
-        if device != Device::Cpu {
-            return Err(no_kernel());
-        }
+        cpu_only(OP, dtype, device)?;
         let op = self.clone();
         dispatch_float!(dtype, T => Ok(Box::new(DeformConvKernel::<T> { op, _t: PhantomData })
-            as Box<dyn Kernel>), _ => Err(no_kernel()))
+            as Box<dyn Kernel>), _ => Err(OpError::no_kernel(OP, dtype, device)))
     }
 }
 

@@ -4,6 +4,7 @@
 use strata_core::{DType, Device};
 
 use crate::ops::shape::identity::first_input;
+use crate::support::kernel_choice::cpu_plain;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 #[derive(Debug)]
@@ -72,13 +73,7 @@ impl Operator for Gather {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu || inputs[0].dtype.is_quantized() {
-            return Err(OpError::NoKernel {
-                op: "Gather".into(),
-                dtype: inputs[0].dtype,
-                device,
-            });
-        }
+        cpu_plain("Gather", inputs[0].dtype, device)?;
         Ok(Box::new(GatherKernel {
             axis: resolve_axis(self.axis, inputs[0].rank())?,
         }))

@@ -5,7 +5,8 @@
 use smallvec::SmallVec;
 use strata_core::Device;
 
-use crate::support::axes::{check_int_input, cpu_plain, normalize_axis, required};
+use crate::support::axes::{check_int_input, normalize_axis, required};
+use crate::support::kernel_choice::cpu_plain;
 use crate::{Constructor, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 pub const OPS: &[(&str, Constructor)] = &[("GatherElements", GatherElements::build)];
@@ -167,11 +168,11 @@ impl Kernel for GatherElements {
                 2 => gather::<u16>(data, out, idx, axis),
                 4 => gather::<u32>(data, out, idx, axis),
                 8 => gather::<u64>(data, out, idx, axis),
-                _ => Err(OpError::NoKernel {
-                    op: "GatherElements".into(),
-                    dtype: data.dtype(),
-                    device: Device::Cpu,
-                }),
+                _ => Err(OpError::no_kernel(
+                    "GatherElements",
+                    data.dtype(),
+                    Device::Cpu,
+                )),
             }
         })
     }

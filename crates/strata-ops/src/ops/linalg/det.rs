@@ -77,11 +77,7 @@ impl Operator for Det {
             (DType::F64, Device::Cpu) => Ok(Box::new(DetKernel::<f64>(PhantomData))),
             (DType::F16, Device::Cpu) => Ok(Box::new(DetKernel::<strata_core::f16>(PhantomData))),
             (DType::BF16, Device::Cpu) => Ok(Box::new(DetKernel::<strata_core::bf16>(PhantomData))),
-            (dtype, device) => Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype,
-                device,
-            }),
+            (dtype, device) => Err(OpError::no_kernel(OP, dtype, device)),
         }
     }
 }

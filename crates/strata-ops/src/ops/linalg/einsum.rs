@@ -127,11 +127,7 @@ impl Operator for Einsum {
             (DType::BF16, Device::Cpu) => {
                 Ok(Box::new(EinsumKernel::<strata_core::bf16>::new(plan)))
             }
-            (dtype, device) => Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype,
-                device,
-            }),
+            (dtype, device) => Err(OpError::no_kernel(OP, dtype, device)),
         }
     }
 }

@@ -98,11 +98,7 @@ impl Operator for MatMul {
             (DType::F64, Device::Cpu) => Ok(Box::new(MatMulKernel::<f64>(PhantomData))),
             (DType::F16, Device::Cpu) => Ok(Box::new(WidenedMatMulKernel::<f16>(PhantomData))),
             (DType::BF16, Device::Cpu) => Ok(Box::new(WidenedMatMulKernel::<bf16>(PhantomData))),
-            (dtype, device) => Err(OpError::NoKernel {
-                op: "MatMul".into(),
-                dtype,
-                device,
-            }),
+            (dtype, device) => Err(OpError::no_kernel("MatMul", dtype, device)),
         }
     }
 }

@@ -9,6 +9,7 @@ use crate::ops::linalg::integer_matmul_kernel::{
 use crate::ops::linalg::matmul::matmul_dims;
 use crate::ops::quantization::values::{f64_scratch_bytes, scratch};
 use crate::support::axes::{optional, required};
+use crate::support::kernel_choice::cpu_only;
 use crate::support::scratch::scratch_as;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -54,13 +55,7 @@ impl Operator for MatMulInteger {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu {
-            return Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype: required(OP, inputs, 0)?.dtype,
-                device,
-            });
-        }
+        cpu_only(OP, required(OP, inputs, 0)?.dtype, device)?;
         Ok(Box::new(MatMulInteger))
     }
 }

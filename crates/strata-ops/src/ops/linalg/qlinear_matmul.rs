@@ -14,6 +14,7 @@ use crate::ops::quantization::values::{
     f64_scratch_bytes, read_scalar, scratch, write_quantized, QuantTarget,
 };
 use crate::support::axes::required;
+use crate::support::kernel_choice::cpu_only;
 use crate::support::scratch::scratch_as;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -60,13 +61,7 @@ impl Operator for QLinearMatMul {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu {
-            return Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype: required(OP, inputs, 0)?.dtype,
-                device,
-            });
-        }
+        cpu_only(OP, required(OP, inputs, 0)?.dtype, device)?;
         Ok(Box::new(QLinearMatMul))
     }
 }

@@ -116,14 +116,16 @@ impl<K: BinaryKind> Operator for Binary<K> {
         } else {
             None
         };
-        kernel.ok_or_else(|| OpError::NoKernel {
-            op: self.kind.name().into(),
-            dtype: if a.dtype == b.dtype || kernel_for_a_only(&self.kind, a.dtype) {
-                a.dtype
-            } else {
-                b.dtype
-            },
-            device,
+        kernel.ok_or_else(|| {
+            OpError::no_kernel(
+                self.kind.name(),
+                if a.dtype == b.dtype || kernel_for_a_only(&self.kind, a.dtype) {
+                    a.dtype
+                } else {
+                    b.dtype
+                },
+                device,
+            )
         })
     }
 

@@ -77,11 +77,7 @@ impl<K: UnaryKind> Operator for Unary<K> {
         } else {
             None
         };
-        kernel.ok_or_else(|| OpError::NoKernel {
-            op: self.0.name().into(),
-            dtype,
-            device,
-        })
+        kernel.ok_or_else(|| OpError::no_kernel(self.0.name(), dtype, device))
     }
 
     fn in_place_input(&self) -> Option<usize> {

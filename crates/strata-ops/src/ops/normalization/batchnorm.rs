@@ -5,6 +5,7 @@ use strata_core::{DType, Device};
 
 use crate::ops::normalization::batchnorm_training::BatchNormTraining;
 use crate::ops::normalization::common::check_batch_norm_inputs;
+use crate::support::kernel_choice::cpu_supported;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 #[derive(Debug)]
@@ -46,13 +47,9 @@ impl Operator for BatchNorm {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu || inputs.iter().take(5).any(|f| f.dtype != DType::F32) {
-            return Err(OpError::NoKernel {
-                op: "BatchNormalization".into(),
-                dtype: inputs[0].dtype,
-                device,
-            });
-        }
+        // Every input (X, scale, bias, mean, var) must be f32.
+        let all_f32 = inputs.iter().take(5).all(|f| f.dtype == DType::F32);
+        cpu_supported("BatchNormalization", inputs[0].dtype, device, all_f32)?;
         Ok(Box::new(BatchNormKernel {
             epsilon: self.epsilon,
         }))

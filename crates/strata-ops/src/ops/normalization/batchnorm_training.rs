@@ -59,11 +59,7 @@ impl Operator for BatchNormTraining {
                 epsilon: self.epsilon,
                 momentum: self.momentum,
             })),
-            (dtype, device) => Err(OpError::NoKernel {
-                op: "BatchNormalization".into(),
-                dtype,
-                device,
-            }),
+            (dtype, device) => Err(OpError::no_kernel("BatchNormalization", dtype, device)),
         }
     }
 }

@@ -2,7 +2,7 @@
 //! kernel tensors, lane moments computed in the wide float type, and the "parameter broadcast
 //! over the normalized block" rule used by LayerNormalization and RMSNormalization.
 
-use strata_core::{DType, Device, Element, ReadGuard, Tensor, WriteGuard};
+use strata_core::{DType, Element, ReadGuard, Tensor, WriteGuard};
 
 use crate::ops::shape::identity::first_input;
 use crate::support::axes::{optional, required};
@@ -141,18 +141,6 @@ pub(crate) fn mean_var<T: Real>(lane: &[T]) -> (T::Wide, T::Wide) {
         s + d * d
     }) / n;
     (mean, var)
-}
-
-/// Rejects devices other than the CPU.
-pub(crate) fn cpu_only(op: &str, dtype: DType, device: Device) -> OpResult<()> {
-    if device != Device::Cpu {
-        return Err(OpError::NoKernel {
-            op: op.into(),
-            dtype,
-            device,
-        });
-    }
-    Ok(())
 }
 
 /// BatchNormalization (both modes): validates X, scale, bias, mean and var (every parameter a vector of the channel count) and

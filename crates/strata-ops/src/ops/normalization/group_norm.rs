@@ -9,10 +9,9 @@ use std::marker::PhantomData;
 use num_traits::Float;
 use strata_core::Device;
 
-use super::common::{
-    check_vector, contiguous, contiguous_mut, cpu_only, float_input, mean_var, same_dtype,
-};
+use super::common::{check_vector, contiguous, contiguous_mut, float_input, mean_var, same_dtype};
 use crate::support::axes::required;
+use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::{Real, WideFloat};
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -122,7 +121,7 @@ impl Operator for GroupNorm {
         dispatch_float!(dtype, T => Ok(Box::new(GroupNormKernel::<T> {
             op: self.clone(),
             _t: PhantomData,
-        }) as Box<dyn Kernel>), _ => Err(OpError::NoKernel { op: self.op.into(), dtype, device }))
+        }) as Box<dyn Kernel>), _ => Err(OpError::no_kernel(self.op, dtype, device)))
     }
 }
 

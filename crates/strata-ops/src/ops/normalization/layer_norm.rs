@@ -10,11 +10,11 @@ use num_traits::{Float, Zero};
 use strata_core::{DType, Device, Tensor};
 
 use super::common::{
-    block_param_len, check_block_param, contiguous, contiguous_mut, cpu_only, float_input,
-    same_dtype,
+    block_param_len, check_block_param, contiguous, contiguous_mut, float_input, same_dtype,
 };
 use crate::ops::cast::cast::dtype_from_onnx_code;
 use crate::support::axes::{normalize_axis, optional, required};
+use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::{Real, WideFloat};
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -124,7 +124,7 @@ impl Operator for LayerNorm {
         dispatch_float!(dtype, T => Ok(Box::new(LayerNormKernel::<T> {
             op: self.clone(),
             _t: PhantomData,
-        }) as Box<dyn Kernel>), _ => Err(OpError::NoKernel { op: self.op.into(), dtype, device }))
+        }) as Box<dyn Kernel>), _ => Err(OpError::no_kernel(self.op, dtype, device)))
     }
 }
 

@@ -8,7 +8,8 @@ use std::marker::PhantomData;
 use num_traits::{Float, Zero};
 use strata_core::Device;
 
-use super::common::{contiguous, contiguous_mut, cpu_only, float_input};
+use super::common::{contiguous, contiguous_mut, float_input};
+use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::{Real, WideFloat};
 use crate::{dispatch_float, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -66,7 +67,7 @@ impl Operator for Lrn {
         let dtype = float_input(OP, inputs, 0)?.dtype;
         cpu_only(OP, dtype, device)?;
         dispatch_float!(dtype, T => Ok(Box::new(LrnKernel::<T> { op: *self, _t: PhantomData })
-            as Box<dyn Kernel>), _ => Err(OpError::NoKernel { op: OP.into(), dtype, device }))
+            as Box<dyn Kernel>), _ => Err(OpError::no_kernel(OP, dtype, device)))
     }
 }
 

@@ -8,9 +8,10 @@ use num_traits::{Float, Zero};
 use smallvec::SmallVec;
 use strata_core::Device;
 
-use super::common::{contiguous, contiguous_mut, cpu_only, float_input};
+use super::common::{contiguous, contiguous_mut, float_input};
 use crate::ops::indexing::gather_elements::for_each_index;
 use crate::support::axes::{contiguous_strides, normalize_axes, Axes};
+use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::{Real, WideFloat};
 use crate::{dispatch_float, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -54,7 +55,7 @@ impl Operator for MeanVarianceNorm {
         dispatch_float!(dtype, T => Ok(Box::new(MvnKernel::<T> {
             op: self.clone(),
             _t: PhantomData,
-        }) as Box<dyn Kernel>), _ => Err(OpError::NoKernel { op: OP.into(), dtype, device }))
+        }) as Box<dyn Kernel>), _ => Err(OpError::no_kernel(OP, dtype, device)))
     }
 }
 

@@ -11,6 +11,7 @@
 use strata_core::{DType, Device};
 
 use crate::support::axes::{optional, required, Axes};
+use crate::support::kernel_choice::cpu_supported;
 use crate::{int_values, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "MaxUnpool";
@@ -228,13 +229,12 @@ impl Operator for MaxUnpool {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(OP, inputs, 0)?.dtype;
-        if device != Device::Cpu || !matches!(dtype.size_in_bytes(), 2 | 4 | 8) {
-            return Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype,
-                device,
-            });
-        }
+        cpu_supported(
+            OP,
+            dtype,
+            device,
+            matches!(dtype.size_in_bytes(), 2 | 4 | 8),
+        )?;
         Ok(Box::new(MaxUnpoolKernel { op: self.clone() }))
     }
 }
@@ -274,11 +274,7 @@ impl Kernel for MaxUnpoolKernel {
             2 => scatter::<u16>(x, idx, &inferred, out),
             4 => scatter::<u32>(x, idx, &inferred, out),
             8 => scatter::<u64>(x, idx, &inferred, out),
-            _ => Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype: x.dtype(),
-                device: Device::Cpu,
-            }),
+            _ => Err(OpError::no_kernel(OP, x.dtype(), Device::Cpu)),
         }
     }
 }

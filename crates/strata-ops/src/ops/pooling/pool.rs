@@ -175,11 +175,7 @@ impl Operator for Pool {
                 planned,
                 _t: PhantomData,
             })),
-            (_, dtype, device) => Err(OpError::NoKernel {
-                op: pool_name(self.kind).into(),
-                dtype,
-                device,
-            }),
+            (_, dtype, device) => Err(OpError::no_kernel(pool_name(self.kind), dtype, device)),
         }
     }
 }
@@ -335,11 +331,7 @@ impl Operator for GlobalPool {
     ) -> OpResult<Box<dyn Kernel>> {
         match (inputs[0].dtype, device) {
             (DType::F32, Device::Cpu) => Ok(Box::new(GlobalPoolKernel { op: *self })),
-            (dtype, device) => Err(OpError::NoKernel {
-                op: self.name().into(),
-                dtype,
-                device,
-            }),
+            (dtype, device) => Err(OpError::no_kernel(self.name(), dtype, device)),
         }
     }
 }

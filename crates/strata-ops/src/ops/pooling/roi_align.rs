@@ -16,6 +16,7 @@ use rayon::prelude::*;
 use strata_core::{DType, Device};
 
 use crate::support::axes::required;
+use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::{Real, WideFloat};
 use crate::support::scratch::{carve, scratch_as};
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
@@ -217,17 +218,10 @@ impl Operator for RoiAlign {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(OP, inputs, 0)?.dtype;
-        let no_kernel = || OpError::NoKernel {
-            op: OP.into(),
-            dtype,
-            device,
-        };
-        if device != Device::Cpu {
-            return Err(no_kernel());
-        }
+        cpu_only(OP, dtype, device)?;
         let op = self.clone();
         dispatch_float!(dtype, T => Ok(Box::new(RoiAlignKernel::<T> { op, _t: PhantomData })
-            as Box<dyn Kernel>), _ => Err(no_kernel()))
+            as Box<dyn Kernel>), _ => Err(OpError::no_kernel(OP, dtype, device)))
     }
 }
 

@@ -9,6 +9,7 @@ use crate::ops::recurrent::activation::parse_activations;
 use crate::ops::recurrent::node::{Cell, Direction, Recurrent};
 use crate::ops::recurrent::sequence::{scratch_bytes, Geometry, SequenceKernel};
 use crate::support::axes::{optional, required};
+use crate::support::kernel_choice::cpu_supported;
 use crate::{Attr, Dim, Fact, Kernel, OpContext, OpError, OpResult, Operator};
 
 impl Recurrent {
@@ -233,13 +234,12 @@ impl Operator for Recurrent {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(self.cell.name(), inputs, 0)?.dtype;
-        if device != Device::Cpu || !matches!(dtype, DType::F32 | DType::F64) {
-            return Err(OpError::NoKernel {
-                op: self.cell.name().into(),
-                dtype,
-                device,
-            });
-        }
+        cpu_supported(
+            self.cell.name(),
+            dtype,
+            device,
+            matches!(dtype, DType::F32 | DType::F64),
+        )?;
         Ok(Box::new(SequenceKernel { op: self.clone() }))
     }
 }

@@ -473,11 +473,7 @@ impl Kernel for SequenceKernel {
         match io.input(0).dtype() {
             DType::F32 => self.run_typed::<f32>(io),
             DType::F64 => self.run_typed::<f64>(io),
-            dtype => Err(OpError::NoKernel {
-                op: self.op.cell.name().into(),
-                dtype,
-                device: Device::Cpu,
-            }),
+            dtype => Err(OpError::no_kernel(self.op.cell.name(), dtype, Device::Cpu)),
         }
     }
 }

@@ -12,9 +12,10 @@ use strata_core::{DType, Device};
 
 use crate::support::accumulate::{dispatch_accumulate, max_of, min_of, Accumulate};
 use crate::support::axes::{
-    cpu_plain, input_len, normalize_axes, optional, read_optional_ints, required, Axes, Ints,
+    input_len, normalize_axes, optional, read_optional_ints, required, Axes, Ints,
 };
 use crate::support::copy_runs::copy_view;
+use crate::support::kernel_choice::cpu_plain;
 use crate::{
     int_values, Constructor, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator,
 };
@@ -169,11 +170,7 @@ impl Operator for Reduce {
         let dtype = required(self.op.name(), inputs, 0)?.dtype;
         cpu_plain(self.op.name(), dtype, device)?;
         if !self.op.accepts(dtype) {
-            return Err(OpError::NoKernel {
-                op: self.op.name().into(),
-                dtype,
-                device,
-            });
+            return Err(OpError::no_kernel(self.op.name(), dtype, device));
         }
         Ok(Box::new(ReduceKernel {
             op: self.op,
@@ -242,7 +239,7 @@ impl Kernel for ReduceKernel {
             let os = ow.as_mut_slice().ok_or_else(xr_err)?;
             reduce_typed::<T>(self.op, xs, os, &geometry);
             Ok(())
-        }, _ => Err(OpError::NoKernel { op: name.into(), dtype: x.dtype(), device: Device::Cpu }))
+        }, _ => Err(OpError::no_kernel(name, x.dtype(), Device::Cpu)))
     }
 }
 

@@ -12,6 +12,7 @@ use strata_core::{DType, Device, Tensor};
 
 use crate::kernels::gemm::{gemm, GemmFloat};
 use crate::support::axes::{check_int_input, known_ints, read_ints, required};
+use crate::support::kernel_choice::cpu_supported;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "AffineGrid";
@@ -122,13 +123,7 @@ impl Operator for AffineGrid {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(OP, inputs, 0)?.dtype;
-        if device != Device::Cpu || !matches!(dtype, DType::F32 | DType::F64) {
-            return Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype,
-                device,
-            });
-        }
+        cpu_supported(OP, dtype, device, matches!(dtype, DType::F32 | DType::F64))?;
         Ok(Box::new(*self))
     }
 

@@ -13,6 +13,7 @@ use strata_core::{Device, Tensor};
 
 use super::sample::{dispatch_sample, is_sampled, Sample};
 use crate::support::axes::required;
+use crate::support::kernel_choice::cpu_supported;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "GridSample";
@@ -257,13 +258,7 @@ impl Operator for GridSample {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(OP, inputs, 0)?.dtype;
-        if device != Device::Cpu || !is_sampled(dtype) {
-            return Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype,
-                device,
-            });
-        }
+        cpu_supported(OP, dtype, device, is_sampled(dtype))?;
         Ok(Box::new(*self))
     }
 

@@ -16,6 +16,7 @@ use super::geometry::{AspectPolicy, AxisGeometry, CoordMode, Filter, NearestMode
 use super::interpolate::{resize_into, tap_table_bytes};
 use super::sample::is_sampled;
 use crate::support::axes::{optional, required};
+use crate::support::kernel_choice::cpu_supported;
 use crate::support::numeric::Real;
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -239,13 +240,7 @@ impl Operator for Resize {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(self.spec.op, inputs, 0)?.dtype;
-        if device != Device::Cpu || !is_sampled(dtype) {
-            return Err(OpError::NoKernel {
-                op: self.spec.op.into(),
-                dtype,
-                device,
-            });
-        }
+        cpu_supported(self.spec.op, dtype, device, is_sampled(dtype))?;
         Ok(Box::new(self.clone()))
     }
 

@@ -7,8 +7,9 @@
 use smallvec::SmallVec;
 use strata_core::Device;
 
-use crate::support::axes::{check_int_input, cpu_plain, known_ints, read_ints, required};
+use crate::support::axes::{check_int_input, known_ints, read_ints, required};
 use crate::support::copy_runs::{copy_strided, StridedBytes};
+use crate::support::kernel_choice::cpu_plain;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "CenterCropPad";

@@ -2,6 +2,7 @@
 
 use strata_core::Device;
 
+use crate::support::kernel_choice::cpu_only;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 #[derive(Debug)]
@@ -102,13 +103,7 @@ impl Operator for Concat {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu {
-            return Err(OpError::NoKernel {
-                op: "Concat".into(),
-                dtype: inputs[0].dtype,
-                device,
-            });
-        }
+        cpu_only("Concat", inputs[0].dtype, device)?;
         Ok(Box::new(ConcatKernel {
             axis: resolve_axis(self.axis, inputs[0].rank())?,
         }))

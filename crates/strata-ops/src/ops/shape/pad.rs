@@ -10,10 +10,11 @@ use smallvec::SmallVec;
 use strata_core::Device;
 
 use crate::support::axes::{
-    check_int_input, cpu_plain, known_ints, normalize_axes, optional, read_ints,
-    read_optional_ints, required, Ints,
+    check_int_input, known_ints, normalize_axes, optional, read_ints, read_optional_ints, required,
+    Ints,
 };
 use crate::support::copy_runs::copy_view;
+use crate::support::kernel_choice::cpu_plain;
 use crate::support::scalar::ScalarBytes;
 use crate::{Constructor, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 

@@ -4,6 +4,7 @@
 use strata_core::{DType, Device, Tensor};
 
 use crate::ops::shape::identity::first_input;
+use crate::support::kernel_choice::cpu_only;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 #[derive(Debug)]
@@ -55,13 +56,7 @@ impl Operator for Shape {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu {
-            return Err(OpError::NoKernel {
-                op: "Shape".into(),
-                dtype: DType::I64,
-                device,
-            });
-        }
+        cpu_only("Shape", DType::I64, device)?;
         Ok(Box::new(ShapeKernel {
             start: self.start,
             end: self.end,

@@ -7,10 +7,10 @@ use smallvec::SmallVec;
 use strata_core::{Device, Tensor};
 
 use crate::support::axes::{
-    check_int_input, cpu_plain, known_ints, normalize_axes, optional, read_optional_ints, required,
-    Ints,
+    check_int_input, known_ints, normalize_axes, optional, read_optional_ints, required, Ints,
 };
 use crate::support::copy_runs::copy_view;
+use crate::support::kernel_choice::cpu_plain;
 use crate::{Constructor, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 pub const OPS: &[(&str, Constructor)] = &[("Slice", Slice::build)];

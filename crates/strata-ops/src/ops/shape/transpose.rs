@@ -3,6 +3,7 @@
 use strata_core::Device;
 
 use crate::ops::shape::identity::first_input;
+use crate::support::kernel_choice::cpu_only;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 #[derive(Debug)]
@@ -59,13 +60,7 @@ impl Operator for Transpose {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu {
-            return Err(OpError::NoKernel {
-                op: "Transpose".into(),
-                dtype: inputs[0].dtype,
-                device,
-            });
-        }
+        cpu_only("Transpose", inputs[0].dtype, device)?;
         let perm = self.perm(inputs[0].rank())?;
         let mut fixed = [0usize; 8];
         if perm.len() > fixed.len() {

@@ -401,13 +401,7 @@ impl EncodeKernel {
                 .into_iter()
                 .map(|v| find(float_key(v)))
                 .collect(),
-            other => {
-                return Err(OpError::NoKernel {
-                    op: OP.to_string(),
-                    dtype: other,
-                    device: strata_core::Device::Cpu,
-                })
-            }
+            other => return Err(OpError::no_kernel(OP, other, strata_core::Device::Cpu)),
         })
     }
 }
