@@ -5,6 +5,7 @@ use std::fmt;
 use half::{bf16, f16};
 
 mod byte_size;
+pub mod low_float;
 
 /// The element type of a tensor.
 ///

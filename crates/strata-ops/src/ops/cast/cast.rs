@@ -15,10 +15,11 @@
 //! Cast-1 names the target type as a string; later opsets use the data type code.
 
 use num_traits::AsPrimitive;
-use strata_core::{bf16, f16, DType, Device, Element};
+use strata_core::{
+    bf16, decode_e8m0, encode_e8m0, f16, DType, Device, E8m0Rounding, Element, MiniFloat,
+};
 
 use crate::ops::math::unary::{map_kernel, one_input};
-use crate::ops::quantization::low_float::{decode_e8m0, encode_e8m0, E8m0Rounding, MiniFloat};
 use crate::{
     dispatch_arith, dispatch_plain, Attr, Fact, Kernel, OpContext, OpError, OpResult, Operator,
 };

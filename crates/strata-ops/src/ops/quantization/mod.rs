@@ -4,7 +4,6 @@
 
 pub mod dequantize_linear;
 pub mod dynamic_quantize_linear;
-pub mod low_float;
 pub(crate) mod params;
 pub mod quantize_linear;
 pub(crate) mod values;
