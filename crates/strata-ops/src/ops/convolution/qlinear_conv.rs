@@ -6,7 +6,7 @@
 use strata_core::Device;
 
 use crate::ops::convolution::integer_conv_kernel::{centered_conv, ConvAttrs, ResolvedConv};
-use crate::ops::linalg::integer_matmul_kernel::{
+use crate::ops::quantization::integer_operands::{
     check_qlinear_inputs, line_value, per_line, round_to,
 };
 use crate::ops::quantization::values::{

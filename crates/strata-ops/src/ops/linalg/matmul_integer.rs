@@ -3,10 +3,9 @@
 
 use strata_core::{DType, Device};
 
-use crate::ops::linalg::integer_matmul_kernel::{
-    centered_product, check_operand, product_work_len,
-};
+use crate::ops::linalg::integer_matmul_kernel::{centered_product, product_work_len};
 use crate::ops::linalg::matmul::matmul_dims;
+use crate::ops::quantization::integer_operands::check_operand;
 use crate::ops::quantization::values::{f64_scratch_bytes, scratch};
 use crate::support::axes::{optional, required};
 use crate::support::kernel_choice::cpu_only;

@@ -6,10 +6,11 @@
 
 use strata_core::Device;
 
-use crate::ops::linalg::integer_matmul_kernel::{
-    centered_product, check_qlinear_inputs, line_value, per_line, product_work_len, round_to,
-};
+use crate::ops::linalg::integer_matmul_kernel::{centered_product, product_work_len};
 use crate::ops::linalg::matmul::matmul_dims;
+use crate::ops::quantization::integer_operands::{
+    check_qlinear_inputs, line_value, per_line, round_to,
+};
 use crate::ops::quantization::values::{
     f64_scratch_bytes, read_scalar, scratch, write_quantized, QuantTarget,
 };
