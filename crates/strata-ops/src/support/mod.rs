@@ -1,5 +1,6 @@
-//! Helpers shared across operator families, each written once: axis normalization and integer
-//! arguments (`axes`), carving planned scratch (`scratch`), element values as bytes (`scalar`),
+//! Helpers shared across operator families, each written once: present/required inputs
+//! (`inputs`), axis normalization and integer arguments (`axes`), the device/dtype checks of
+//! kernel selection (`kernel_choice`), carving planned scratch (`scratch`), element values as bytes (`scalar`),
 //! strided copies (`copy_runs`), broadcast walks (`broadcast`, `strided`), per-dtype arithmetic
 //! (`numeric`, `accumulate`), math functions (`erf`, `fast_math`, `f16_bits`), and the operator
 //! test harness (`test_util`).
@@ -11,6 +12,7 @@ pub(crate) mod copy_runs;
 pub(crate) mod erf;
 pub(crate) mod f16_bits;
 pub(crate) mod fast_math;
+pub(crate) mod inputs;
 pub(crate) mod kernel_choice;
 pub mod numeric;
 pub(crate) mod scalar;

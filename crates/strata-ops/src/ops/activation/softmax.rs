@@ -7,7 +7,8 @@ use std::marker::PhantomData;
 use num_traits::{Float, Zero};
 use strata_core::Device;
 
-use crate::ops::shape::identity::first_input;
+use crate::support::axes::{normalize_axis, normalize_split_axis};
+use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::{Real, WideFloat};
 use crate::{
@@ -64,22 +65,12 @@ impl Softmax {
 
     /// `axis` as an index into dims of rank `rank` (a scalar counts as rank 1).
     fn axis_index(&self, rank: usize) -> OpResult<usize> {
-        let r = rank.max(1) as i64;
-        let axis = if self.axis < 0 {
-            self.axis + r
+        let (op, rank) = (self.kind.name(), rank.max(1));
+        if self.coerce_2d {
+            // Before opset 13 the axis may equal the rank (the 2-D coercion then has one column).
+            normalize_split_axis(op, "axis", self.axis, rank)
         } else {
-            self.axis
-        };
-        // Before opset 13 the axis may equal the rank (the 2-D coercion then has one column).
-        let limit = if self.coerce_2d { r + 1 } else { r };
-        if (0..limit).contains(&axis) {
-            Ok(axis as usize)
-        } else {
-            Err(OpError::attribute(
-                self.kind.name(),
-                "axis",
-                format!("{} out of range for rank {rank}", self.axis),
-            ))
+            normalize_axis(op, "axis", self.axis, rank)
         }
     }
 
@@ -104,7 +95,7 @@ impl Operator for Softmax {
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let x = first_input(self.kind.name(), inputs)?;
+        let x = required(self.kind.name(), inputs, 0)?;
         if !x.dtype.is_float() {
             return Err(OpError::DType {
                 op: self.kind.name().into(),
@@ -123,7 +114,7 @@ impl Operator for Softmax {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        let dtype = first_input(self.kind.name(), inputs)?.dtype;
+        let dtype = required(self.kind.name(), inputs, 0)?.dtype;
         cpu_only(self.kind.name(), dtype, device)?;
         let op = *self;
         dispatch_float!(dtype, T => Ok(Box::new(SoftmaxKernel::<T> { op, _t: PhantomData })

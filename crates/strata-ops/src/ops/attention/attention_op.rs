@@ -16,7 +16,7 @@ use super::attention_bias::{Bias, Mask, MaskValues};
 use super::attention_core::{attend, Buffers, QkCapture, ScoreParams, SoftmaxPrecision};
 use super::attention_geometry::{Geometry, InputDims};
 use crate::kernels::GemmFloat;
-use crate::support::axes::{optional, required};
+use crate::support::inputs::{optional, required};
 use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::{Real, WideFloat};
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};

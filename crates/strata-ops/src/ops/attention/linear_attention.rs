@@ -12,7 +12,7 @@ use std::marker::PhantomData;
 use num_traits::Zero;
 use strata_core::{DType, Device};
 
-use crate::support::axes::{optional, required};
+use crate::support::inputs::{optional, required};
 use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::{Real, WideFloat};
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};

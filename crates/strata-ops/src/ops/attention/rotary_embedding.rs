@@ -9,7 +9,7 @@ use std::marker::PhantomData;
 
 use strata_core::{DType, Device};
 
-use crate::support::axes::{optional, required};
+use crate::support::inputs::{optional, required};
 use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::Real;
 use crate::{dispatch_float, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};

@@ -7,7 +7,7 @@ use std::marker::PhantomData;
 
 use strata_core::{DType, Device};
 
-use crate::support::axes::required;
+use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::{Real, WideFloat};
 use crate::{dispatch_float, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};

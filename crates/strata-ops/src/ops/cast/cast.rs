@@ -19,7 +19,8 @@ use strata_core::{
     bf16, decode_e8m0, encode_e8m0, f16, DType, Device, E8m0Rounding, Element, MiniFloat,
 };
 
-use crate::ops::math::unary::{map_kernel, one_input};
+use crate::ops::math::unary::map_kernel;
+use crate::support::inputs::exact_inputs;
 use crate::{
     dispatch_arith, dispatch_plain, Attr, Fact, Kernel, OpContext, OpError, OpResult, Operator,
 };
@@ -177,9 +178,9 @@ impl Cast {
     /// Input 0 and the target dtype.
     fn source_and_target<'a>(&self, inputs: &[&'a Fact]) -> OpResult<(&'a Fact, DType)> {
         match self.to {
-            Some(to) => Ok((one_input("Cast", inputs)?, to)),
+            Some(to) => Ok((exact_inputs::<1>("Cast", inputs)?[0], to)),
             None => {
-                let [x, like] = crate::ops::math::binary::two_inputs("CastLike", inputs)?;
+                let [x, like] = exact_inputs("CastLike", inputs)?;
                 Ok((x, like.dtype))
             }
         }

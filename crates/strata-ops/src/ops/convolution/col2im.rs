@@ -6,7 +6,8 @@
 use smallvec::SmallVec;
 use strata_core::{Device, Tensor};
 
-use crate::support::axes::{check_int_input, known_ints, read_ints, required};
+use crate::support::axes::{check_int_input, known_ints, read_ints};
+use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_supported;
 use crate::support::numeric::{Real, WideFloat};
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};

@@ -6,7 +6,7 @@ use strata_core::{DType, Device};
 use crate::ops::convolution::integer_conv_kernel::{centered_conv, ConvAttrs, ResolvedConv};
 use crate::ops::quantization::integer_operands::check_operand;
 use crate::ops::quantization::values::{f64_scratch_bytes, scratch};
-use crate::support::axes::{optional, required};
+use crate::support::inputs::{optional, required};
 use crate::support::kernel_choice::cpu_only;
 use crate::support::scratch::scratch_as;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};

@@ -15,7 +15,7 @@ use rayon::prelude::*;
 use strata_core::{DType, Device};
 
 use crate::kernels::{gemm, GemmFloat};
-use crate::support::axes::{optional, required};
+use crate::support::inputs::{optional, required};
 use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::{Real, WideFloat};
 use crate::support::scratch::{carve, scratch_as};

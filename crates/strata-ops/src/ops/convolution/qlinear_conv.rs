@@ -12,7 +12,7 @@ use crate::ops::quantization::integer_operands::{
 use crate::ops::quantization::values::{
     f64_scratch_bytes, read_scalar, scratch, write_quantized, QuantTarget,
 };
-use crate::support::axes::required;
+use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_only;
 use crate::support::scratch::scratch_as;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};

@@ -3,7 +3,7 @@
 
 use strata_core::{DType, Device};
 
-use crate::support::axes::required;
+use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_plain;
 use crate::support::scalar::ScalarBytes;
 use crate::{Constructor, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};

@@ -6,7 +6,7 @@
 use strata_core::{DType, Device, Tensor};
 
 use crate::support::accumulate::{dispatch_accumulate, Accumulate};
-use crate::support::axes::required;
+use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_plain;
 use crate::{Constructor, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 

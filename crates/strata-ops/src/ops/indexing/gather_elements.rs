@@ -5,7 +5,8 @@
 use smallvec::SmallVec;
 use strata_core::Device;
 
-use crate::support::axes::{check_int_input, normalize_axis, required};
+use crate::support::axes::{check_int_input, normalize_axis};
+use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_plain;
 use crate::{Constructor, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 

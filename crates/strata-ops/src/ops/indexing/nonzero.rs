@@ -4,7 +4,7 @@
 
 use strata_core::{DType, Device, Tensor};
 
-use crate::ops::shape::identity::first_input;
+use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_plain;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -83,7 +83,7 @@ impl Operator for NonZero {
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let x = first_input("NonZero", inputs)?;
+        let x = required("NonZero", inputs, 0)?;
         let rank = x.rank();
         match &x.value {
             Some(v) => {

@@ -8,8 +8,9 @@ use strata_core::{Device, Tensor};
 
 use crate::ops::indexing::gather_elements::{for_each_index, resolve_index, with_indices, Indices};
 use crate::support::accumulate::{dispatch_accumulate, max_of, min_of, Accumulate};
-use crate::support::axes::{check_int_input, contiguous_strides, normalize_axis, required};
+use crate::support::axes::{check_int_input, contiguous_strides, normalize_axis};
 use crate::support::copy_runs::copy_view;
+use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_plain;
 use crate::{Constructor, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 

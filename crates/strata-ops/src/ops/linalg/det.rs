@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 
 use strata_core::{DType, Device, Element};
 
-use crate::support::axes::required;
+use crate::support::inputs::required;
 use crate::support::numeric::Real;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 

@@ -7,7 +7,7 @@ use crate::ops::linalg::integer_matmul_kernel::{centered_product, product_work_l
 use crate::ops::linalg::matmul::matmul_dims;
 use crate::ops::quantization::integer_operands::check_operand;
 use crate::ops::quantization::values::{f64_scratch_bytes, scratch};
-use crate::support::axes::{optional, required};
+use crate::support::inputs::{optional, required};
 use crate::support::kernel_choice::cpu_only;
 use crate::support::scratch::scratch_as;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};

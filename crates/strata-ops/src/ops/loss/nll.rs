@@ -11,7 +11,8 @@ use strata_core::{DType, Device, Tensor};
 
 use crate::ops::indexing::gather_elements::{with_indices, Indices};
 use crate::ops::normalization::common::{contiguous, contiguous_mut, float_input, same_dtype};
-use crate::support::axes::{check_int_input, optional, required};
+use crate::support::axes::check_int_input;
+use crate::support::inputs::{optional, required};
 use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::Real;
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};

@@ -6,7 +6,8 @@
 use strata_core::{DType, Device};
 
 use crate::support::accumulate::{dispatch_accumulate, Accumulate};
-use crate::support::axes::{check_int_input, normalize_axis, read_ints, required};
+use crate::support::axes::{check_int_input, normalize_axis, read_ints};
+use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_plain;
 use crate::{Constructor, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 

@@ -7,6 +7,7 @@ use std::marker::PhantomData;
 use strata_core::{DType, Device};
 
 use crate::support::broadcast::{expanded, zip2_assign_mid, zip3, Walk};
+use crate::support::inputs::exact_inputs;
 use crate::support::kernel_choice::cpu_only;
 use crate::{broadcast_dims, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -20,16 +21,7 @@ impl Where {
 }
 
 fn three_inputs<'a>(inputs: &[&'a Fact]) -> OpResult<[&'a Fact; 3]> {
-    let [c, x, y] = match inputs {
-        [c, x, y] if c.is_defined() && x.is_defined() && y.is_defined() => [*c, *x, *y],
-        _ => {
-            return Err(OpError::InputCount {
-                op: "Where".into(),
-                expected: "3".into(),
-                actual: inputs.len(),
-            })
-        }
-    };
+    let [c, x, y] = exact_inputs("Where", inputs)?;
     if c.dtype != DType::Bool {
         return Err(OpError::DType {
             op: "Where".into(),

@@ -4,7 +4,7 @@
 
 use strata_core::{DType, Device, Element, Tensor};
 
-use crate::support::axes::required;
+use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_plain;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 

@@ -14,7 +14,7 @@ use strata_core::{f16, DType, Device, Tensor};
 
 use super::post_transform::PostTransform;
 use super::tree_forest::{BranchSpec, Comparison, Contribution, Forest, Next, ScoreValue};
-use crate::support::axes::required;
+use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_plain;
 use crate::support::scratch::scratch_as;
 use crate::{Attributes, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};

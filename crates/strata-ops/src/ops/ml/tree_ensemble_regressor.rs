@@ -21,7 +21,7 @@ use strata_core::{DType, Device, Tensor};
 use super::post_transform::PostTransform;
 use super::tree_ensemble::Aggregate;
 use super::tree_forest::{BranchSpec, Comparison, Contribution, FeatureValue, Forest, Next};
-use crate::support::axes::required;
+use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_plain;
 use crate::support::scratch::scratch_as;
 use crate::{

@@ -4,8 +4,7 @@
 
 use strata_core::{DType, Element, ReadGuard, Tensor, WriteGuard};
 
-use crate::ops::shape::identity::first_input;
-use crate::support::axes::{optional, required};
+use crate::support::inputs::{optional, required};
 use crate::support::numeric::{Real, WideFloat};
 use crate::{Dim, Fact, OpError, OpResult};
 
@@ -146,7 +145,7 @@ pub(crate) fn mean_var<T: Real>(lane: &[T]) -> (T::Wide, T::Wide) {
 /// BatchNormalization (both modes): validates X, scale, bias, mean and var (every parameter a vector of the channel count) and
 /// returns X's fact.
 pub(crate) fn check_batch_norm_inputs<'a>(inputs: &[&'a Fact]) -> OpResult<&'a Fact> {
-    let x = first_input("BatchNormalization", inputs)?;
+    let x = required("BatchNormalization", inputs, 0)?;
     if inputs.len() < 5 || inputs[1..5].iter().any(|f| !f.is_defined()) {
         return Err(OpError::InputCount {
             op: "BatchNormalization".into(),

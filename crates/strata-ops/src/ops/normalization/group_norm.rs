@@ -10,7 +10,7 @@ use num_traits::Float;
 use strata_core::Device;
 
 use super::common::{check_vector, contiguous, contiguous_mut, float_input, mean_var, same_dtype};
-use crate::support::axes::required;
+use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::{Real, WideFloat};
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};

@@ -13,7 +13,8 @@ use super::common::{
     block_param_len, check_block_param, contiguous, contiguous_mut, float_input, same_dtype,
 };
 use crate::ops::cast::cast::dtype_from_onnx_code;
-use crate::support::axes::{normalize_axis, optional, required};
+use crate::support::axes::normalize_axis;
+use crate::support::inputs::{optional, required};
 use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::{Real, WideFloat};
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};

@@ -10,7 +10,8 @@
 
 use strata_core::{DType, Device};
 
-use crate::support::axes::{optional, required, Axes};
+use crate::support::axes::Axes;
+use crate::support::inputs::{optional, required};
 use crate::support::kernel_choice::cpu_supported;
 use crate::{int_values, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 

@@ -15,7 +15,7 @@ use num_traits::ToPrimitive;
 use rayon::prelude::*;
 use strata_core::{DType, Device};
 
-use crate::support::axes::required;
+use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::{Real, WideFloat};
 use crate::support::scratch::{carve, scratch_as};

@@ -10,7 +10,7 @@ use strata_core::{DType, Device, Element};
 use crate::ops::cast::cast::{dtype_from_onnx_code, onnx_type_name};
 use crate::ops::quantization::params::ParamIndex;
 use crate::ops::quantization::values::{scratch, take_f64, whole_inputs_scratch_bytes};
-use crate::support::axes::{optional, required};
+use crate::support::inputs::{optional, required};
 use crate::support::kernel_choice::cpu_only;
 use crate::support::scratch::scratch_as;
 use crate::{dispatch_float, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};

@@ -5,8 +5,8 @@
 
 use strata_core::{DType, Device};
 
-use crate::ops::math::unary::one_input;
 use crate::ops::quantization::values::{elements, write_quantized, QuantTarget};
+use crate::support::inputs::exact_inputs;
 use crate::support::kernel_choice::cpu_only;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -27,7 +27,7 @@ impl Operator for DynamicQuantizeLinear {
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let x = one_input(OP, inputs)?;
+        let [x] = exact_inputs(OP, inputs)?;
         if x.dtype != DType::F32 {
             return Err(OpError::DType {
                 op: OP.into(),

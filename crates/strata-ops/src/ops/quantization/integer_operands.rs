@@ -5,7 +5,7 @@
 use strata_core::{bf16, f16, DType, Tensor};
 
 use crate::ops::quantization::values::read_f64_into;
-use crate::support::axes::required;
+use crate::support::inputs::required;
 use crate::support::scratch::carve;
 use crate::{Fact, OpError, OpResult};
 

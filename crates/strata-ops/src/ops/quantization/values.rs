@@ -28,7 +28,7 @@ pub(crate) fn whole_inputs_scratch_bytes(
 ) -> OpResult<usize> {
     let mut values = Some(0usize);
     for &index in indices {
-        let Some(fact) = crate::support::axes::optional(inputs, index) else {
+        let Some(fact) = crate::support::inputs::optional(inputs, index) else {
             continue;
         };
         let Some(dims) = fact.concrete() else {

@@ -8,7 +8,7 @@ use strata_core::{DType, Device};
 use crate::ops::recurrent::activation::parse_activations;
 use crate::ops::recurrent::node::{Cell, Direction, Recurrent};
 use crate::ops::recurrent::sequence::{scratch_bytes, Geometry, SequenceKernel};
-use crate::support::axes::{optional, required};
+use crate::support::inputs::{optional, required};
 use crate::support::kernel_choice::cpu_supported;
 use crate::{Attr, Dim, Fact, Kernel, OpContext, OpError, OpResult, Operator};
 

@@ -7,7 +7,8 @@ use std::cmp::Ordering;
 use strata_core::{DType, Device};
 
 use crate::support::accumulate::dispatch_accumulate;
-use crate::support::axes::{normalize_axis, required};
+use crate::support::axes::normalize_axis;
+use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_plain;
 use crate::{Constructor, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 

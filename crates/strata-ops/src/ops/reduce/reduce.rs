@@ -11,10 +11,9 @@ use smallvec::SmallVec;
 use strata_core::{DType, Device};
 
 use crate::support::accumulate::{dispatch_accumulate, max_of, min_of, Accumulate};
-use crate::support::axes::{
-    input_len, normalize_axes, optional, read_optional_ints, required, Axes, Ints,
-};
+use crate::support::axes::{input_len, normalize_axes, read_optional_ints, Axes, Ints};
 use crate::support::copy_runs::copy_view;
+use crate::support::inputs::{optional, required};
 use crate::support::kernel_choice::cpu_plain;
 use crate::{
     int_values, Constructor, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator,

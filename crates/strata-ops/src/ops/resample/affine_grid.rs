@@ -11,7 +11,8 @@ use smallvec::SmallVec;
 use strata_core::{DType, Device, Tensor};
 
 use crate::kernels::gemm::{gemm, GemmFloat};
-use crate::support::axes::{check_int_input, known_ints, read_ints, required};
+use crate::support::axes::{check_int_input, known_ints, read_ints};
+use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_supported;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 

@@ -12,7 +12,7 @@ use smallvec::SmallVec;
 use strata_core::{Device, Tensor};
 
 use super::sample::{dispatch_sample, is_sampled, Sample};
-use crate::support::axes::required;
+use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_supported;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 

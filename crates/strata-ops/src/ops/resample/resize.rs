@@ -15,7 +15,7 @@ use strata_core::{DType, Device, Tensor};
 use super::geometry::{AspectPolicy, AxisGeometry, CoordMode, Filter, NearestMode, ResizeSpec};
 use super::interpolate::{resize_into, tap_table_bytes};
 use super::sample::is_sampled;
-use crate::support::axes::{optional, required};
+use crate::support::inputs::{optional, required};
 use crate::support::kernel_choice::cpu_supported;
 use crate::support::numeric::Real;
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};

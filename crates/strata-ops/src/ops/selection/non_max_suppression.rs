@@ -8,7 +8,8 @@
 
 use strata_core::{DType, Device, Tensor};
 
-use crate::support::axes::{optional, read_ints, required};
+use crate::support::axes::read_ints;
+use crate::support::inputs::{optional, required};
 use crate::support::kernel_choice::cpu_supported;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 

@@ -7,7 +7,8 @@ use std::cmp::Ordering;
 use strata_core::{bf16, f16, DType, Device, Element};
 
 use crate::support::accumulate::dispatch_accumulate;
-use crate::support::axes::{check_int_input, known_ints, normalize_axis, read_ints, required};
+use crate::support::axes::{check_int_input, known_ints, normalize_axis, read_ints};
+use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_plain;
 use crate::{Constructor, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 

@@ -9,7 +9,8 @@ use std::cmp::Ordering;
 
 use strata_core::{bf16, f16, DType, Device, Element, Tensor};
 
-use crate::support::axes::{normalize_axis, required};
+use crate::support::axes::normalize_axis;
+use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_supported;
 use crate::{dispatch_arith, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 

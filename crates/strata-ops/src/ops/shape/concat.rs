@@ -2,6 +2,7 @@
 
 use strata_core::Device;
 
+use crate::support::axes::normalize_axis;
 use crate::support::kernel_choice::cpu_only;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -22,20 +23,6 @@ impl Concat {
     }
 }
 
-fn resolve_axis(axis: i64, rank: usize) -> OpResult<usize> {
-    let r = rank as i64;
-    let a = if axis < 0 { axis + r } else { axis };
-    if (0..r).contains(&a) {
-        Ok(a as usize)
-    } else {
-        Err(OpError::attribute(
-            "Concat",
-            "axis",
-            format!("{axis} out of range for rank {rank}"),
-        ))
-    }
-}
-
 impl Operator for Concat {
     fn op_type(&self) -> &str {
         "Concat"
@@ -50,7 +37,7 @@ impl Operator for Concat {
                     op: "Concat".into(),
                     index: 0,
                 })?;
-        let axis = resolve_axis(self.axis, first.rank())?;
+        let axis = normalize_axis("Concat", "axis", self.axis, first.rank())?;
         let mut dims = first.dims.clone();
         let mut total = Some(0usize);
         for (i, f) in inputs.iter().enumerate() {
@@ -105,7 +92,7 @@ impl Operator for Concat {
     ) -> OpResult<Box<dyn Kernel>> {
         cpu_only("Concat", inputs[0].dtype, device)?;
         Ok(Box::new(ConcatKernel {
-            axis: resolve_axis(self.axis, inputs[0].rank())?,
+            axis: normalize_axis("Concat", "axis", self.axis, inputs[0].rank())?,
         }))
     }
 }

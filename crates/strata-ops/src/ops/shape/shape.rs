@@ -3,7 +3,7 @@
 
 use strata_core::{DType, Device, Tensor};
 
-use crate::ops::shape::identity::first_input;
+use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_only;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -37,7 +37,7 @@ impl Operator for Shape {
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let x = first_input("Shape", inputs)?;
+        let x = required("Shape", inputs, 0)?;
         let (s, e) = self.range(x.rank());
         let mut out = Fact::known(DType::I64, &[e - s]);
         if let Some(dims) = x.dims[s..e]

@@ -3,7 +3,7 @@
 
 use strata_core::{DType, Device, Tensor};
 
-use crate::support::axes::required;
+use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_only;
 use crate::{Constructor, Fact, Kernel, KernelIo, OpContext, OpResult, Operator};
 

@@ -9,7 +9,7 @@ use strata_core::{DType, Device, Tensor};
 
 use super::values::{is_storable, known_scalar_int, read_f64, scalar_int, to_tensor};
 use crate::ops::cast::cast::dtype_from_onnx_code;
-use crate::support::axes::required;
+use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_only;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 

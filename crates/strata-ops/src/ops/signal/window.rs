@@ -10,7 +10,8 @@ use strata_core::{DType, Device, Tensor};
 
 use super::values::{is_storable, known_scalar_int, scalar_int, to_tensor};
 use crate::ops::cast::cast::dtype_from_onnx_code;
-use crate::support::axes::{check_int_input, required};
+use crate::support::axes::check_int_input;
+use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_only;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
