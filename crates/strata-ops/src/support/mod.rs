@@ -3,7 +3,7 @@
 //! kernel selection (`kernel_choice`), carving planned scratch (`scratch`), element values as bytes (`scalar`),
 //! strided copies (`copy_runs`), broadcast walks (`broadcast`, `strided`), per-dtype arithmetic
 //! (`numeric`, `accumulate`), math functions (`erf`, `fast_math`, `f16_bits`), and the operator
-//! test harness (`test_util`).
+//! test harness (`test_util`, `rng`).
 
 pub(crate) mod accumulate;
 pub(crate) mod axes;
@@ -15,6 +15,8 @@ pub(crate) mod fast_math;
 pub(crate) mod inputs;
 pub(crate) mod kernel_choice;
 pub mod numeric;
+#[cfg(test)]
+pub(crate) mod rng;
 pub(crate) mod scalar;
 pub(crate) mod scratch;
 pub mod strided;

@@ -674,7 +674,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::convolution::test_util::{assert_close, run_op};
+    use crate::support::test_util::{assert_close, run_checked};
     use crate::{Attr, Attributes};
     use strata_core::{f16, Tensor};
 
@@ -702,7 +702,7 @@ mod tests {
         if let Some((dims, m)) = &case.mask {
             inputs.push(t((dims, m))?);
         }
-        let out = run_op("DeformConv", 22, attrs, &inputs, false)?;
+        let out = run_checked("DeformConv", 22, attrs, &inputs, false)?;
         Ok((out.dims().to_vec(), out.to_vec::<f32>()?))
     }
 
@@ -799,7 +799,11 @@ mod tests {
         };
         let (dims, out) = run(&[], &case).unwrap();
         assert_eq!(dims, [1, 1, 3, 3]);
-        assert_close(&out, &[1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 3.0, 3.5, 4.0]);
+        assert_close(
+            &out,
+            &[1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 3.0, 3.5, 4.0],
+            "output",
+        );
         // A mask of 0.5 and a bias of 1 on the same case.
         let case = Case {
             bias: Some(vec![1.0]),
@@ -807,7 +811,11 @@ mod tests {
             ..case
         };
         let (_, out) = run(&[], &case).unwrap();
-        assert_close(&out, &[1.75, 2.25, 2.75, 3.25, 3.75, 4.25, 2.5, 2.75, 3.0]);
+        assert_close(
+            &out,
+            &[1.75, 2.25, 2.75, 3.25, 3.75, 4.25, 2.5, 2.75, 3.0],
+            "output",
+        );
     }
 
     #[test]
@@ -910,7 +918,7 @@ mod tests {
             Tensor::from_slice(&w, &[1, 1, 1, 1]).unwrap(),
             Tensor::from_slice(&offset, &[1, 2, 3, 3]).unwrap(),
         ];
-        let out = run_op("DeformConv", 19, &[], &inputs, false).unwrap();
+        let out = run_checked("DeformConv", 19, &[], &inputs, false).unwrap();
         let values: Vec<f32> = out
             .to_vec::<f16>()
             .unwrap()
@@ -1008,7 +1016,7 @@ mod tests {
             Tensor::from_slice(&[0i32; 1], &[1, 1, 1, 1]).unwrap(),
             Tensor::from_slice(&[0i32; 18], &[1, 2, 3, 3]).unwrap(),
         ];
-        let err = run_op("DeformConv", 22, &[], &inputs, false).unwrap_err();
+        let err = run_checked("DeformConv", 22, &[], &inputs, false).unwrap_err();
         assert!(matches!(err, OpError::DType { index: 0, .. }), "{err}");
     }
 }

@@ -327,7 +327,7 @@ fn scatter<T: bytemuck::Pod + Default>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::convolution::test_util::{assert_close, run_op};
+    use crate::support::test_util::{assert_close, run_checked};
     use crate::{Attr, Attributes};
     use strata_core::{f16, Tensor};
 
@@ -351,7 +351,7 @@ mod tests {
         if let Some(s) = output_shape {
             inputs.push(Tensor::from_slice(s, &[s.len()])?);
         }
-        let out = run_op(OP, 22, attrs, &inputs, true)?;
+        let out = run_checked(OP, 22, attrs, &inputs, true)?;
         Ok((out.dims().to_vec(), out.to_vec::<f32>()?))
     }
 
@@ -373,7 +373,7 @@ mod tests {
             0.0, 0.0, 0.0, 0.0,
             0.0, 3.0, 0.0, 4.0,
         ];
-        assert_close(&out, &expected);
+        assert_close(&out, &expected, "output");
     }
 
     #[test]
@@ -394,13 +394,13 @@ mod tests {
             0.0, 7.0, 0.0, 8.0, 0.0,
             0.0, 0.0, 0.0, 0.0, 0.0,
         ];
-        assert_close(&out, &expected);
+        assert_close(&out, &expected, "output");
         // Indices are flat over batch and channels too: channel 1 of a 1-d [1, 2, 2] tensor.
         let attrs = [("kernel_shape", Attr::Ints(vec![1]))];
         let (dims, out) =
             unpool(&attrs, (&[1, 2, 1], &[9.0, 4.0]), &[1, 0], Some(&[1, 3, 2])).unwrap();
         assert_eq!(dims, [1, 3, 2]);
-        assert_close(&out, &[4.0, 0.0, 9.0, 0.0, 0.0, 0.0]);
+        assert_close(&out, &[4.0, 0.0, 9.0, 0.0, 0.0, 0.0], "output");
     }
 
     #[test]
@@ -416,7 +416,7 @@ mod tests {
             Tensor::from_slice(&x, &[1, 1, 2]).unwrap(),
             Tensor::from_slice(&[2i64, 0], &[1, 1, 2]).unwrap(),
         ];
-        let out = run_op(OP, 11, &attrs, &inputs, false).unwrap();
+        let out = run_checked(OP, 11, &attrs, &inputs, false).unwrap();
         assert_eq!(out.dims(), [1, 1, 3]);
         let expected: Vec<f16> = [2.25f32, 0.0, -1.5]
             .iter()
@@ -485,7 +485,7 @@ mod tests {
             Tensor::from_slice(x.1, x.0).unwrap(),
             Tensor::from_slice(&[0i32; 4], x.0).unwrap(),
         ];
-        let err = run_op(OP, 22, &pool_2x2(), &inputs, false).unwrap_err();
+        let err = run_checked(OP, 22, &pool_2x2(), &inputs, false).unwrap_err();
         assert!(matches!(err, OpError::DType { index: 1, .. }), "{err}");
     }
 }

@@ -14,6 +14,7 @@ use crate::kernels::gemm::{gemm, GemmFloat};
 use crate::support::axes::{check_int_input, known_ints, read_ints};
 use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_supported;
+use crate::support::strided::advance_index;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "AffineGrid";
@@ -202,13 +203,7 @@ impl AffineGrid {
                 *slot = T::from_f64(v).unwrap_or(T::ZERO);
             }
             row[r] = T::ONE;
-            for a in (0..r).rev() {
-                coord[a] += 1;
-                if coord[a] < spatial[a] {
-                    break;
-                }
-                coord[a] = 0;
-            }
+            advance_index(&mut coord, spatial);
         }
         let tr = theta.read::<T>()?;
         let th = tr
@@ -242,7 +237,7 @@ impl AffineGrid {
 
 #[cfg(test)]
 mod tests {
-    use super::super::resize::tests::run_op;
+    use crate::support::test_util::run_constant;
     use crate::{Attr, Attributes};
     use strata_core::Tensor;
 
@@ -250,7 +245,7 @@ mod tests {
     fn identity_theta_gives_the_base_grid() {
         let theta = Tensor::from_slice(&[1.0f32, 0., 0., 0., 1., 0.], &[1, 2, 3]).unwrap();
         let size = Tensor::from_slice(&[1i64, 1, 2, 2], &[4]).unwrap();
-        let y = run_op(
+        let y = run_constant(
             "AffineGrid",
             20,
             Attributes::new("AffineGrid"),
@@ -265,7 +260,7 @@ mod tests {
         // A shift by (1, 2) with corners aligned: x, y in {-1, 1}.
         let shift = Tensor::from_slice(&[1.0f32, 0., 1., 0., 1., 2.], &[1, 2, 3]).unwrap();
         let attrs = Attributes::new("AffineGrid").with("align_corners", Attr::Int(1));
-        let y = run_op("AffineGrid", 20, attrs, &[Some(shift), Some(size)]).unwrap();
+        let y = run_constant("AffineGrid", 20, attrs, &[Some(shift), Some(size)]).unwrap();
         assert_eq!(
             y.to_vec::<f32>().unwrap(),
             vec![0., 1., 2., 1., 0., 3., 2., 3.]
@@ -276,7 +271,7 @@ mod tests {
     fn size_must_fit_theta() {
         let theta = Tensor::from_slice(&[0.0f32; 6], &[1, 2, 3]).unwrap();
         let size = Tensor::from_slice(&[1i64, 1, 2, 2, 2], &[5]).unwrap();
-        let err = run_op(
+        let err = run_constant(
             "AffineGrid",
             20,
             Attributes::new("AffineGrid"),

@@ -17,6 +17,7 @@ use crate::support::copy_runs::copy_view;
 use crate::support::inputs::{optional, required};
 use crate::support::kernel_choice::cpu_plain;
 use crate::support::scalar::ScalarBytes;
+use crate::support::strided::advance_index;
 use crate::{Constructor, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 pub const OPS: &[(&str, Constructor)] = &[("Pad", Pad::build)];
@@ -344,14 +345,7 @@ fn pad_rows(p: &PadRows<'_>, out: &mut [u8]) {
                 }
             }
         }
-        // Next row index, odometer over the outer axes.
-        for a in (0..last).rev() {
-            index[a] += 1;
-            if index[a] < p.out_dims[a] {
-                break;
-            }
-            index[a] = 0;
-        }
+        advance_index(&mut index[..last], &p.out_dims[..last]);
     }
 }
 
