@@ -1,9 +1,9 @@
 //! Helpers shared across operator families, each written once: present/required inputs
 //! (`inputs`), axis normalization and integer arguments (`axes`), the device/dtype checks of
-//! kernel selection (`kernel_choice`), carving planned scratch (`scratch`), element values as bytes (`scalar`),
-//! strided copies (`copy_runs`), broadcast walks (`broadcast`, `strided`), per-dtype arithmetic
-//! (`numeric`, `accumulate`), math functions (`erf`, `fast_math`, `f16_bits`), and the operator
-//! test harness (`test_util`, `rng`).
+//! kernel selection (`kernel_choice`), carving planned scratch (`scratch`), element values as
+//! bytes (`scalar`), strided copies (`copy_runs`), the strided walk and broadcast walks
+//! (`strided`, `broadcast`), per-dtype arithmetic (`numeric`, `accumulate`), math functions
+//! (`erf`, `fast_math`, `f16_bits`), and the operator test harness (`test_util`, `rng`).
 
 pub(crate) mod accumulate;
 pub(crate) mod axes;

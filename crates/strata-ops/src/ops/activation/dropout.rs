@@ -14,7 +14,7 @@ use crate::{
     dispatch_float, Constructor, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator,
 };
 
-/// Dropout's constructors, registered in `registry::ONNX_FAMILIES`.
+/// Dropout's constructors, listed in the activation family's `OPS` (which the registry reads).
 pub const OPS: &[(&str, Constructor)] = &[("Dropout", Dropout::build)];
 
 const OP: &str = "Dropout";

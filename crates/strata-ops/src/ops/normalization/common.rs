@@ -142,8 +142,8 @@ pub(crate) fn mean_var<T: Real>(lane: &[T]) -> (T::Wide, T::Wide) {
     (mean, var)
 }
 
-/// BatchNormalization (both modes): validates X, scale, bias, mean and var (every parameter a vector of the channel count) and
-/// returns X's fact.
+/// BatchNormalization (both modes): validates X, scale, bias, mean and var (every parameter a
+/// vector of the channel count) and returns X's fact.
 pub(crate) fn check_batch_norm_inputs<'a>(inputs: &[&'a Fact]) -> OpResult<&'a Fact> {
     let x = required("BatchNormalization", inputs, 0)?;
     if inputs.len() < 5 || inputs[1..5].iter().any(|f| !f.is_defined()) {

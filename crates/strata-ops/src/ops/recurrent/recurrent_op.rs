@@ -1,7 +1,8 @@
 //! The recurrent operator shared by RNN, GRU and LSTM (opsets 7–22): attribute validation
 //! (`direction`, `hidden_size`, `activations` with `activation_alpha`/`activation_beta`, `clip`,
 //! `layout` from opset 14, GRU's `linear_before_reset`, LSTM's `input_forget`) and shape
-//! inference for the outputs `Y`, `Y_h` and (LSTM) `Y_c`. The kernel lives in `sequence.rs`.
+//! inference for the outputs `Y`, `Y_h` and (LSTM) `Y_c`. The node it builds is in `node.rs`, the
+//! kernel in `sequence.rs`.
 
 use strata_core::{DType, Device};
 
