@@ -1,6 +1,7 @@
 //! strata-core: the foundation of strata.
 //!
-//! - values: [`DType`] (with the float8/float4 codecs [`MiniFloat`]), [`Device`], [`Shape`] with checked size arithmetic, alignment rules;
+//! - values: [`DType`] (with the float8/float4 codecs [`MiniFloat`]), [`Device`], [`Shape`] with
+//!   checked size arithmetic, alignment rules;
 //! - memory: [`MemoryBlock`], [`Storage`], the [`Allocator`] trait with the CPU, caching and
 //!   pinned allocators, the [`AllocatorRegistry`] keyed by (device, [`MemoryKind`]), the
 //!   [`WorkspaceArena`] and mapped files;

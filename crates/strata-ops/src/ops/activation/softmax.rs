@@ -15,7 +15,8 @@ use crate::{
     dispatch_float, Constructor, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator,
 };
 
-/// The softmax family's constructors, listed in the activation family's `OPS` (which the registry reads).
+/// The softmax family's constructors, listed in the activation family's `OPS` (which the
+/// registry reads).
 pub const OPS: &[(&str, Constructor)] = &[
     ("Softmax", |c| Softmax::build(SoftmaxKind::Softmax, c)),
     ("LogSoftmax", |c| Softmax::build(SoftmaxKind::LogSoftmax, c)),

@@ -1,7 +1,8 @@
 //! Quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, with how their scale
 //! and zero-point parameters map onto elements (`params`), element access for every quantized
 //! dtype (`values`) and the operand checks and per-line parameters of the integer products
-//! (`integer_operands`). The integer products live with their float cousins (`linalg`, `convolution`).
+//! (`integer_operands`). The integer products live with their float cousins (`linalg`,
+//! `convolution`).
 
 pub mod dequantize_linear;
 pub mod dynamic_quantize_linear;
