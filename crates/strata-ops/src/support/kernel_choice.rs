@@ -1,7 +1,8 @@
 //! The checks every operator's kernel selection starts with: the device (every kernel here runs
 //! on the CPU) and, for ops that address elements one by one, the dtype. Both answer with
 //! [`OpError::NoKernel`] naming the op, dtype and device; a selection that finds no kernel for a
-//! dtype later answers with [`OpError::no_kernel`] itself.
+//! dtype later answers with [`OpError::no_kernel`] itself; ops with one kernel generic over the
+//! float dtypes select it with [`cpu_float_kernel!`](crate::cpu_float_kernel).
 
 use strata_core::{DType, Device};
 
@@ -33,6 +34,20 @@ pub(crate) fn cpu_supported(
 #[inline]
 pub(crate) fn cpu_plain(op: &str, dtype: DType, device: Device) -> OpResult<()> {
     cpu_supported(op, dtype, device, !dtype.is_quantized())
+}
+
+/// The kernel selection of an op with one kernel generic over the float dtypes: [`cpu_only`],
+/// then `Ok(Box::new($kernel))` with `$t` the element type of `$dtype` (f32, f64, f16, bf16),
+/// or `NoKernel` for any other dtype. Expands to an expression of type
+/// `OpResult<Box<dyn Kernel>>` and returns early from the enclosing function off the CPU.
+#[macro_export]
+macro_rules! cpu_float_kernel {
+    ($op:expr, $dtype:expr, $device:expr, $t:ident => $kernel:expr) => {{
+        let (op, dtype, device) = ($op, $dtype, $device);
+        $crate::support::kernel_choice::cpu_only(op, dtype, device)?;
+        $crate::dispatch_float!(dtype, $t => Ok(Box::new($kernel) as Box<dyn $crate::Kernel>),
+            _ => Err($crate::OpError::no_kernel(op, dtype, device)))
+    }};
 }
 
 #[cfg(test)]

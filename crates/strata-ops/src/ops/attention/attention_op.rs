@@ -15,11 +15,11 @@ use strata_core::{DType, Device, Tensor};
 use super::attention_bias::{Bias, Mask, MaskValues};
 use super::attention_core::{attend, Buffers, QkCapture, ScoreParams, SoftmaxPrecision};
 use super::attention_geometry::{Geometry, InputDims};
+use crate::cpu_float_kernel;
 use crate::kernels::GemmFloat;
 use crate::support::inputs::{optional, required};
-use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::{Real, WideFloat};
-use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "Attention";
 
@@ -349,11 +349,10 @@ impl Operator for Attention {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = self.check_inputs(inputs)?;
-        cpu_only(OP, dtype, device)?;
-        dispatch_float!(dtype, T => Ok(Box::new(AttentionKernel::<T> {
+        cpu_float_kernel!(OP, dtype, device, T => AttentionKernel::<T> {
             op: self.clone(),
             _t: PhantomData,
-        }) as Box<dyn Kernel>), _ => Err(OpError::no_kernel(OP, dtype, device)))
+        })
     }
 
     fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {

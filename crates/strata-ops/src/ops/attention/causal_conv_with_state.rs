@@ -11,10 +11,10 @@ use std::marker::PhantomData;
 use num_traits::Zero;
 use strata_core::{DType, Device};
 
+use crate::cpu_float_kernel;
 use crate::support::inputs::{optional, required};
-use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::{Real, WideFloat};
-use crate::{dispatch_float, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "CausalConvWithState";
 
@@ -154,11 +154,10 @@ impl Operator for CausalConvWithState {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(OP, inputs, 0)?.dtype;
-        cpu_only(OP, dtype, device)?;
-        dispatch_float!(dtype, T => Ok(Box::new(CausalConvKernel::<T> {
+        cpu_float_kernel!(OP, dtype, device, T => CausalConvKernel::<T> {
             silu: self.silu,
             _t: PhantomData,
-        }) as Box<dyn Kernel>), _ => Err(OpError::no_kernel(OP, dtype, device)))
+        })
     }
 }
 

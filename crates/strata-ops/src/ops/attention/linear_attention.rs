@@ -12,10 +12,10 @@ use std::marker::PhantomData;
 use num_traits::Zero;
 use strata_core::{DType, Device};
 
+use crate::cpu_float_kernel;
 use crate::support::inputs::{optional, required};
-use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::{Real, WideFloat};
-use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "LinearAttention";
 
@@ -257,11 +257,10 @@ impl Operator for LinearAttention {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(OP, inputs, 0)?.dtype;
-        cpu_only(OP, dtype, device)?;
-        dispatch_float!(dtype, T => Ok(Box::new(LinearAttentionKernel::<T> {
+        cpu_float_kernel!(OP, dtype, device, T => LinearAttentionKernel::<T> {
             op: *self,
             _t: PhantomData,
-        }) as Box<dyn Kernel>), _ => Err(OpError::no_kernel(OP, dtype, device)))
+        })
     }
 
     fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {

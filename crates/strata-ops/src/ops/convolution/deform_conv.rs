@@ -14,12 +14,12 @@ use std::marker::PhantomData;
 use rayon::prelude::*;
 use strata_core::{DType, Device};
 
+use crate::cpu_float_kernel;
 use crate::kernels::{gemm, GemmFloat};
 use crate::support::inputs::{optional, required};
-use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::{Real, WideFloat};
 use crate::support::scratch::{carve, scratch_as};
-use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "DeformConv";
 
@@ -376,10 +376,10 @@ impl Operator for DeformConv {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(OP, inputs, 0)?.dtype;
-        cpu_only(OP, dtype, device)?;
-        let op = self.clone();
-        dispatch_float!(dtype, T => Ok(Box::new(DeformConvKernel::<T> { op, _t: PhantomData })
-            as Box<dyn Kernel>), _ => Err(OpError::no_kernel(OP, dtype, device)))
+        cpu_float_kernel!(OP, dtype, device, T => DeformConvKernel::<T> {
+            op: self.clone(),
+            _t: PhantomData,
+        })
     }
 }
 

@@ -9,9 +9,9 @@ use num_traits::{Float, Zero};
 use strata_core::Device;
 
 use super::common::{contiguous, contiguous_mut, float_input};
-use crate::support::kernel_choice::cpu_only;
+use crate::cpu_float_kernel;
 use crate::support::numeric::{Real, WideFloat};
-use crate::{dispatch_float, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "LRN";
 
@@ -65,9 +65,7 @@ impl Operator for Lrn {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = float_input(OP, inputs, 0)?.dtype;
-        cpu_only(OP, dtype, device)?;
-        dispatch_float!(dtype, T => Ok(Box::new(LrnKernel::<T> { op: *self, _t: PhantomData })
-            as Box<dyn Kernel>), _ => Err(OpError::no_kernel(OP, dtype, device)))
+        cpu_float_kernel!(OP, dtype, device, T => LrnKernel::<T> { op: *self, _t: PhantomData })
     }
 }
 

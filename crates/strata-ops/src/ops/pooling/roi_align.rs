@@ -15,11 +15,11 @@ use num_traits::ToPrimitive;
 use rayon::prelude::*;
 use strata_core::{DType, Device};
 
+use crate::cpu_float_kernel;
 use crate::support::inputs::required;
-use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::{Real, WideFloat};
 use crate::support::scratch::{carve, scratch_as};
-use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "RoiAlign";
 
@@ -218,10 +218,10 @@ impl Operator for RoiAlign {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(OP, inputs, 0)?.dtype;
-        cpu_only(OP, dtype, device)?;
-        let op = self.clone();
-        dispatch_float!(dtype, T => Ok(Box::new(RoiAlignKernel::<T> { op, _t: PhantomData })
-            as Box<dyn Kernel>), _ => Err(OpError::no_kernel(OP, dtype, device)))
+        cpu_float_kernel!(OP, dtype, device, T => RoiAlignKernel::<T> {
+            op: self.clone(),
+            _t: PhantomData,
+        })
     }
 }
 
