@@ -1,6 +1,7 @@
 //! strata-core: the foundation of strata.
 //!
-//! - values: [`DType`], [`Device`], [`Shape`] with checked size arithmetic, alignment rules;
+//! - values: [`DType`] (with the float8/float4 codecs [`MiniFloat`]), [`Device`], [`Shape`] with
+//!   checked size arithmetic, alignment rules;
 //! - memory: [`MemoryBlock`], [`Storage`], the [`Allocator`] trait with the CPU, caching and
 //!   pinned allocators, the [`AllocatorRegistry`] keyed by (device, [`MemoryKind`]), the
 //!   [`WorkspaceArena`] and mapped files;
@@ -11,11 +12,13 @@ pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod memory;
+mod parse;
 pub mod shape;
 pub mod tensor;
 
 pub use align::{align_up, DEFAULT_ALIGNMENT};
 pub use device::Device;
+pub use dtype::low_float::{decode_e8m0, encode_e8m0, E8m0Rounding, MiniFloat};
 pub use dtype::{DType, Element, QUANT_BLOCK};
 pub use error::{CoreError, Result};
 pub use memory::allocator::{Allocator, AllocatorStats};

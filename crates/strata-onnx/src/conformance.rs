@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use strata_core::{bf16, f16, CoreError, DType, Element, Tensor};
-use strata_ops::ops::quantization::low_float::{decode_e8m0, MiniFloat};
+use strata_core::{decode_e8m0, MiniFloat};
 use strata_ops::OpError;
 use strata_runtime::{ExecutionContext, InferencePlan, OutputView, PlanConfig, RuntimeError};
 

@@ -82,6 +82,15 @@ impl OpError {
         }
     }
 
+    /// No kernel of `op` for `dtype` on `device` (what kernel selection answers when it has none).
+    pub fn no_kernel(op: &str, dtype: DType, device: Device) -> Self {
+        OpError::NoKernel {
+            op: op.to_string(),
+            dtype,
+            device,
+        }
+    }
+
     pub fn kernel(op: &str, message: impl Into<String>) -> Self {
         OpError::Kernel {
             op: op.to_string(),

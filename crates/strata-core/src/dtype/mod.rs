@@ -1,11 +1,11 @@
 //! Element types (C1): every numeric ONNX type we store, plus block-quantized types.
 
 use std::fmt;
-use std::str::FromStr;
 
 use half::{bf16, f16};
 
-use crate::{CoreError, Result};
+mod byte_size;
+pub mod low_float;
 
 /// The element type of a tensor.
 ///
@@ -164,22 +164,6 @@ impl DType {
         matches!(self, DType::U8 | DType::U16 | DType::U32 | DType::U64)
     }
 
-    /// Bytes needed to hold `numel` elements, checked: overflow is an error, and a quantized
-    /// count that does not fill whole blocks is an error.
-    pub fn bytes_for(self, numel: usize) -> Result<usize> {
-        let block = self.block_size();
-        if !numel.is_multiple_of(block) {
-            return Err(CoreError::PartialBlock {
-                dtype: self,
-                numel,
-                block,
-            });
-        }
-        (numel / block)
-            .checked_mul(self.size_in_bytes())
-            .ok_or_else(|| CoreError::overflow(format!("{numel} elements of {self}")))
-    }
-
     /// The lower-case name used in display, parsing and file formats.
     pub const fn name(self) -> &'static str {
         match self {
@@ -216,46 +200,6 @@ impl DType {
 impl fmt::Display for DType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
-    }
-}
-
-impl FromStr for DType {
-    type Err = CoreError;
-
-    fn from_str(text: &str) -> Result<Self> {
-        let lower = text.trim().to_ascii_lowercase();
-        DType::ALL
-            .into_iter()
-            .find(|d| d.name() == lower)
-            .or(match lower.as_str() {
-                "float32" | "float" => Some(DType::F32),
-                "float16" | "half" => Some(DType::F16),
-                "bfloat16" => Some(DType::BF16),
-                "float64" | "double" => Some(DType::F64),
-                "int8" => Some(DType::I8),
-                "int16" => Some(DType::I16),
-                "int32" => Some(DType::I32),
-                "int64" => Some(DType::I64),
-                "uint8" => Some(DType::U8),
-                "uint16" => Some(DType::U16),
-                "uint32" => Some(DType::U32),
-                "uint64" => Some(DType::U64),
-                "float8e4m3fn" => Some(DType::F8E4M3FN),
-                "float8e4m3fnuz" => Some(DType::F8E4M3FNUZ),
-                "float8e5m2" => Some(DType::F8E5M2),
-                "float8e5m2fnuz" => Some(DType::F8E5M2FNUZ),
-                "float8e8m0" => Some(DType::F8E8M0),
-                "float4e2m1" => Some(DType::F4E2M1),
-                "int4" => Some(DType::I4),
-                "uint4" => Some(DType::U4),
-                "int2" => Some(DType::I2),
-                "uint2" => Some(DType::U2),
-                "str" => Some(DType::String),
-                _ => None,
-            })
-            .ok_or(CoreError::ParseDType {
-                text: text.to_string(),
-            })
     }
 }
 
@@ -337,27 +281,6 @@ mod tests {
         assert_eq!(DType::U2.block_size(), 1);
         assert!(DType::F4E2M1.is_low_precision_float() && !DType::F4E2M1.is_float());
         assert!(DType::I2.is_sub_byte_int() && !DType::I2.is_signed_int());
-    }
-
-    #[test]
-    fn byte_math_is_checked() {
-        assert!(matches!(
-            DType::Q4_0.bytes_for(33),
-            Err(CoreError::PartialBlock { .. })
-        ));
-        assert!(matches!(
-            DType::F64.bytes_for(usize::MAX / 4),
-            Err(CoreError::SizeOverflow { .. })
-        ));
-    }
-
-    #[test]
-    fn names_round_trip() {
-        for d in DType::ALL {
-            assert_eq!(d.to_string().parse::<DType>().unwrap(), d);
-        }
-        assert_eq!("float32".parse::<DType>().unwrap(), DType::F32);
-        assert!("f128".parse::<DType>().is_err());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::memory::mode::InferenceMode;
-use crate::memory::registry::RouteRef;
+use crate::memory::route::RouteRef;
 use crate::{Allocator, CoreError, Device, MemoryKind, Result};
 
 /// How a block's memory is released when the last reference drops.

@@ -13,4 +13,5 @@ pub mod ledger;
 pub mod mode;
 pub mod pinned;
 pub mod registry;
+mod route;
 pub mod storage;

@@ -10,7 +10,6 @@
 //! `release_cached` when replacing it if that matters.
 
 use std::fmt;
-use std::ops::Deref;
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -18,6 +17,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::Mutex;
 
 use crate::memory::ledger::{KindLedger, KindStats};
+use crate::memory::route::{Route, RouteRef};
 use crate::{
     Allocator, AllocatorStats, CachingAllocator, CoreError, Device, MemoryBlock, MemoryKind,
     PinnedAllocator, Result,
@@ -27,39 +27,6 @@ const KINDS: usize = MemoryKind::ALL.len();
 
 /// CUDA ordinals below this are looked up without a lock; higher ones take the registry mutex.
 const LOCK_FREE_CUDA_DEVICES: usize = 16;
-
-/// Where an allocation for one (device, kind) goes: the allocator that serves it and the ledger
-/// that accounts it. Every block allocated through the registry holds its route, so it is
-/// returned to the right allocator and un-accounted from the right ledger, even after the
-/// registration changed.
-pub(crate) struct Route {
-    device: Device,
-    kind: MemoryKind,
-    pub(crate) allocator: Arc<dyn Allocator>,
-    pub(crate) ledger: Arc<KindLedger>,
-}
-
-/// A handle on a [`Route`].
-#[derive(Clone)]
-pub(crate) enum RouteRef {
-    /// A route of the global registry, which is never dropped, so neither are its routes:
-    /// blocks refer to them without touching a reference count.
-    Static(&'static Route),
-    /// A route of any other registry, shared by reference count.
-    Shared(Arc<Route>),
-}
-
-impl Deref for RouteRef {
-    type Target = Route;
-
-    #[inline]
-    fn deref(&self) -> &Route {
-        match self {
-            RouteRef::Static(route) => route,
-            RouteRef::Shared(route) => route,
-        }
-    }
-}
 
 /// The registrations and ledgers of one device.
 #[derive(Default)]

@@ -15,9 +15,6 @@ pub mod gemm;
 pub mod matmul;
 pub(crate) mod spatial;
 
-#[cfg(test)]
-pub(crate) mod test_util;
-
 pub use activation::Activation;
 pub use auto_pad::resolve_auto_pad;
 pub use error::{KernelError, KernelResult};

@@ -195,19 +195,6 @@ pub(crate) fn checked_product(
         .ok_or(KernelError::SizeOverflow { op, what })
 }
 
-/// Advances a row-major multi-index over `dims`; returns false after the last index.
-#[inline(always)]
-pub(crate) fn advance(index: &mut [usize], dims: &[usize]) -> bool {
-    for axis in (0..index.len()).rev() {
-        index[axis] += 1;
-        if index[axis] < dims[axis] {
-            return true;
-        }
-        index[axis] = 0;
-    }
-    false
-}
-
 /// Checks a slice length against what its dims require.
 pub(crate) fn check_len(
     op: &'static str,
@@ -307,7 +294,7 @@ mod tests {
         let dims = [2, 3];
         let mut idx = [0, 0];
         let mut seen = vec![idx];
-        while advance(&mut idx, &dims) {
+        while crate::support::strided::advance_index(&mut idx, &dims) {
             seen.push(idx);
         }
         assert_eq!(seen, vec![[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]);

@@ -1,10 +1,11 @@
-//! Helpers shared by the shape-manipulation and reduction ops: axis normalization, optional
-//! inputs, integer arguments that come from an attribute or an input (known at plan time when
+//! Helpers shared by the shape-manipulation and reduction ops: axis normalization and integer
+//! arguments that come from an attribute or an input (known at plan time when
 //! the input is a constant, read from the tensor at run time otherwise).
 
 use smallvec::SmallVec;
-use strata_core::{DType, Device, Tensor};
+use strata_core::{DType, Tensor};
 
+use crate::support::inputs::optional;
 use crate::{int_values, Fact, OpError, OpResult};
 
 /// Small integer lists (axes, starts, pads): inline up to 8, so kernels do not allocate.
@@ -28,6 +29,20 @@ pub(crate) fn normalize_axis(op: &str, what: &str, axis: i64, rank: usize) -> Op
     }
 }
 
+/// `axis` in `-rank..=rank` as a split point between axes (Flatten, the 2-D coercion of the
+/// softmax family before opset 13): `rank` means after the last axis.
+pub(crate) fn normalize_split_axis(
+    op: &str,
+    what: &str,
+    axis: i64,
+    rank: usize,
+) -> OpResult<usize> {
+    if axis == rank as i64 {
+        return Ok(rank);
+    }
+    normalize_axis(op, what, axis, rank)
+}
+
 /// Normalizes a list of axes, sorted; a repeated axis is an error.
 pub(crate) fn normalize_axes(op: &str, what: &str, axes: &[i64], rank: usize) -> OpResult<Axes> {
     let mut out: Axes = axes
@@ -43,19 +58,6 @@ pub(crate) fn normalize_axes(op: &str, what: &str, axes: &[i64], rank: usize) ->
         ));
     }
     Ok(out)
-}
-
-/// Input `index` when present.
-pub(crate) fn optional<'a>(inputs: &[&'a Fact], index: usize) -> Option<&'a Fact> {
-    inputs.get(index).copied().filter(|f| f.is_defined())
-}
-
-/// Input `index`, which must be present.
-pub(crate) fn required<'a>(op: &str, inputs: &[&'a Fact], index: usize) -> OpResult<&'a Fact> {
-    optional(inputs, index).ok_or_else(|| OpError::MissingInput {
-        op: op.into(),
-        index,
-    })
 }
 
 /// The integer value of optional input `index` when it is present and known at plan time.
@@ -129,18 +131,6 @@ pub(crate) fn read_optional_ints(
     }
 }
 
-/// Rejects devices other than the CPU and block-quantized dtypes (no per-element addressing).
-pub(crate) fn cpu_plain(op: &str, dtype: DType, device: Device) -> OpResult<()> {
-    if device != Device::Cpu || dtype.is_quantized() {
-        return Err(OpError::NoKernel {
-            op: op.into(),
-            dtype,
-            device,
-        });
-    }
-    Ok(())
-}
-
 /// Row-major contiguous strides of `dims`, inline.
 pub(crate) fn contiguous_strides(dims: &[usize]) -> Axes {
     let mut strides: Axes = SmallVec::from_elem(1, dims.len());
@@ -167,6 +157,11 @@ mod tests {
         let err = normalize_axis("Op", "axis", 3, 3).unwrap_err();
         assert!(err.to_string().contains("axis"), "{err}");
         assert_eq!(normalize_axis("Op", "axis", -3, 3).unwrap(), 0);
+        assert_eq!(normalize_split_axis("Op", "axis", 3, 3).unwrap(), 3);
+        assert_eq!(normalize_split_axis("Op", "axis", -1, 3).unwrap(), 2);
+        assert!(normalize_split_axis("Op", "axis", 4, 3).is_err());
+        assert!(normalize_split_axis("Op", "axis", -4, 3).is_err());
+        assert_eq!(normalize_split_axis("Op", "axis", 0, 0).unwrap(), 0);
     }
 
     #[test]

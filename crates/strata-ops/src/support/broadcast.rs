@@ -5,6 +5,7 @@
 
 use strata_core::{Layout, Shape, Tensor};
 
+use crate::support::strided::StridedWalk;
 use crate::{Dim, OpError, OpResult};
 
 /// Most dims a walk handles after merging (a fixed array keeps it off the heap).
@@ -83,10 +84,20 @@ impl<const N: usize> Walk<N> {
     /// The innermost rows, in output order.
     pub fn rows(&self) -> Rows<'_, N> {
         let inner = self.rank.saturating_sub(1);
+        // An empty walk has a zero dim among its merged ones: the outer walk then yields nothing
+        // (a zero inner dim is moved out so that it does).
+        let outer_dims: &[usize] = if self.numel == 0 {
+            &[0]
+        } else {
+            &self.dims[..inner]
+        };
+        let outer_len = outer_dims.len();
         Rows {
-            walk: self,
-            index: [0; MAX_RANK],
-            pos: self.offsets.map(|p| p as isize),
+            starts: StridedWalk::new(
+                outer_dims,
+                std::array::from_fn(|k| &self.strides[k][..outer_len]),
+                self.offsets.map(|p| p as isize),
+            ),
             out: 0,
             len: if self.rank == 0 { 1 } else { self.dims[inner] },
             steps: if self.rank == 0 {
@@ -94,7 +105,6 @@ impl<const N: usize> Walk<N> {
             } else {
                 self.strides.map(|s| s[inner])
             },
-            done: self.numel == 0,
         }
     }
 }
@@ -108,16 +118,13 @@ pub struct Row<const N: usize> {
     pub step: [isize; N],
 }
 
-/// Iterator over a walk's rows (an odometer over the outer dims). Not generic over the
+/// Iterator over a walk's rows (a [`StridedWalk`] over the outer dims). Not generic over the
 /// kernel, so each kernel instantiates only its own inner loops.
 pub struct Rows<'a, const N: usize> {
-    walk: &'a Walk<N>,
-    index: [usize; MAX_RANK],
-    pos: [isize; N],
+    starts: StridedWalk<'a, N>,
     out: usize,
     len: usize,
     steps: [isize; N],
-    done: bool,
 }
 
 impl<const N: usize> Iterator for Rows<'_, N> {
@@ -125,36 +132,14 @@ impl<const N: usize> Iterator for Rows<'_, N> {
 
     #[inline]
     fn next(&mut self) -> Option<Row<N>> {
-        if self.done {
-            return None;
-        }
+        let start = self.starts.next()?;
         let row = Row {
             out: self.out,
             len: self.len,
-            start: self.pos.map(|p| p as usize),
+            start: start.map(|p| p as usize),
             step: self.steps,
         };
         self.out += self.len;
-        let w = self.walk;
-        let mut axis = w.rank.saturating_sub(1);
-        loop {
-            if axis == 0 {
-                self.done = true;
-                break;
-            }
-            axis -= 1;
-            self.index[axis] += 1;
-            for k in 0..N {
-                self.pos[k] += w.strides[k][axis];
-            }
-            if self.index[axis] < w.dims[axis] {
-                break;
-            }
-            for k in 0..N {
-                self.pos[k] -= w.strides[k][axis] * w.dims[axis] as isize;
-            }
-            self.index[axis] = 0;
-        }
         Some(row)
     }
 }

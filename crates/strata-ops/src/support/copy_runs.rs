@@ -7,6 +7,7 @@
 use smallvec::SmallVec;
 use strata_core::Tensor;
 
+use crate::support::strided::StridedWalk;
 use crate::{OpError, OpResult};
 
 /// Copies every element of `src` into `dst` (same dtype and dims, any layouts, different
@@ -109,8 +110,8 @@ pub(crate) fn copy_strided(
     }
 }
 
-/// Calls `f(src_pos, dst_pos)` for the start of every innermost run, walking `outer` (innermost
-/// first) like an odometer.
+/// Calls `f(src_pos, dst_pos)` for the start of every innermost run: a [`StridedWalk`] over
+/// `outer` (listed innermost first, so reversed into row-major order).
 #[inline(always)]
 fn for_each_start(
     outer: &[(usize, isize, isize)],
@@ -118,26 +119,11 @@ fn for_each_start(
     dof: isize,
     mut f: impl FnMut(isize, isize),
 ) {
-    let mut index: SmallVec<[usize; 8]> = SmallVec::from_elem(0, outer.len());
-    let (mut sp, mut dp) = (so, dof);
-    loop {
+    let dims: SmallVec<[usize; 8]> = outer.iter().rev().map(|o| o.0).collect();
+    let src_strides: SmallVec<[isize; 8]> = outer.iter().rev().map(|o| o.1).collect();
+    let dst_strides: SmallVec<[isize; 8]> = outer.iter().rev().map(|o| o.2).collect();
+    for [sp, dp] in StridedWalk::new(&dims, [&src_strides, &dst_strides], [so, dof]) {
         f(sp, dp);
-        let mut k = 0;
-        loop {
-            let Some(&(dim, ss, ds)) = outer.get(k) else {
-                return;
-            };
-            index[k] += 1;
-            sp += ss;
-            dp += ds;
-            if index[k] < dim {
-                break;
-            }
-            sp -= ss * dim as isize;
-            dp -= ds * dim as isize;
-            index[k] = 0;
-            k += 1;
-        }
     }
 }
 

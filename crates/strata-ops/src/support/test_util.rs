@@ -1,7 +1,9 @@
 //! The operator unit tests' harness: builds an op from the registry (op type, opset, attributes,
 //! input and output counts), infers its outputs, allocates them, plans its scratch and runs the
 //! kernel the way the runtime does, then returns the outputs. Optionally the inputs are seen as
-//! plan-time constants, or output 0 works in place over the op's in-place input.
+//! plan-time constants, output 0 works in place over the op's in-place input, or the kernel runs
+//! with one and with three threads over poisoned outputs (it must write every element itself).
+//! Also: the float comparisons the tests share; the seeded PRNG is in `rng.rs`.
 
 use strata_core::{DType, Device, MemoryKind, Tensor};
 
@@ -15,6 +17,7 @@ pub(crate) struct OpRun<'a> {
     num_outputs: usize,
     constant_inputs: bool,
     in_place: bool,
+    checked_writes: bool,
 }
 
 impl<'a> OpRun<'a> {
@@ -27,6 +30,7 @@ impl<'a> OpRun<'a> {
             num_outputs: 1,
             constant_inputs: false,
             in_place: false,
+            checked_writes: false,
         }
     }
 
@@ -62,6 +66,13 @@ impl<'a> OpRun<'a> {
     /// place (what the planner does when that input dies at the node).
     pub(crate) fn in_place(mut self) -> Self {
         self.in_place = true;
+        self
+    }
+
+    /// Runs the kernel with 1 and then 3 threads, each time over outputs whose bytes are all ones
+    /// (NaN for floats): a kernel that skips an element, or splits work wrongly, shows.
+    pub(crate) fn checked_writes(mut self) -> Self {
+        self.checked_writes = true;
         self
     }
 
@@ -122,13 +133,21 @@ impl<'a> OpRun<'a> {
             .transpose()?;
         let input_refs: Vec<&Tensor> = inputs.iter().collect();
         let output_refs: Vec<&Tensor> = outputs.iter().collect();
-        kernel.run(&KernelIo {
-            inputs: &input_refs,
-            outputs: &output_refs,
-            scratch: scratch.as_ref(),
-            in_place,
-            threads: 1,
-        })?;
+        let thread_counts: &[usize] = if self.checked_writes { &[1, 3] } else { &[1] };
+        for &threads in thread_counts {
+            if self.checked_writes && in_place.is_none() {
+                for t in &outputs {
+                    t.write_bytes("test")?.bytes().fill(0xFF);
+                }
+            }
+            kernel.run(&KernelIo {
+                inputs: &input_refs,
+                outputs: &output_refs,
+                scratch: scratch.as_ref(),
+                in_place,
+                threads,
+            })?;
+        }
         Ok(outputs)
     }
 }
@@ -170,12 +189,57 @@ pub(crate) fn run_outputs(
         .run(inputs)
 }
 
+/// Runs a one-output op with [`OpRun::checked_writes`], the inputs seen as plan-time constants
+/// when `constant_inputs` is set; returns output 0.
+pub(crate) fn run_checked(
+    op_type: &str,
+    opset: i64,
+    attrs: &[(&str, Attr)],
+    inputs: &[Tensor],
+    constant_inputs: bool,
+) -> OpResult<Tensor> {
+    let run = OpRun::new(op_type, opset).attrs(attrs).checked_writes();
+    let run = if constant_inputs {
+        run.constant_inputs()
+    } else {
+        run
+    };
+    Ok(run.run(inputs)?.remove(0))
+}
+
+/// Runs a one-output op with every present input a plan-time constant (`None` for an omitted
+/// optional input); returns output 0.
+pub(crate) fn run_constant(
+    op_type: &str,
+    opset: i64,
+    attrs: Attributes,
+    inputs: &[Option<Tensor>],
+) -> OpResult<Tensor> {
+    let inputs: Vec<Tensor> = inputs
+        .iter()
+        .map(|t| t.clone().unwrap_or_else(Tensor::undefined))
+        .collect();
+    let out = OpRun::new(op_type, opset)
+        .attributes(&attrs)
+        .constant_inputs()
+        .run(&inputs)?;
+    Ok(out.into_iter().next().expect("one output"))
+}
+
 /// Asserts `actual ≈ expected` elementwise (relative tolerance 1e-5, absolute near zero).
 #[track_caller]
 pub(crate) fn assert_close(actual: &[f32], expected: &[f32], what: &str) {
+    assert_close_within(actual, expected, 1e-5, what);
+}
+
+/// Asserts `actual ≈ expected` elementwise within relative `tolerance` (absolute near zero);
+/// NaN matches NaN.
+#[track_caller]
+pub(crate) fn assert_close_within(actual: &[f32], expected: &[f32], tolerance: f32, what: &str) {
     assert_eq!(actual.len(), expected.len(), "{what}: length");
     for (i, (&a, &e)) in actual.iter().zip(expected).enumerate() {
-        let ok = a == e || (a - e).abs() <= 1e-5 * e.abs().max(1.0);
+        let ok =
+            (a.is_nan() && e.is_nan()) || a == e || (a - e).abs() <= tolerance * e.abs().max(1.0);
         assert!(ok, "{what}: element {i}: got {a}, expected {e}");
     }
 }

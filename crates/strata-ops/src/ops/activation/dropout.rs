@@ -7,14 +7,14 @@
 
 use strata_core::{DType, Device, Tensor};
 
-use crate::ops::shape::identity::{copy_kernel, first_input};
-use crate::support::axes::optional;
+use crate::ops::shape::identity::copy_kernel;
+use crate::support::inputs::{optional, required};
 use crate::support::numeric::Real;
 use crate::{
     dispatch_float, Constructor, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator,
 };
 
-/// Dropout's constructors, registered in `registry::ONNX_FAMILIES`.
+/// Dropout's constructors, listed in the activation family's `OPS` (which the registry reads).
 pub const OPS: &[(&str, Constructor)] = &[("Dropout", Dropout::build)];
 
 const OP: &str = "Dropout";
@@ -85,7 +85,7 @@ impl Operator for Dropout {
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let x = first_input(OP, inputs)?;
+        let x = required(OP, inputs, 0)?;
         if self.opset >= 12 {
             if let Some(r) = optional(inputs, 1) {
                 if !r.dtype.is_float() || r.rank() != 0 {

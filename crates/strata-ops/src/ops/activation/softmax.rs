@@ -7,13 +7,16 @@ use std::marker::PhantomData;
 use num_traits::{Float, Zero};
 use strata_core::Device;
 
-use crate::ops::shape::identity::first_input;
+use crate::support::axes::{normalize_axis, normalize_split_axis};
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::{Real, WideFloat};
 use crate::{
     dispatch_float, Constructor, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator,
 };
 
-/// The softmax family's constructors, registered in `registry::ONNX_FAMILIES`.
+/// The softmax family's constructors, listed in the activation family's `OPS` (which the
+/// registry reads).
 pub const OPS: &[(&str, Constructor)] = &[
     ("Softmax", |c| Softmax::build(SoftmaxKind::Softmax, c)),
     ("LogSoftmax", |c| Softmax::build(SoftmaxKind::LogSoftmax, c)),
@@ -63,22 +66,12 @@ impl Softmax {
 
     /// `axis` as an index into dims of rank `rank` (a scalar counts as rank 1).
     fn axis_index(&self, rank: usize) -> OpResult<usize> {
-        let r = rank.max(1) as i64;
-        let axis = if self.axis < 0 {
-            self.axis + r
+        let (op, rank) = (self.kind.name(), rank.max(1));
+        if self.coerce_2d {
+            // Before opset 13 the axis may equal the rank (the 2-D coercion then has one column).
+            normalize_split_axis(op, "axis", self.axis, rank)
         } else {
-            self.axis
-        };
-        // Before opset 13 the axis may equal the rank (the 2-D coercion then has one column).
-        let limit = if self.coerce_2d { r + 1 } else { r };
-        if (0..limit).contains(&axis) {
-            Ok(axis as usize)
-        } else {
-            Err(OpError::attribute(
-                self.kind.name(),
-                "axis",
-                format!("{} out of range for rank {rank}", self.axis),
-            ))
+            normalize_axis(op, "axis", self.axis, rank)
         }
     }
 
@@ -103,7 +96,7 @@ impl Operator for Softmax {
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let x = first_input(self.kind.name(), inputs)?;
+        let x = required(self.kind.name(), inputs, 0)?;
         if !x.dtype.is_float() {
             return Err(OpError::DType {
                 op: self.kind.name().into(),
@@ -122,18 +115,11 @@ impl Operator for Softmax {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        let dtype = first_input(self.kind.name(), inputs)?.dtype;
-        let no_kernel = || OpError::NoKernel {
-            op: self.kind.name().into(),
-            dtype,
-            device,
-        };
-        if device != Device::Cpu {
-            return Err(no_kernel());
-        }
+        let dtype = required(self.kind.name(), inputs, 0)?.dtype;
+        cpu_only(self.kind.name(), dtype, device)?;
         let op = *self;
         dispatch_float!(dtype, T => Ok(Box::new(SoftmaxKernel::<T> { op, _t: PhantomData })
-            as Box<dyn Kernel>), _ => Err(no_kernel()))
+            as Box<dyn Kernel>), _ => Err(OpError::no_kernel(self.kind.name(), dtype, device)))
     }
 
     fn in_place_input(&self) -> Option<usize> {

@@ -15,10 +15,11 @@ use strata_core::{DType, Device, Tensor};
 use super::attention_bias::{Bias, Mask, MaskValues};
 use super::attention_core::{attend, Buffers, QkCapture, ScoreParams, SoftmaxPrecision};
 use super::attention_geometry::{Geometry, InputDims};
+use crate::cpu_float_kernel;
 use crate::kernels::GemmFloat;
-use crate::support::axes::{optional, required};
+use crate::support::inputs::{optional, required};
 use crate::support::numeric::{Real, WideFloat};
-use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "Attention";
 
@@ -348,18 +349,10 @@ impl Operator for Attention {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = self.check_inputs(inputs)?;
-        let no_kernel = || OpError::NoKernel {
-            op: OP.into(),
-            dtype,
-            device,
-        };
-        if device != Device::Cpu {
-            return Err(no_kernel());
-        }
-        dispatch_float!(dtype, T => Ok(Box::new(AttentionKernel::<T> {
+        cpu_float_kernel!(OP, dtype, device, T => AttentionKernel::<T> {
             op: self.clone(),
             _t: PhantomData,
-        }) as Box<dyn Kernel>), _ => Err(no_kernel()))
+        })
     }
 
     fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {

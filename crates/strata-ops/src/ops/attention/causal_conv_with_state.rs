@@ -11,9 +11,10 @@ use std::marker::PhantomData;
 use num_traits::Zero;
 use strata_core::{DType, Device};
 
-use crate::support::axes::{optional, required};
+use crate::cpu_float_kernel;
+use crate::support::inputs::{optional, required};
 use crate::support::numeric::{Real, WideFloat};
-use crate::{dispatch_float, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "CausalConvWithState";
 
@@ -153,18 +154,10 @@ impl Operator for CausalConvWithState {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(OP, inputs, 0)?.dtype;
-        let no_kernel = || OpError::NoKernel {
-            op: OP.into(),
-            dtype,
-            device,
-        };
-        if device != Device::Cpu {
-            return Err(no_kernel());
-        }
-        dispatch_float!(dtype, T => Ok(Box::new(CausalConvKernel::<T> {
+        cpu_float_kernel!(OP, dtype, device, T => CausalConvKernel::<T> {
             silu: self.silu,
             _t: PhantomData,
-        }) as Box<dyn Kernel>), _ => Err(no_kernel()))
+        })
     }
 }
 

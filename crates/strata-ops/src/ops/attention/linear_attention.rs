@@ -12,9 +12,10 @@ use std::marker::PhantomData;
 use num_traits::Zero;
 use strata_core::{DType, Device};
 
-use crate::support::axes::{optional, required};
+use crate::cpu_float_kernel;
+use crate::support::inputs::{optional, required};
 use crate::support::numeric::{Real, WideFloat};
-use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "LinearAttention";
 
@@ -256,18 +257,10 @@ impl Operator for LinearAttention {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(OP, inputs, 0)?.dtype;
-        let no_kernel = || OpError::NoKernel {
-            op: OP.into(),
-            dtype,
-            device,
-        };
-        if device != Device::Cpu {
-            return Err(no_kernel());
-        }
-        dispatch_float!(dtype, T => Ok(Box::new(LinearAttentionKernel::<T> {
+        cpu_float_kernel!(OP, dtype, device, T => LinearAttentionKernel::<T> {
             op: *self,
             _t: PhantomData,
-        }) as Box<dyn Kernel>), _ => Err(no_kernel()))
+        })
     }
 
     fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {

@@ -7,9 +7,10 @@ use std::marker::PhantomData;
 
 use strata_core::{DType, Device};
 
-use crate::support::axes::required;
+use crate::cpu_float_kernel;
+use crate::support::inputs::required;
 use crate::support::numeric::{Real, WideFloat};
-use crate::{dispatch_float, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "SwiGLU";
 
@@ -79,18 +80,10 @@ impl Operator for SwiGlu {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(OP, inputs, 0)?.dtype;
-        let no_kernel = || OpError::NoKernel {
-            op: OP.into(),
-            dtype,
-            device,
-        };
-        if device != Device::Cpu {
-            return Err(no_kernel());
-        }
-        dispatch_float!(dtype, T => Ok(Box::new(SwiGluKernel::<T> {
+        cpu_float_kernel!(OP, dtype, device, T => SwiGluKernel::<T> {
             alpha: self.alpha,
             _t: PhantomData,
-        }) as Box<dyn Kernel>), _ => Err(no_kernel()))
+        })
     }
 }
 

@@ -7,8 +7,8 @@ use std::marker::PhantomData;
 use strata_core::{DType, Device};
 
 use crate::ops::cast::cast::{dtype_from_onnx_code, onnx_type_name};
-use crate::ops::math::unary::one_input;
 use crate::support::broadcast::{expanded, zip1, Walk};
+use crate::support::inputs::exact_inputs;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 #[derive(Debug)]
@@ -37,7 +37,7 @@ impl Operator for BitCast {
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let x = one_input("BitCast", inputs)?;
+        let [x] = exact_inputs("BitCast", inputs)?;
         if x.dtype.is_quantized() || x.dtype.size_in_bytes() != self.to.size_in_bytes() {
             return Err(OpError::DType {
                 op: "BitCast".into(),
@@ -55,19 +55,13 @@ impl Operator for BitCast {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        let dtype = one_input("BitCast", inputs)?.dtype;
+        let dtype = exact_inputs::<1>("BitCast", inputs)?[0].dtype;
         Ok(match (device, self.to.size_in_bytes()) {
             (Device::Cpu, 1) => Box::new(Reinterpret::<u8>(PhantomData)),
             (Device::Cpu, 2) => Box::new(Reinterpret::<u16>(PhantomData)),
             (Device::Cpu, 4) => Box::new(Reinterpret::<u32>(PhantomData)),
             (Device::Cpu, 8) => Box::new(Reinterpret::<u64>(PhantomData)),
-            _ => {
-                return Err(OpError::NoKernel {
-                    op: "BitCast".into(),
-                    dtype,
-                    device,
-                })
-            }
+            _ => return Err(OpError::no_kernel("BitCast", dtype, device)),
         })
     }
 

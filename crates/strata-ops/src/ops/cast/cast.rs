@@ -15,10 +15,12 @@
 //! Cast-1 names the target type as a string; later opsets use the data type code.
 
 use num_traits::AsPrimitive;
-use strata_core::{bf16, f16, DType, Device, Element};
+use strata_core::{
+    bf16, decode_e8m0, encode_e8m0, f16, DType, Device, E8m0Rounding, Element, MiniFloat,
+};
 
-use crate::ops::math::unary::{map_kernel, one_input};
-use crate::ops::quantization::low_float::{decode_e8m0, encode_e8m0, E8m0Rounding, MiniFloat};
+use crate::ops::math::unary::map_kernel;
+use crate::support::inputs::exact_inputs;
 use crate::{
     dispatch_arith, dispatch_plain, Attr, Fact, Kernel, OpContext, OpError, OpResult, Operator,
 };
@@ -176,9 +178,9 @@ impl Cast {
     /// Input 0 and the target dtype.
     fn source_and_target<'a>(&self, inputs: &[&'a Fact]) -> OpResult<(&'a Fact, DType)> {
         match self.to {
-            Some(to) => Ok((one_input("Cast", inputs)?, to)),
+            Some(to) => Ok((exact_inputs::<1>("Cast", inputs)?[0], to)),
             None => {
-                let [x, like] = crate::ops::math::binary::two_inputs("CastLike", inputs)?;
+                let [x, like] = exact_inputs("CastLike", inputs)?;
                 Ok((x, like.dtype))
             }
         }
@@ -213,10 +215,12 @@ impl Operator for Cast {
         } else {
             cast_kernel(name, x.dtype, to, self.rounding)
         };
-        kernel.ok_or_else(|| OpError::NoKernel {
-            op: self.name().into(),
-            dtype: if to.is_quantized() { to } else { x.dtype },
-            device,
+        kernel.ok_or_else(|| {
+            OpError::no_kernel(
+                self.name(),
+                if to.is_quantized() { to } else { x.dtype },
+                device,
+            )
         })
     }
 }

@@ -6,8 +6,11 @@
 use smallvec::SmallVec;
 use strata_core::{Device, Tensor};
 
-use crate::support::axes::{check_int_input, known_ints, read_ints, required};
+use crate::support::axes::{check_int_input, known_ints, read_ints};
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_supported;
 use crate::support::numeric::{Real, WideFloat};
+use crate::support::strided::advance_index;
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "Col2Im";
@@ -191,13 +194,7 @@ impl Operator for Col2Im {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(OP, inputs, 0)?.dtype;
-        if device != Device::Cpu || !dtype.is_float() {
-            return Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype,
-                device,
-            });
-        }
+        cpu_supported(OP, dtype, device, dtype.is_float())?;
         Ok(Box::new(self.clone()))
     }
 }
@@ -264,29 +261,18 @@ fn scatter<T: Real>(g: &Geometry, x: &Tensor, out: &Tensor) -> OpResult<()> {
                         let v = src[s as usize];
                         plane[at] = plane[at].add(v);
                     }
-                    advance(&mut pos, &g.blocks);
+                    advance_index(&mut pos, &g.blocks);
                 }
-                advance(&mut offset, &g.block);
+                advance_index(&mut offset, &g.block);
             }
         }
     }
     Ok(())
 }
 
-/// Steps a row-major multi-index through `dims` (wrapping to zero after the last).
-fn advance(index: &mut [usize], dims: &[usize]) {
-    for a in (0..index.len()).rev() {
-        index[a] += 1;
-        if index[a] < dims[a] {
-            return;
-        }
-        index[a] = 0;
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use crate::ops::resample::resize::tests::run_op;
+    use crate::support::test_util::run_constant;
     use crate::{Attr, Attributes};
     use strata_core::Tensor;
 
@@ -298,7 +284,7 @@ mod tests {
     ) -> crate::OpResult<Tensor> {
         let i = Tensor::from_slice(image, &[image.len()]).unwrap();
         let b = Tensor::from_slice(block, &[block.len()]).unwrap();
-        run_op("Col2Im", 18, attrs, &[Some(x.clone()), Some(i), Some(b)])
+        run_constant("Col2Im", 18, attrs, &[Some(x.clone()), Some(i), Some(b)])
     }
 
     #[test]

@@ -6,6 +6,7 @@
 use rayon::prelude::*;
 
 use crate::kernels::Float;
+use crate::support::strided::advance_index;
 
 /// Below this many output elements the fold runs on the calling thread.
 const PARALLEL_MIN_ELEMENTS: usize = 1 << 15;
@@ -123,14 +124,7 @@ fn fold_row<T: Float>(row: &[T], g: &FoldGeometry, tap: usize, plane: &mut [T]) 
                 }
             }
         }
-        // Odometer over the outer input axes.
-        for axis in (0..last).rev() {
-            outer[axis] += 1;
-            if outer[axis] < g.in_dims[axis] {
-                break;
-            }
-            outer[axis] = 0;
-        }
+        advance_index(&mut outer[..last], &g.in_dims[..last]);
     }
 }
 

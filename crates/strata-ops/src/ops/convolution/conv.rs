@@ -8,7 +8,7 @@ use strata_core::{DType, Device, Element};
 
 use crate::kernels::{resolve_auto_pad, Activation, GemmFloat};
 use crate::ops::convolution::conv_kernel::{conv, conv_output_dims, conv_scratch_len, ConvParams};
-use crate::ops::shape::identity::first_input;
+use crate::support::inputs::{optional, required};
 use crate::support::numeric::Real;
 use crate::support::scratch::{carve, scratch_as};
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
@@ -99,14 +99,8 @@ impl Operator for Conv {
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let x = first_input("Conv", inputs)?;
-        let w = inputs
-            .get(1)
-            .filter(|f| f.is_defined())
-            .ok_or_else(|| OpError::MissingInput {
-                op: "Conv".into(),
-                index: 1,
-            })?;
+        let x = required("Conv", inputs, 0)?;
+        let w = required("Conv", inputs, 1)?;
         if x.dtype != w.dtype {
             return Err(OpError::DType {
                 op: "Conv".into(),
@@ -138,7 +132,7 @@ impl Operator for Conv {
             .map(Dim::Known)
             .collect();
         out[0] = x.dims[0].clone();
-        if let Some(b) = inputs.get(2).filter(|f| f.is_defined()) {
+        if let Some(b) = optional(inputs, 2) {
             if b.dims != [Dim::Known(w_dims[0])] {
                 return Err(OpError::shape(
                     "Conv",
@@ -210,11 +204,7 @@ impl Operator for Conv {
                 op: self.clone(),
                 _t: PhantomData,
             })),
-            (dtype, device) => Err(OpError::NoKernel {
-                op: "Conv".into(),
-                dtype,
-                device,
-            }),
+            (dtype, device) => Err(OpError::no_kernel("Conv", dtype, device)),
         }
     }
 }

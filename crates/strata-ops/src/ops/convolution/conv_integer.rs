@@ -4,9 +4,10 @@
 use strata_core::{DType, Device};
 
 use crate::ops::convolution::integer_conv_kernel::{centered_conv, ConvAttrs, ResolvedConv};
-use crate::ops::linalg::integer_matmul_kernel::check_operand;
+use crate::ops::quantization::integer_operands::check_operand;
 use crate::ops::quantization::values::{f64_scratch_bytes, scratch};
-use crate::support::axes::{optional, required};
+use crate::support::inputs::{optional, required};
+use crate::support::kernel_choice::cpu_only;
 use crate::support::scratch::scratch_as;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -55,13 +56,7 @@ impl Operator for ConvInteger {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu {
-            return Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype: required(OP, inputs, 0)?.dtype,
-                device,
-            });
-        }
+        cpu_only(OP, required(OP, inputs, 0)?.dtype, device)?;
         let (x, w) = (required(OP, inputs, 0)?, required(OP, inputs, 1)?);
         Ok(Box::new(ConvInteger {
             attrs: self.attrs.clone(),

@@ -311,7 +311,8 @@ impl ConvGeometry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::test_util::{assert_close, Rng};
+    use crate::support::rng::Rng;
+    use crate::support::test_util::assert_close_within;
 
     /// Direct N-d convolution straight from the ONNX definition, accumulating in f64.
     fn naive(
@@ -451,9 +452,10 @@ mod tests {
             let threads = 1 + rng.below(2);
             let (out_dims, out) = run(&input, &in_dims, &weight, &w_dims, bias, &p, threads);
             let expected = naive(&input, &in_dims, &weight, &w_dims, bias, &p, &out_dims);
-            assert_close(
+            assert_close_within(
                 &out,
                 &expected,
+                1e-4,
                 &format!("case {case}: {in_dims:?} * {w_dims:?} {p:?}"),
             );
         }
@@ -473,7 +475,7 @@ mod tests {
         let bias = rng.vec(4);
         let (out_dims, out) = run(&input, &in_dims, &weight, &w_dims, Some(&bias), &p, 1);
         assert_eq!(out_dims, [2, 4, 5, 7]);
-        assert_close(
+        assert_close_within(
             &out,
             &naive(
                 &input,
@@ -484,6 +486,7 @@ mod tests {
                 &p,
                 &out_dims,
             ),
+            1e-4,
             "1x1",
         );
         // A strided 1x1 conv is not pointwise and needs scratch.
@@ -507,9 +510,10 @@ mod tests {
         let input = rng.vec(16 * 900);
         let weight = rng.vec(24 * 16 * 9);
         let (out_dims, out) = run(&input, &in_dims, &weight, &w_dims, None, &p, 2);
-        assert_close(
+        assert_close_within(
             &out,
             &naive(&input, &in_dims, &weight, &w_dims, None, &p, &out_dims),
+            1e-4,
             "3x3 threads 2",
         );
     }
@@ -539,7 +543,7 @@ mod tests {
             &p,
             &out_dims,
         );
-        assert_close(&out, &expected, "2-d tiles");
+        assert_close_within(&out, &expected, 1e-4, "2-d tiles");
         // 1-D: depth 300 * 3 = 900 -> tiles of 291 columns over 999 outputs.
         let (in_dims, w_dims) = ([1, 300, 1000], [2, 300, 3]);
         let p = ConvParams {
@@ -551,9 +555,10 @@ mod tests {
         let input = rng.vec(300 * 1000);
         let weight = rng.vec(2 * 900);
         let (out_dims, out) = run(&input, &in_dims, &weight, &w_dims, None, &p, 2);
-        assert_close(
+        assert_close_within(
             &out,
             &naive(&input, &in_dims, &weight, &w_dims, None, &p, &out_dims),
+            1e-4,
             "1-d tiles",
         );
     }

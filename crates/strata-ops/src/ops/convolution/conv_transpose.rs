@@ -12,7 +12,7 @@ use strata_core::{DType, Device, Element};
 
 use crate::kernels::{gemm, GemmFloat};
 use crate::ops::convolution::col2im_fold::{col2im_add, FoldGeometry};
-use crate::support::axes::required;
+use crate::support::inputs::{optional, required};
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "ConvTranspose";
@@ -310,7 +310,7 @@ impl Operator for ConvTranspose {
             });
         }
         let w_dims = w.concrete_or_err(OP)?;
-        if let Some(b) = inputs.get(2).filter(|f| f.is_defined()) {
+        if let Some(b) = optional(inputs, 2) {
             if b.dtype != x.dtype {
                 return Err(OpError::DType {
                     op: OP.into(),
@@ -377,11 +377,7 @@ impl Operator for ConvTranspose {
                 op: self.clone(),
                 _t: PhantomData,
             })),
-            (dtype, device) => Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype,
-                device,
-            }),
+            (dtype, device) => Err(OpError::no_kernel(OP, dtype, device)),
         }
     }
 }

@@ -14,11 +14,12 @@ use std::marker::PhantomData;
 use rayon::prelude::*;
 use strata_core::{DType, Device};
 
+use crate::cpu_float_kernel;
 use crate::kernels::{gemm, GemmFloat};
-use crate::support::axes::{optional, required};
+use crate::support::inputs::{optional, required};
 use crate::support::numeric::{Real, WideFloat};
 use crate::support::scratch::{carve, scratch_as};
-use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "DeformConv";
 
@@ -375,17 +376,10 @@ impl Operator for DeformConv {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(OP, inputs, 0)?.dtype;
-        let no_kernel = || OpError::NoKernel {
-            op: OP.into(),
-            dtype,
-            device,
-        };
-        if device != Device::Cpu {
-            return Err(no_kernel());
-        }
-        let op = self.clone();
-        dispatch_float!(dtype, T => Ok(Box::new(DeformConvKernel::<T> { op, _t: PhantomData })
-            as Box<dyn Kernel>), _ => Err(no_kernel()))
+        cpu_float_kernel!(OP, dtype, device, T => DeformConvKernel::<T> {
+            op: self.clone(),
+            _t: PhantomData,
+        })
     }
 }
 
@@ -680,7 +674,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::convolution::test_util::{assert_close, run_op};
+    use crate::support::test_util::{assert_close, run_checked};
     use crate::{Attr, Attributes};
     use strata_core::{f16, Tensor};
 
@@ -708,7 +702,7 @@ mod tests {
         if let Some((dims, m)) = &case.mask {
             inputs.push(t((dims, m))?);
         }
-        let out = run_op("DeformConv", 22, attrs, &inputs, false)?;
+        let out = run_checked("DeformConv", 22, attrs, &inputs, false)?;
         Ok((out.dims().to_vec(), out.to_vec::<f32>()?))
     }
 
@@ -805,7 +799,11 @@ mod tests {
         };
         let (dims, out) = run(&[], &case).unwrap();
         assert_eq!(dims, [1, 1, 3, 3]);
-        assert_close(&out, &[1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 3.0, 3.5, 4.0]);
+        assert_close(
+            &out,
+            &[1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 3.0, 3.5, 4.0],
+            "output",
+        );
         // A mask of 0.5 and a bias of 1 on the same case.
         let case = Case {
             bias: Some(vec![1.0]),
@@ -813,7 +811,11 @@ mod tests {
             ..case
         };
         let (_, out) = run(&[], &case).unwrap();
-        assert_close(&out, &[1.75, 2.25, 2.75, 3.25, 3.75, 4.25, 2.5, 2.75, 3.0]);
+        assert_close(
+            &out,
+            &[1.75, 2.25, 2.75, 3.25, 3.75, 4.25, 2.5, 2.75, 3.0],
+            "output",
+        );
     }
 
     #[test]
@@ -916,7 +918,7 @@ mod tests {
             Tensor::from_slice(&w, &[1, 1, 1, 1]).unwrap(),
             Tensor::from_slice(&offset, &[1, 2, 3, 3]).unwrap(),
         ];
-        let out = run_op("DeformConv", 19, &[], &inputs, false).unwrap();
+        let out = run_checked("DeformConv", 19, &[], &inputs, false).unwrap();
         let values: Vec<f32> = out
             .to_vec::<f16>()
             .unwrap()
@@ -1014,7 +1016,7 @@ mod tests {
             Tensor::from_slice(&[0i32; 1], &[1, 1, 1, 1]).unwrap(),
             Tensor::from_slice(&[0i32; 18], &[1, 2, 3, 3]).unwrap(),
         ];
-        let err = run_op("DeformConv", 22, &[], &inputs, false).unwrap_err();
+        let err = run_checked("DeformConv", 22, &[], &inputs, false).unwrap_err();
         assert!(matches!(err, OpError::DType { index: 0, .. }), "{err}");
     }
 }

@@ -8,7 +8,8 @@ use rayon::prelude::*;
 use smallvec::SmallVec;
 
 use crate::kernels::float::Float;
-use crate::kernels::spatial::{advance, Dims, WindowGeometry};
+use crate::kernels::spatial::{Dims, WindowGeometry};
+use crate::support::strided::advance_index;
 
 /// Below this many elements the unfold runs on the calling thread: spawning costs more.
 const PARALLEL_MIN_ELEMENTS: usize = 1 << 16;
@@ -155,7 +156,7 @@ fn unfold_row<T: Float>(plane: &[T], g: &WindowGeometry, tap: usize, first: usiz
         }
         done += len;
         x0 = 0;
-        advance(outer, out_dims);
+        advance_index(outer, out_dims);
     }
 }
 

@@ -12,8 +12,6 @@ pub mod deform_conv;
 mod im2col;
 mod integer_conv_kernel;
 pub mod qlinear_conv;
-#[cfg(test)]
-pub(crate) mod test_util;
 
 use crate::OpTable;
 

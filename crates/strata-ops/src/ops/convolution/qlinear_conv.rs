@@ -6,13 +6,14 @@
 use strata_core::Device;
 
 use crate::ops::convolution::integer_conv_kernel::{centered_conv, ConvAttrs, ResolvedConv};
-use crate::ops::linalg::integer_matmul_kernel::{
+use crate::ops::quantization::integer_operands::{
     check_qlinear_inputs, line_value, per_line, round_to,
 };
 use crate::ops::quantization::values::{
     f64_scratch_bytes, read_scalar, scratch, write_quantized, QuantTarget,
 };
-use crate::support::axes::required;
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_only;
 use crate::support::scratch::scratch_as;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -56,13 +57,7 @@ impl Operator for QLinearConv {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu {
-            return Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype: required(OP, inputs, 0)?.dtype,
-                device,
-            });
-        }
+        cpu_only(OP, required(OP, inputs, 0)?.dtype, device)?;
         let (x, w) = (required(OP, inputs, 0)?, required(OP, inputs, 3)?);
         Ok(Box::new(QLinearConv {
             attrs: self.attrs.clone(),

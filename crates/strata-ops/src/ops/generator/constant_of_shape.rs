@@ -4,9 +4,9 @@
 
 use strata_core::{DType, Device};
 
-use crate::support::axes::{
-    check_int_input, cpu_plain, input_len, known_ints, read_ints, required,
-};
+use crate::support::axes::{check_int_input, input_len, known_ints, read_ints};
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_plain;
 use crate::support::scalar::ScalarBytes;
 use crate::{Constructor, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 

@@ -5,7 +5,9 @@
 use strata_core::{DType, Device, Tensor};
 
 use crate::support::accumulate::{dispatch_accumulate, Accumulate};
-use crate::support::axes::{cpu_plain, normalize_axis, required};
+use crate::support::axes::normalize_axis;
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_plain;
 use crate::support::scalar::ScalarBytes;
 use crate::{Constructor, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 

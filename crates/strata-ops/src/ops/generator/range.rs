@@ -6,7 +6,8 @@
 use strata_core::{DType, Device, Tensor};
 
 use crate::support::accumulate::{dispatch_accumulate, Accumulate};
-use crate::support::axes::{cpu_plain, required};
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_plain;
 use crate::{Constructor, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 pub const OPS: &[(&str, Constructor)] = &[("Range", Range::build)];
@@ -192,7 +193,7 @@ impl Kernel for Range {
             ));
         }
         dispatch_accumulate!(out.dtype(), bool: false, T => fill::<T>(out, b),
-            _ => Err(OpError::NoKernel { op: "Range".into(), dtype: out.dtype(), device: Device::Cpu }))
+            _ => Err(OpError::no_kernel("Range", out.dtype(), Device::Cpu)))
     }
 }
 

@@ -3,7 +3,9 @@
 
 use strata_core::{DType, Device};
 
-use crate::ops::shape::identity::first_input;
+use crate::support::axes::normalize_axis;
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_plain;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 #[derive(Debug)]
@@ -19,35 +21,14 @@ impl Gather {
     }
 }
 
-fn resolve_axis(axis: i64, rank: usize) -> OpResult<usize> {
-    let r = rank as i64;
-    let a = if axis < 0 { axis + r } else { axis };
-    if (0..r).contains(&a) {
-        Ok(a as usize)
-    } else {
-        Err(OpError::attribute(
-            "Gather",
-            "axis",
-            format!("{axis} out of range for rank {rank}"),
-        ))
-    }
-}
-
 impl Operator for Gather {
     fn op_type(&self) -> &str {
         "Gather"
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let data = first_input("Gather", inputs)?;
-        let indices =
-            inputs
-                .get(1)
-                .filter(|f| f.is_defined())
-                .ok_or_else(|| OpError::MissingInput {
-                    op: "Gather".into(),
-                    index: 1,
-                })?;
+        let data = required("Gather", inputs, 0)?;
+        let indices = required("Gather", inputs, 1)?;
         if !matches!(indices.dtype, DType::I64 | DType::I32) {
             return Err(OpError::DType {
                 op: "Gather".into(),
@@ -56,7 +37,7 @@ impl Operator for Gather {
                 actual: indices.dtype,
             });
         }
-        let axis = resolve_axis(self.axis, data.rank())?;
+        let axis = normalize_axis("Gather", "axis", self.axis, data.rank())?;
         let dims: Vec<Dim> = data.dims[..axis]
             .iter()
             .chain(&indices.dims)
@@ -72,15 +53,9 @@ impl Operator for Gather {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu || inputs[0].dtype.is_quantized() {
-            return Err(OpError::NoKernel {
-                op: "Gather".into(),
-                dtype: inputs[0].dtype,
-                device,
-            });
-        }
+        cpu_plain("Gather", inputs[0].dtype, device)?;
         Ok(Box::new(GatherKernel {
-            axis: resolve_axis(self.axis, inputs[0].rank())?,
+            axis: normalize_axis("Gather", "axis", self.axis, inputs[0].rank())?,
         }))
     }
 }

@@ -5,7 +5,10 @@
 use smallvec::SmallVec;
 use strata_core::Device;
 
-use crate::support::axes::{check_int_input, cpu_plain, normalize_axis, required};
+use crate::support::axes::{check_int_input, normalize_axis};
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_plain;
+use crate::support::strided::StridedWalk;
 use crate::{Constructor, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 pub const OPS: &[(&str, Constructor)] = &[("GatherElements", GatherElements::build)];
@@ -81,33 +84,11 @@ pub(crate) fn for_each_index(
     b_strides: &[isize],
     mut f: impl FnMut(isize, isize, usize) -> OpResult<()>,
 ) -> OpResult<()> {
-    if dims.contains(&0) {
-        return Ok(());
-    }
-    let rank = dims.len();
-    let mut index: SmallVec<[usize; 8]> = SmallVec::from_elem(0, rank);
-    let (mut pa, mut pb) = (0isize, 0isize);
-    let mut flat = 0;
-    loop {
+    let walk = StridedWalk::new(dims, [a_strides, b_strides], [0, 0]);
+    for (flat, [pa, pb]) in walk.enumerate() {
         f(pa, pb, flat)?;
-        flat += 1;
-        let mut k = rank;
-        loop {
-            if k == 0 {
-                return Ok(());
-            }
-            k -= 1;
-            index[k] += 1;
-            pa += a_strides[k];
-            pb += b_strides[k];
-            if index[k] < dims[k] {
-                break;
-            }
-            pa -= a_strides[k] * dims[k] as isize;
-            pb -= b_strides[k] * dims[k] as isize;
-            index[k] = 0;
-        }
     }
+    Ok(())
 }
 
 fn gather<T: bytemuck::Pod>(
@@ -167,11 +148,11 @@ impl Kernel for GatherElements {
                 2 => gather::<u16>(data, out, idx, axis),
                 4 => gather::<u32>(data, out, idx, axis),
                 8 => gather::<u64>(data, out, idx, axis),
-                _ => Err(OpError::NoKernel {
-                    op: "GatherElements".into(),
-                    dtype: data.dtype(),
-                    device: Device::Cpu,
-                }),
+                _ => Err(OpError::no_kernel(
+                    "GatherElements",
+                    data.dtype(),
+                    Device::Cpu,
+                )),
             }
         })
     }

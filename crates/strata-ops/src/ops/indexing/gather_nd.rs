@@ -4,7 +4,9 @@
 use strata_core::Device;
 
 use crate::ops::indexing::gather_elements::{resolve_index, with_indices};
-use crate::support::axes::{check_int_input, contiguous_strides, cpu_plain, required};
+use crate::support::axes::{check_int_input, contiguous_strides};
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_plain;
 use crate::{Constructor, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 pub const OPS: &[(&str, Constructor)] = &[("GatherND", GatherNd::build)];

@@ -4,7 +4,8 @@
 
 use strata_core::{DType, Device, Tensor};
 
-use crate::ops::shape::identity::first_input;
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_plain;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 #[derive(Debug)]
@@ -55,13 +56,7 @@ fn nonzero_mask(t: &Tensor) -> OpResult<Vec<bool>> {
             .into_iter()
             .map(|v| v != 0)
             .collect(),
-        other => {
-            return Err(OpError::NoKernel {
-                op: "NonZero".into(),
-                dtype: other,
-                device: Device::Cpu,
-            })
-        }
+        other => return Err(OpError::no_kernel("NonZero", other, Device::Cpu)),
     })
 }
 
@@ -88,7 +83,7 @@ impl Operator for NonZero {
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let x = first_input("NonZero", inputs)?;
+        let x = required("NonZero", inputs, 0)?;
         let rank = x.rank();
         match &x.value {
             Some(v) => {
@@ -114,13 +109,7 @@ impl Operator for NonZero {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu || inputs[0].dtype.is_quantized() {
-            return Err(OpError::NoKernel {
-                op: "NonZero".into(),
-                dtype: inputs[0].dtype,
-                device,
-            });
-        }
+        cpu_plain("NonZero", inputs[0].dtype, device)?;
         Ok(Box::new(NonZeroKernel))
     }
 

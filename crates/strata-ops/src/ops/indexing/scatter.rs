@@ -8,10 +8,10 @@ use strata_core::{Device, Tensor};
 
 use crate::ops::indexing::gather_elements::{for_each_index, resolve_index, with_indices, Indices};
 use crate::support::accumulate::{dispatch_accumulate, max_of, min_of, Accumulate};
-use crate::support::axes::{
-    check_int_input, contiguous_strides, cpu_plain, normalize_axis, required,
-};
+use crate::support::axes::{check_int_input, contiguous_strides, normalize_axis};
 use crate::support::copy_runs::copy_view;
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_plain;
 use crate::{Constructor, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 pub const OPS: &[(&str, Constructor)] = &[
@@ -266,16 +266,12 @@ impl Kernel for Scatter {
                     2 => scatter_raw::<u16>(self, out, indices, updates, idx),
                     4 => scatter_raw::<u32>(self, out, indices, updates, idx),
                     8 => scatter_raw::<u64>(self, out, indices, updates, idx),
-                    _ => Err(OpError::NoKernel {
-                        op: op.into(),
-                        dtype: data.dtype(),
-                        device: Device::Cpu,
-                    }),
+                    _ => Err(OpError::no_kernel(op, data.dtype(), Device::Cpu)),
                 };
             }
             dispatch_accumulate!(data.dtype(), bool: false, T => {
                 scatter_reduce::<T>(self, out, indices, updates, idx)
-            }, _ => Err(OpError::NoKernel { op: op.into(), dtype: data.dtype(), device: Device::Cpu }))
+            }, _ => Err(OpError::no_kernel(op, data.dtype(), Device::Cpu)))
         })
     }
 }

@@ -5,8 +5,10 @@
 
 use strata_core::{Device, Tensor};
 
-use crate::support::axes::{check_int_input, cpu_plain, normalize_axis, read_ints, required};
+use crate::support::axes::{check_int_input, normalize_axis, read_ints};
 use crate::support::copy_runs::copy_view;
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_plain;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "TensorScatter";

@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 
 use strata_core::{DType, Device, Element};
 
-use crate::support::axes::required;
+use crate::support::inputs::required;
 use crate::support::numeric::Real;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -77,11 +77,7 @@ impl Operator for Det {
             (DType::F64, Device::Cpu) => Ok(Box::new(DetKernel::<f64>(PhantomData))),
             (DType::F16, Device::Cpu) => Ok(Box::new(DetKernel::<strata_core::f16>(PhantomData))),
             (DType::BF16, Device::Cpu) => Ok(Box::new(DetKernel::<strata_core::bf16>(PhantomData))),
-            (dtype, device) => Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype,
-                device,
-            }),
+            (dtype, device) => Err(OpError::no_kernel(OP, dtype, device)),
         }
     }
 }

@@ -12,6 +12,7 @@ use strata_core::{DType, Device, Element};
 use super::einsum_plan::{Equation, Plan, View};
 use crate::kernels::{gemm, Float, GemmFloat};
 use crate::support::numeric::Real;
+use crate::support::strided::StridedWalk;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "Einsum";
@@ -127,11 +128,7 @@ impl Operator for Einsum {
             (DType::BF16, Device::Cpu) => {
                 Ok(Box::new(EinsumKernel::<strata_core::bf16>::new(plan)))
             }
-            (dtype, device) => Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype,
-                device,
-            }),
+            (dtype, device) => Err(OpError::no_kernel(OP, dtype, device)),
         }
     }
 }
@@ -278,45 +275,22 @@ fn gather<W: GemmFloat>(
     out: &mut [W],
 ) {
     let sizes: Labels<usize> = order.iter().map(|&l| plan.sizes[l]).collect();
-    let strides: Labels<usize> = order
+    let strides: Labels<isize> = order
         .iter()
         .map(|l| {
             view.labels
                 .iter()
                 .position(|x| x == l)
-                .map_or(0, |i| view.strides[i])
+                .map_or(0, |i| view.strides[i] as isize)
         })
         .collect();
     let (outer_sizes, inner_sizes) = sizes.split_at(keep);
     let (outer_strides, inner_strides) = strides.split_at(keep);
-    let inner_count: usize = inner_sizes.iter().product();
-    let mut outer_idx: Labels<usize> = SmallVec::from_elem(0, outer_sizes.len());
-    let mut inner_idx: Labels<usize> = SmallVec::from_elem(0, inner_sizes.len());
-    let mut base = 0usize;
-    for slot in out.iter_mut() {
-        let mut acc = W::ZERO;
-        let mut offset = base;
-        for _ in 0..inner_count {
-            acc += src[offset];
-            offset = advance(&mut inner_idx, inner_sizes, inner_strides, offset);
-        }
-        *slot = acc;
-        base = advance(&mut outer_idx, outer_sizes, outer_strides, base);
+    let bases = StridedWalk::new(outer_sizes, [outer_strides], [0]);
+    for (slot, [base]) in out.iter_mut().zip(bases) {
+        let sum = StridedWalk::new(inner_sizes, [inner_strides], [base]);
+        *slot = sum.fold(W::ZERO, |acc, [offset]| acc + src[offset as usize]);
     }
-}
-
-/// Odometer step over `sizes`, keeping `offset` = sum of index * stride; wraps to all zeros.
-fn advance(idx: &mut [usize], sizes: &[usize], strides: &[usize], mut offset: usize) -> usize {
-    for a in (0..idx.len()).rev() {
-        idx[a] += 1;
-        offset += strides[a];
-        if idx[a] < sizes[a] {
-            return offset;
-        }
-        offset -= strides[a] * sizes[a];
-        idx[a] = 0;
-    }
-    offset
 }
 
 #[cfg(test)]

@@ -105,11 +105,7 @@ impl Operator for Gemm {
                 op: *self,
                 _t: PhantomData,
             })),
-            (dtype, device) => Err(OpError::NoKernel {
-                op: "Gemm".into(),
-                dtype,
-                device,
-            }),
+            (dtype, device) => Err(OpError::no_kernel("Gemm", dtype, device)),
         }
     }
 }

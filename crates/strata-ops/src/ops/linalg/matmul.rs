@@ -7,7 +7,7 @@ use std::marker::PhantomData;
 use strata_core::{bf16, f16, DType, Device, Element};
 
 use crate::kernels::{batched_matmul, GemmFloat};
-use crate::ops::math::binary::two_inputs;
+use crate::support::inputs::exact_inputs;
 use crate::support::numeric::Real;
 use crate::support::scratch::{carve, scratch_as};
 use crate::{broadcast_dims, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
@@ -61,7 +61,7 @@ impl Operator for MatMul {
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let [a, b] = two_inputs("MatMul", inputs)?;
+        let [a, b] = exact_inputs("MatMul", inputs)?;
         if a.dtype != b.dtype {
             return Err(OpError::DType {
                 op: "MatMul".into(),
@@ -98,11 +98,7 @@ impl Operator for MatMul {
             (DType::F64, Device::Cpu) => Ok(Box::new(MatMulKernel::<f64>(PhantomData))),
             (DType::F16, Device::Cpu) => Ok(Box::new(WidenedMatMulKernel::<f16>(PhantomData))),
             (DType::BF16, Device::Cpu) => Ok(Box::new(WidenedMatMulKernel::<bf16>(PhantomData))),
-            (dtype, device) => Err(OpError::NoKernel {
-                op: "MatMul".into(),
-                dtype,
-                device,
-            }),
+            (dtype, device) => Err(OpError::no_kernel("MatMul", dtype, device)),
         }
     }
 }

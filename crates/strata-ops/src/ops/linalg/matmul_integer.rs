@@ -3,12 +3,12 @@
 
 use strata_core::{DType, Device};
 
-use crate::ops::linalg::integer_matmul_kernel::{
-    centered_product, check_operand, product_work_len,
-};
+use crate::ops::linalg::integer_matmul_kernel::{centered_product, product_work_len};
 use crate::ops::linalg::matmul::matmul_dims;
+use crate::ops::quantization::integer_operands::check_operand;
 use crate::ops::quantization::values::{f64_scratch_bytes, scratch};
-use crate::support::axes::{optional, required};
+use crate::support::inputs::{optional, required};
+use crate::support::kernel_choice::cpu_only;
 use crate::support::scratch::scratch_as;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -54,13 +54,7 @@ impl Operator for MatMulInteger {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu {
-            return Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype: required(OP, inputs, 0)?.dtype,
-                device,
-            });
-        }
+        cpu_only(OP, required(OP, inputs, 0)?.dtype, device)?;
         Ok(Box::new(MatMulInteger))
     }
 }

@@ -6,14 +6,16 @@
 
 use strata_core::Device;
 
-use crate::ops::linalg::integer_matmul_kernel::{
-    centered_product, check_qlinear_inputs, line_value, per_line, product_work_len, round_to,
-};
+use crate::ops::linalg::integer_matmul_kernel::{centered_product, product_work_len};
 use crate::ops::linalg::matmul::matmul_dims;
+use crate::ops::quantization::integer_operands::{
+    check_qlinear_inputs, line_value, per_line, round_to,
+};
 use crate::ops::quantization::values::{
     f64_scratch_bytes, read_scalar, scratch, write_quantized, QuantTarget,
 };
-use crate::support::axes::required;
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_only;
 use crate::support::scratch::scratch_as;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -60,13 +62,7 @@ impl Operator for QLinearMatMul {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu {
-            return Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype: required(OP, inputs, 0)?.dtype,
-                device,
-            });
-        }
+        cpu_only(OP, required(OP, inputs, 0)?.dtype, device)?;
         Ok(Box::new(QLinearMatMul))
     }
 }

@@ -3,7 +3,9 @@
 
 use strata_core::Device;
 
-use crate::support::axes::{check_int_input, cpu_plain, read_optional_ints, required};
+use crate::support::axes::{check_int_input, read_optional_ints};
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_plain;
 use crate::{Constructor, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 pub const OPS: &[(&str, Constructor)] = &[("Trilu", Trilu::build)];

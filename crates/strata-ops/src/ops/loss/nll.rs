@@ -11,7 +11,9 @@ use strata_core::{DType, Device, Tensor};
 
 use crate::ops::indexing::gather_elements::{with_indices, Indices};
 use crate::ops::normalization::common::{contiguous, contiguous_mut, float_input, same_dtype};
-use crate::support::axes::{check_int_input, optional, required};
+use crate::support::axes::check_int_input;
+use crate::support::inputs::{optional, required};
+use crate::support::kernel_choice::cpu_only;
 use crate::support::numeric::Real;
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -236,15 +238,8 @@ pub(crate) fn loss_kernel(
     device: Device,
     pick: impl FnOnce(LossConfig, DType) -> Option<Box<dyn Kernel>>,
 ) -> OpResult<Box<dyn Kernel>> {
-    let no_kernel = || OpError::NoKernel {
-        op: config.op.into(),
-        dtype,
-        device,
-    };
-    if device != Device::Cpu {
-        return Err(no_kernel());
-    }
-    pick(config, dtype).ok_or_else(no_kernel)
+    cpu_only(config.op, dtype, device)?;
+    pick(config, dtype).ok_or_else(|| OpError::no_kernel(config.op, dtype, device))
 }
 
 #[derive(Debug)]

@@ -11,6 +11,7 @@ use strata_core::{DType, Device, Element, Tensor};
 use crate::support::broadcast::{
     expanded, legacy_fact_dims, legacy_layout, zip1_assign, zip2, Walk,
 };
+use crate::support::inputs::exact_inputs;
 use crate::support::numeric::Arith;
 use crate::{
     broadcast_dims, dispatch_arith, dispatch_types, Fact, Kernel, KernelIo, OpContext, OpError,
@@ -73,17 +74,6 @@ impl<K: BinaryKind> Binary<K> {
     }
 }
 
-pub fn two_inputs<'a>(op: &str, inputs: &[&'a Fact]) -> OpResult<[&'a Fact; 2]> {
-    match inputs {
-        [a, b] if a.is_defined() && b.is_defined() => Ok([a, b]),
-        _ => Err(OpError::InputCount {
-            op: op.into(),
-            expected: "2".into(),
-            actual: inputs.len(),
-        }),
-    }
-}
-
 impl<K: BinaryKind> Operator for Binary<K> {
     fn op_type(&self) -> &str {
         self.kind.name()
@@ -91,7 +81,7 @@ impl<K: BinaryKind> Operator for Binary<K> {
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
         let name = self.kind.name();
-        let [a, b] = two_inputs(name, inputs)?;
+        let [a, b] = exact_inputs(name, inputs)?;
         let dtype = self.kind.out_dtype(a.dtype, b.dtype)?;
         let dims = match self.legacy_axis {
             Some(axis) => {
@@ -109,21 +99,23 @@ impl<K: BinaryKind> Operator for Binary<K> {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        let [a, b] = two_inputs(self.kind.name(), inputs)?;
+        let [a, b] = exact_inputs(self.kind.name(), inputs)?;
         self.kind.out_dtype(a.dtype, b.dtype)?;
         let kernel = if device == Device::Cpu {
             self.kind.kernel(a.dtype, b.dtype, self.legacy_axis)
         } else {
             None
         };
-        kernel.ok_or_else(|| OpError::NoKernel {
-            op: self.kind.name().into(),
-            dtype: if a.dtype == b.dtype || kernel_for_a_only(&self.kind, a.dtype) {
-                a.dtype
-            } else {
-                b.dtype
-            },
-            device,
+        kernel.ok_or_else(|| {
+            OpError::no_kernel(
+                self.kind.name(),
+                if a.dtype == b.dtype || kernel_for_a_only(&self.kind, a.dtype) {
+                    a.dtype
+                } else {
+                    b.dtype
+                },
+                device,
+            )
         })
     }
 

@@ -91,11 +91,7 @@ impl Operator for Clip {
             })), _ => None),
             _ => None,
         };
-        kernel.ok_or(OpError::NoKernel {
-            op: "Clip".into(),
-            dtype,
-            device,
-        })
+        kernel.ok_or(OpError::no_kernel("Clip", dtype, device))
     }
 
     fn in_place_input(&self) -> Option<usize> {

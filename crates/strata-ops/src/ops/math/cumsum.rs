@@ -6,7 +6,9 @@
 use strata_core::{DType, Device};
 
 use crate::support::accumulate::{dispatch_accumulate, Accumulate};
-use crate::support::axes::{check_int_input, cpu_plain, normalize_axis, read_ints, required};
+use crate::support::axes::{check_int_input, normalize_axis, read_ints};
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_plain;
 use crate::{Constructor, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 pub const OPS: &[(&str, Constructor)] = &[
@@ -158,7 +160,7 @@ impl Kernel for Cumulative {
             let os = ow.as_mut_slice().ok_or_else(not_contiguous)?;
             running(kind, xs, os, n, inner, exclusive, reverse);
             Ok(())
-        }, _ => Err(OpError::NoKernel { op: op.into(), dtype: x.dtype(), device: Device::Cpu }))
+        }, _ => Err(OpError::no_kernel(op, x.dtype(), Device::Cpu)))
     }
 }
 

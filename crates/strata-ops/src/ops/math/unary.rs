@@ -9,6 +9,7 @@ use num_traits::Float;
 use strata_core::{bf16, f16, DType, Device, Element};
 
 use crate::support::broadcast::{zip1, Walk};
+use crate::support::inputs::exact_inputs;
 use crate::support::numeric::{Real, WideFloat};
 use crate::{
     dispatch_signed, dispatch_unsigned, Fact, Kernel, KernelIo, OpContext, OpError, OpResult,
@@ -43,25 +44,13 @@ impl<K: UnaryKind> Unary<K> {
     }
 }
 
-/// The one defined input of a unary op.
-pub fn one_input<'a>(op: &str, inputs: &[&'a Fact]) -> OpResult<&'a Fact> {
-    match inputs {
-        [x] if x.is_defined() => Ok(x),
-        _ => Err(OpError::InputCount {
-            op: op.into(),
-            expected: "1".into(),
-            actual: inputs.len(),
-        }),
-    }
-}
-
 impl<K: UnaryKind> Operator for Unary<K> {
     fn op_type(&self) -> &str {
         self.0.name()
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let x = one_input(self.0.name(), inputs)?;
+        let [x] = exact_inputs(self.0.name(), inputs)?;
         Ok(vec![Fact::new(self.0.out_dtype(x.dtype), x.dims.clone())])
     }
 
@@ -71,17 +60,13 @@ impl<K: UnaryKind> Operator for Unary<K> {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        let dtype = one_input(self.0.name(), inputs)?.dtype;
+        let dtype = exact_inputs::<1>(self.0.name(), inputs)?[0].dtype;
         let kernel = if device == Device::Cpu {
             self.0.kernel(dtype)
         } else {
             None
         };
-        kernel.ok_or_else(|| OpError::NoKernel {
-            op: self.0.name().into(),
-            dtype,
-            device,
-        })
+        kernel.ok_or_else(|| OpError::no_kernel(self.0.name(), dtype, device))
     }
 
     fn in_place_input(&self) -> Option<usize> {

@@ -117,11 +117,7 @@ impl Operator for Variadic {
                 }, _ => None),
             }
         };
-        kernel.ok_or_else(|| OpError::NoKernel {
-            op: name.into(),
-            dtype,
-            device,
-        })
+        kernel.ok_or_else(|| OpError::no_kernel(name, dtype, device))
     }
 
     fn in_place_input(&self) -> Option<usize> {

@@ -7,6 +7,8 @@ use std::marker::PhantomData;
 use strata_core::{DType, Device};
 
 use crate::support::broadcast::{expanded, zip2_assign_mid, zip3, Walk};
+use crate::support::inputs::exact_inputs;
+use crate::support::kernel_choice::cpu_only;
 use crate::{broadcast_dims, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 #[derive(Debug)]
@@ -19,16 +21,7 @@ impl Where {
 }
 
 fn three_inputs<'a>(inputs: &[&'a Fact]) -> OpResult<[&'a Fact; 3]> {
-    let [c, x, y] = match inputs {
-        [c, x, y] if c.is_defined() && x.is_defined() && y.is_defined() => [*c, *x, *y],
-        _ => {
-            return Err(OpError::InputCount {
-                op: "Where".into(),
-                expected: "3".into(),
-                actual: inputs.len(),
-            })
-        }
-    };
+    let [c, x, y] = exact_inputs("Where", inputs)?;
     if c.dtype != DType::Bool {
         return Err(OpError::DType {
             op: "Where".into(),
@@ -67,24 +60,17 @@ impl Operator for Where {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let [_, x, _] = three_inputs(inputs)?;
-        let no_kernel = || OpError::NoKernel {
-            op: "Where".into(),
-            dtype: x.dtype,
-            device,
-        };
-        if device != Device::Cpu {
-            return Err(no_kernel());
-        }
+        cpu_only("Where", x.dtype, device)?;
         // Where moves elements without interpreting them: one kernel per element width.
         if x.dtype.is_quantized() {
-            return Err(no_kernel());
+            return Err(OpError::no_kernel("Where", x.dtype, device));
         }
         Ok(match x.dtype.size_in_bytes() {
             1 => Box::new(WhereKernel::<u8>(PhantomData)),
             2 => Box::new(WhereKernel::<u16>(PhantomData)),
             4 => Box::new(WhereKernel::<u32>(PhantomData)),
             8 => Box::new(WhereKernel::<u64>(PhantomData)),
-            _ => return Err(no_kernel()),
+            _ => return Err(OpError::no_kernel("Where", x.dtype, device)),
         })
     }
 

@@ -7,7 +7,9 @@
 use strata_core::{DType, Device, Tensor};
 
 use crate::ops::indexing::gather_elements::{resolve_index, with_indices, Indices};
-use crate::support::axes::{check_int_input, cpu_plain, required};
+use crate::support::axes::check_int_input;
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_plain;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "ArrayFeatureExtractor";

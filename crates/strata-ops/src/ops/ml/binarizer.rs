@@ -4,7 +4,8 @@
 
 use strata_core::{DType, Device, Element, Tensor};
 
-use crate::support::axes::{cpu_plain, required};
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_plain;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "Binarizer";

@@ -12,7 +12,7 @@ mod tree_forest;
 
 use crate::OpTable;
 
-/// The domain's operators, registered in `registry::ML_FAMILIES`.
+/// The domain's operators, read by the registry for `ai.onnx.ml`.
 pub const OPS: &[OpTable] = &[&[
     (
         "ArrayFeatureExtractor",

@@ -14,7 +14,8 @@ use strata_core::{f16, DType, Device, Tensor};
 
 use super::post_transform::PostTransform;
 use super::tree_forest::{BranchSpec, Comparison, Contribution, Forest, Next, ScoreValue};
-use crate::support::axes::{cpu_plain, required};
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_plain;
 use crate::support::scratch::scratch_as;
 use crate::{Attributes, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -430,11 +431,7 @@ impl Kernel for TreeEnsemble {
             DType::F32 => m.evaluate::<f32>(x, y, scores),
             DType::F64 => m.evaluate::<f64>(x, y, scores),
             DType::F16 => m.evaluate::<f16>(x, y, scores),
-            other => Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype: other,
-                device: Device::Cpu,
-            }),
+            other => Err(OpError::no_kernel(OP, other, Device::Cpu)),
         }
     }
 }

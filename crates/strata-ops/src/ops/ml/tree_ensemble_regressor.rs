@@ -21,7 +21,8 @@ use strata_core::{DType, Device, Tensor};
 use super::post_transform::PostTransform;
 use super::tree_ensemble::Aggregate;
 use super::tree_forest::{BranchSpec, Comparison, Contribution, FeatureValue, Forest, Next};
-use crate::support::axes::{cpu_plain, required};
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_plain;
 use crate::support::scratch::scratch_as;
 use crate::{
     Attr, Attributes, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator,

@@ -4,7 +4,8 @@
 use strata_core::{DType, Device};
 
 use crate::ops::normalization::batchnorm_training::BatchNormTraining;
-use crate::ops::shape::identity::first_input;
+use crate::ops::normalization::common::check_batch_norm_inputs;
+use crate::support::kernel_choice::cpu_supported;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 #[derive(Debug)]
@@ -36,7 +37,7 @@ impl Operator for BatchNorm {
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let x = check_inputs(inputs)?;
+        let x = check_batch_norm_inputs(inputs)?;
         Ok(vec![Fact::new(x.dtype, x.dims.clone())])
     }
 
@@ -46,13 +47,9 @@ impl Operator for BatchNorm {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu || inputs.iter().take(5).any(|f| f.dtype != DType::F32) {
-            return Err(OpError::NoKernel {
-                op: "BatchNormalization".into(),
-                dtype: inputs[0].dtype,
-                device,
-            });
-        }
+        // Every input (X, scale, bias, mean, var) must be f32.
+        let all_f32 = inputs.iter().take(5).all(|f| f.dtype == DType::F32);
+        cpu_supported("BatchNormalization", inputs[0].dtype, device, all_f32)?;
         Ok(Box::new(BatchNormKernel {
             epsilon: self.epsilon,
         }))
@@ -122,41 +119,4 @@ impl Kernel for BatchNormKernel {
         }
         Ok(())
     }
-}
-
-/// Validates X, scale, bias, mean and var (every parameter a vector of the channel count) and
-/// returns X's fact.
-pub(crate) fn check_inputs<'a>(inputs: &[&'a Fact]) -> OpResult<&'a Fact> {
-    let x = first_input("BatchNormalization", inputs)?;
-    if inputs.len() < 5 || inputs[1..5].iter().any(|f| !f.is_defined()) {
-        return Err(OpError::InputCount {
-            op: "BatchNormalization".into(),
-            expected: "5".into(),
-            actual: inputs.len(),
-        });
-    }
-    if x.rank() < 2 {
-        return Err(OpError::shape(
-            "BatchNormalization",
-            format!("input must have rank >= 2, got {:?}", x.dims),
-        ));
-    }
-    for (i, p) in inputs[1..5].iter().enumerate() {
-        if p.rank() != 1
-            || (p.dims[0].known().is_some()
-                && x.dims[1].known().is_some()
-                && p.dims[0] != x.dims[1])
-        {
-            return Err(OpError::shape(
-                "BatchNormalization",
-                format!(
-                    "parameter {} has dims {:?}, expected [{:?}] (the channel count)",
-                    i + 1,
-                    p.dims,
-                    x.dims[1]
-                ),
-            ));
-        }
-    }
-    Ok(x)
 }

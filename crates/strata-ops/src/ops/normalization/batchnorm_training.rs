@@ -4,7 +4,7 @@
 
 use strata_core::{DType, Device};
 
-use crate::ops::normalization::batchnorm::check_inputs;
+use crate::ops::normalization::common::check_batch_norm_inputs;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 #[derive(Debug)]
@@ -39,7 +39,7 @@ impl Operator for BatchNormTraining {
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let x = check_inputs(inputs)?;
+        let x = check_batch_norm_inputs(inputs)?;
         let channels = vec![x.dims[1].clone()];
         Ok(vec![
             Fact::new(x.dtype, x.dims.clone()),
@@ -59,11 +59,7 @@ impl Operator for BatchNormTraining {
                 epsilon: self.epsilon,
                 momentum: self.momentum,
             })),
-            (dtype, device) => Err(OpError::NoKernel {
-                op: "BatchNormalization".into(),
-                dtype,
-                device,
-            }),
+            (dtype, device) => Err(OpError::no_kernel("BatchNormalization", dtype, device)),
         }
     }
 }

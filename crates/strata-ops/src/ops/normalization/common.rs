@@ -2,9 +2,9 @@
 //! kernel tensors, lane moments computed in the wide float type, and the "parameter broadcast
 //! over the normalized block" rule used by LayerNormalization and RMSNormalization.
 
-use strata_core::{DType, Device, Element, ReadGuard, Tensor, WriteGuard};
+use strata_core::{DType, Element, ReadGuard, Tensor, WriteGuard};
 
-use crate::support::axes::{optional, required};
+use crate::support::inputs::{optional, required};
 use crate::support::numeric::{Real, WideFloat};
 use crate::{Dim, Fact, OpError, OpResult};
 
@@ -142,14 +142,39 @@ pub(crate) fn mean_var<T: Real>(lane: &[T]) -> (T::Wide, T::Wide) {
     (mean, var)
 }
 
-/// Rejects devices other than the CPU.
-pub(crate) fn cpu_only(op: &str, dtype: DType, device: Device) -> OpResult<()> {
-    if device != Device::Cpu {
-        return Err(OpError::NoKernel {
-            op: op.into(),
-            dtype,
-            device,
+/// BatchNormalization (both modes): validates X, scale, bias, mean and var (every parameter a
+/// vector of the channel count) and returns X's fact.
+pub(crate) fn check_batch_norm_inputs<'a>(inputs: &[&'a Fact]) -> OpResult<&'a Fact> {
+    let x = required("BatchNormalization", inputs, 0)?;
+    if inputs.len() < 5 || inputs[1..5].iter().any(|f| !f.is_defined()) {
+        return Err(OpError::InputCount {
+            op: "BatchNormalization".into(),
+            expected: "5".into(),
+            actual: inputs.len(),
         });
     }
-    Ok(())
+    if x.rank() < 2 {
+        return Err(OpError::shape(
+            "BatchNormalization",
+            format!("input must have rank >= 2, got {:?}", x.dims),
+        ));
+    }
+    for (i, p) in inputs[1..5].iter().enumerate() {
+        if p.rank() != 1
+            || (p.dims[0].known().is_some()
+                && x.dims[1].known().is_some()
+                && p.dims[0] != x.dims[1])
+        {
+            return Err(OpError::shape(
+                "BatchNormalization",
+                format!(
+                    "parameter {} has dims {:?}, expected [{:?}] (the channel count)",
+                    i + 1,
+                    p.dims,
+                    x.dims[1]
+                ),
+            ));
+        }
+    }
+    Ok(x)
 }

@@ -9,12 +9,11 @@ use std::marker::PhantomData;
 use num_traits::Float;
 use strata_core::Device;
 
-use super::common::{
-    check_vector, contiguous, contiguous_mut, cpu_only, float_input, mean_var, same_dtype,
-};
-use crate::support::axes::required;
+use super::common::{check_vector, contiguous, contiguous_mut, float_input, mean_var, same_dtype};
+use crate::cpu_float_kernel;
+use crate::support::inputs::required;
 use crate::support::numeric::{Real, WideFloat};
-use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 /// How the channels are grouped.
 #[derive(Debug, Clone, Copy)]
@@ -118,11 +117,10 @@ impl Operator for GroupNorm {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = float_input(self.op, inputs, 0)?.dtype;
-        cpu_only(self.op, dtype, device)?;
-        dispatch_float!(dtype, T => Ok(Box::new(GroupNormKernel::<T> {
+        cpu_float_kernel!(self.op, dtype, device, T => GroupNormKernel::<T> {
             op: self.clone(),
             _t: PhantomData,
-        }) as Box<dyn Kernel>), _ => Err(OpError::NoKernel { op: self.op.into(), dtype, device }))
+        })
     }
 }
 

@@ -10,11 +10,12 @@ use num_traits::{Float, Zero};
 use strata_core::{DType, Device, Tensor};
 
 use super::common::{
-    block_param_len, check_block_param, contiguous, contiguous_mut, cpu_only, float_input,
-    same_dtype,
+    block_param_len, check_block_param, contiguous, contiguous_mut, float_input, same_dtype,
 };
+use crate::cpu_float_kernel;
 use crate::ops::cast::cast::dtype_from_onnx_code;
-use crate::support::axes::{normalize_axis, optional, required};
+use crate::support::axes::normalize_axis;
+use crate::support::inputs::{optional, required};
 use crate::support::numeric::{Real, WideFloat};
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -120,11 +121,10 @@ impl Operator for LayerNorm {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = float_input(self.op, inputs, 0)?.dtype;
-        cpu_only(self.op, dtype, device)?;
-        dispatch_float!(dtype, T => Ok(Box::new(LayerNormKernel::<T> {
+        cpu_float_kernel!(self.op, dtype, device, T => LayerNormKernel::<T> {
             op: self.clone(),
             _t: PhantomData,
-        }) as Box<dyn Kernel>), _ => Err(OpError::NoKernel { op: self.op.into(), dtype, device }))
+        })
     }
 }
 

@@ -7,10 +7,11 @@ use std::marker::PhantomData;
 use num_traits::{Float, Zero};
 use strata_core::Device;
 
-use super::common::{contiguous, contiguous_mut, cpu_only, float_input};
+use super::common::{contiguous, contiguous_mut, float_input};
+use crate::cpu_float_kernel;
 use crate::support::axes::normalize_axis;
 use crate::support::numeric::Real;
-use crate::{dispatch_float, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "LpNormalization";
 
@@ -56,9 +57,7 @@ impl Operator for LpNorm {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = float_input(OP, inputs, 0)?.dtype;
-        cpu_only(OP, dtype, device)?;
-        dispatch_float!(dtype, T => Ok(Box::new(LpNormKernel::<T> { op: *self, _t: PhantomData })
-            as Box<dyn Kernel>), _ => Err(OpError::NoKernel { op: OP.into(), dtype, device }))
+        cpu_float_kernel!(OP, dtype, device, T => LpNormKernel::<T> { op: *self, _t: PhantomData })
     }
 }
 

@@ -8,11 +8,12 @@ use num_traits::{Float, Zero};
 use smallvec::SmallVec;
 use strata_core::Device;
 
-use super::common::{contiguous, contiguous_mut, cpu_only, float_input};
+use super::common::{contiguous, contiguous_mut, float_input};
+use crate::cpu_float_kernel;
 use crate::ops::indexing::gather_elements::for_each_index;
 use crate::support::axes::{contiguous_strides, normalize_axes, Axes};
 use crate::support::numeric::{Real, WideFloat};
-use crate::{dispatch_float, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{Fact, Kernel, KernelIo, OpContext, OpResult, Operator};
 
 const OP: &str = "MeanVarianceNormalization";
 
@@ -50,11 +51,10 @@ impl Operator for MeanVarianceNorm {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = float_input(OP, inputs, 0)?.dtype;
-        cpu_only(OP, dtype, device)?;
-        dispatch_float!(dtype, T => Ok(Box::new(MvnKernel::<T> {
+        cpu_float_kernel!(OP, dtype, device, T => MvnKernel::<T> {
             op: self.clone(),
             _t: PhantomData,
-        }) as Box<dyn Kernel>), _ => Err(OpError::NoKernel { op: OP.into(), dtype, device }))
+        })
     }
 }
 

@@ -10,7 +10,9 @@
 
 use strata_core::{DType, Device};
 
-use crate::support::axes::{optional, required, Axes};
+use crate::support::axes::Axes;
+use crate::support::inputs::{optional, required};
+use crate::support::kernel_choice::cpu_supported;
 use crate::{int_values, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "MaxUnpool";
@@ -228,13 +230,12 @@ impl Operator for MaxUnpool {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(OP, inputs, 0)?.dtype;
-        if device != Device::Cpu || !matches!(dtype.size_in_bytes(), 2 | 4 | 8) {
-            return Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype,
-                device,
-            });
-        }
+        cpu_supported(
+            OP,
+            dtype,
+            device,
+            matches!(dtype.size_in_bytes(), 2 | 4 | 8),
+        )?;
         Ok(Box::new(MaxUnpoolKernel { op: self.clone() }))
     }
 }
@@ -274,11 +275,7 @@ impl Kernel for MaxUnpoolKernel {
             2 => scatter::<u16>(x, idx, &inferred, out),
             4 => scatter::<u32>(x, idx, &inferred, out),
             8 => scatter::<u64>(x, idx, &inferred, out),
-            _ => Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype: x.dtype(),
-                device: Device::Cpu,
-            }),
+            _ => Err(OpError::no_kernel(OP, x.dtype(), Device::Cpu)),
         }
     }
 }
@@ -330,7 +327,7 @@ fn scatter<T: bytemuck::Pod + Default>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::convolution::test_util::{assert_close, run_op};
+    use crate::support::test_util::{assert_close, run_checked};
     use crate::{Attr, Attributes};
     use strata_core::{f16, Tensor};
 
@@ -354,7 +351,7 @@ mod tests {
         if let Some(s) = output_shape {
             inputs.push(Tensor::from_slice(s, &[s.len()])?);
         }
-        let out = run_op(OP, 22, attrs, &inputs, true)?;
+        let out = run_checked(OP, 22, attrs, &inputs, true)?;
         Ok((out.dims().to_vec(), out.to_vec::<f32>()?))
     }
 
@@ -376,7 +373,7 @@ mod tests {
             0.0, 0.0, 0.0, 0.0,
             0.0, 3.0, 0.0, 4.0,
         ];
-        assert_close(&out, &expected);
+        assert_close(&out, &expected, "output");
     }
 
     #[test]
@@ -397,13 +394,13 @@ mod tests {
             0.0, 7.0, 0.0, 8.0, 0.0,
             0.0, 0.0, 0.0, 0.0, 0.0,
         ];
-        assert_close(&out, &expected);
+        assert_close(&out, &expected, "output");
         // Indices are flat over batch and channels too: channel 1 of a 1-d [1, 2, 2] tensor.
         let attrs = [("kernel_shape", Attr::Ints(vec![1]))];
         let (dims, out) =
             unpool(&attrs, (&[1, 2, 1], &[9.0, 4.0]), &[1, 0], Some(&[1, 3, 2])).unwrap();
         assert_eq!(dims, [1, 3, 2]);
-        assert_close(&out, &[4.0, 0.0, 9.0, 0.0, 0.0, 0.0]);
+        assert_close(&out, &[4.0, 0.0, 9.0, 0.0, 0.0, 0.0], "output");
     }
 
     #[test]
@@ -419,7 +416,7 @@ mod tests {
             Tensor::from_slice(&x, &[1, 1, 2]).unwrap(),
             Tensor::from_slice(&[2i64, 0], &[1, 1, 2]).unwrap(),
         ];
-        let out = run_op(OP, 11, &attrs, &inputs, false).unwrap();
+        let out = run_checked(OP, 11, &attrs, &inputs, false).unwrap();
         assert_eq!(out.dims(), [1, 1, 3]);
         let expected: Vec<f16> = [2.25f32, 0.0, -1.5]
             .iter()
@@ -488,7 +485,7 @@ mod tests {
             Tensor::from_slice(x.1, x.0).unwrap(),
             Tensor::from_slice(&[0i32; 4], x.0).unwrap(),
         ];
-        let err = run_op(OP, 22, &pool_2x2(), &inputs, false).unwrap_err();
+        let err = run_checked(OP, 22, &pool_2x2(), &inputs, false).unwrap_err();
         assert!(matches!(err, OpError::DType { index: 1, .. }), "{err}");
     }
 }

@@ -12,7 +12,7 @@ use crate::ops::pooling::pool_kernel::MaxPoolElement;
 use crate::ops::pooling::pool_kernel::{
     average_pool, lp_pool, max_pool, pool_output_dims, PoolParams, StorageOrder,
 };
-use crate::ops::shape::identity::first_input;
+use crate::support::inputs::required;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,7 +118,7 @@ impl Operator for Pool {
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let x = first_input(pool_name(self.kind), inputs)?;
+        let x = required(pool_name(self.kind), inputs, 0)?;
         let dims: Vec<Dim> = match x
             .dims
             .iter()
@@ -175,11 +175,7 @@ impl Operator for Pool {
                 planned,
                 _t: PhantomData,
             })),
-            (_, dtype, device) => Err(OpError::NoKernel {
-                op: pool_name(self.kind).into(),
-                dtype,
-                device,
-            }),
+            (_, dtype, device) => Err(OpError::no_kernel(pool_name(self.kind), dtype, device)),
         }
     }
 }
@@ -312,7 +308,7 @@ impl Operator for GlobalPool {
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let x = first_input(self.name(), inputs)?;
+        let x = required(self.name(), inputs, 0)?;
         if x.rank() < 2 {
             return Err(OpError::shape(
                 self.name(),
@@ -335,11 +331,7 @@ impl Operator for GlobalPool {
     ) -> OpResult<Box<dyn Kernel>> {
         match (inputs[0].dtype, device) {
             (DType::F32, Device::Cpu) => Ok(Box::new(GlobalPoolKernel { op: *self })),
-            (dtype, device) => Err(OpError::NoKernel {
-                op: self.name().into(),
-                dtype,
-                device,
-            }),
+            (dtype, device) => Err(OpError::no_kernel(self.name(), dtype, device)),
         }
     }
 }

@@ -15,10 +15,11 @@ use num_traits::ToPrimitive;
 use rayon::prelude::*;
 use strata_core::{DType, Device};
 
-use crate::support::axes::required;
+use crate::cpu_float_kernel;
+use crate::support::inputs::required;
 use crate::support::numeric::{Real, WideFloat};
 use crate::support::scratch::{carve, scratch_as};
-use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "RoiAlign";
 
@@ -217,17 +218,10 @@ impl Operator for RoiAlign {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(OP, inputs, 0)?.dtype;
-        let no_kernel = || OpError::NoKernel {
-            op: OP.into(),
-            dtype,
-            device,
-        };
-        if device != Device::Cpu {
-            return Err(no_kernel());
-        }
-        let op = self.clone();
-        dispatch_float!(dtype, T => Ok(Box::new(RoiAlignKernel::<T> { op, _t: PhantomData })
-            as Box<dyn Kernel>), _ => Err(no_kernel()))
+        cpu_float_kernel!(OP, dtype, device, T => RoiAlignKernel::<T> {
+            op: self.clone(),
+            _t: PhantomData,
+        })
     }
 }
 
@@ -516,7 +510,7 @@ where
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::convolution::test_util::{assert_close, run_op};
+    use crate::support::test_util::{assert_close, run_checked};
     use crate::{Attr, OpError};
     use strata_core::{f16, Tensor};
 
@@ -534,7 +528,7 @@ mod tests {
             Tensor::from_slice(&flat, &[rois.len(), 4])?,
             Tensor::from_slice(batch, &[batch.len()])?,
         ];
-        run_op("RoiAlign", opset, attrs, &inputs, false)?
+        run_checked("RoiAlign", opset, attrs, &inputs, false)?
             .to_vec::<f32>()
             .map_err(Into::into)
     }
@@ -561,7 +555,7 @@ mod tests {
             &[0],
         )
         .unwrap();
-        assert_close(&out, &[4.0]);
+        assert_close(&out, &[4.0], "output");
         // Opset 10 behaves as output_half_pixel without the attribute.
         let out = roi_align(
             10,
@@ -570,7 +564,7 @@ mod tests {
             &[[0.0, 0.0, 2.0, 2.0]],
             &[0],
         );
-        assert_close(&out.unwrap(), &[4.0]);
+        assert_close(&out.unwrap(), &[4.0], "output");
         // half_pixel (the opset 16 default) shifts by -0.5: samples at 0 and 1 -> (0.5, 0.5).
         let out = roi_align(
             16,
@@ -579,7 +573,7 @@ mod tests {
             &[[0.0, 0.0, 2.0, 2.0]],
             &[0],
         );
-        assert_close(&out.unwrap(), &[2.0]);
+        assert_close(&out.unwrap(), &[2.0], "output");
     }
 
     #[test]
@@ -598,7 +592,7 @@ mod tests {
             &[[0.0, 0.0, 4.0, 4.0]],
             &[0],
         );
-        assert_close(&out.unwrap(), &[2.0, 3.0, 5.0, 6.0]);
+        assert_close(&out.unwrap(), &[2.0, 3.0, 5.0, 6.0], "output");
     }
 
     #[test]
@@ -613,10 +607,10 @@ mod tests {
             &[[0.0, 0.0, 1.0, 1.0]],
             &[0],
         );
-        assert_close(&out.unwrap(), &[2.5]);
+        assert_close(&out.unwrap(), &[2.5], "output");
         let max = [ratio, ("mode", Attr::String("max".into()))];
         let out = roi_align(10, &max, x, &[[0.0, 0.0, 1.0, 1.0]], &[0]);
-        assert_close(&out.unwrap(), &[1.0]);
+        assert_close(&out.unwrap(), &[1.0], "output");
     }
 
     #[test]
@@ -640,7 +634,7 @@ mod tests {
             &[1, 0],
         )
         .unwrap();
-        assert_close(&out, &[104.0, 104.0, 0.0, 0.0]);
+        assert_close(&out, &[104.0, 104.0, 0.0, 0.0], "output");
     }
 
     #[test]
@@ -656,7 +650,7 @@ mod tests {
             Tensor::from_slice(&[0i64], &[1]).unwrap(),
         ];
         let attrs = [("sampling_ratio", Attr::Int(2))];
-        let out = run_op("RoiAlign", 22, &attrs, &inputs, false).unwrap();
+        let out = run_checked("RoiAlign", 22, &attrs, &inputs, false).unwrap();
         assert_eq!(out.to_vec::<f16>().unwrap(), [f16::from_f32(2.0)]);
     }
 
@@ -688,21 +682,21 @@ mod tests {
             Tensor::from_slice(&[0.0f32; 3], &[1, 3]).unwrap(),
             Tensor::from_slice(&[0i64], &[1]).unwrap(),
         ];
-        let err = run_op("RoiAlign", 16, &[], &inputs, false).unwrap_err();
+        let err = run_checked("RoiAlign", 16, &[], &inputs, false).unwrap_err();
         assert!(err.to_string().contains("rois dim 1 is 3"), "{err}");
         let inputs = [
             inputs[0].clone(),
             Tensor::from_slice(&[0.0f32; 4], &[1, 4]).unwrap(),
             Tensor::from_slice(&[0i32], &[1]).unwrap(),
         ];
-        let err = run_op("RoiAlign", 16, &[], &inputs, false).unwrap_err();
+        let err = run_checked("RoiAlign", 16, &[], &inputs, false).unwrap_err();
         assert!(matches!(err, OpError::DType { index: 2, .. }), "{err}");
         let inputs = [
             Tensor::from_slice(&RAMP, &[1, 9]).unwrap(),
             Tensor::from_slice(&[0.0f32; 4], &[1, 4]).unwrap(),
             Tensor::from_slice(&[0i64], &[1]).unwrap(),
         ];
-        let err = run_op("RoiAlign", 16, &[], &inputs, false).unwrap_err();
+        let err = run_checked("RoiAlign", 16, &[], &inputs, false).unwrap_err();
         assert!(err.to_string().contains("[N, C, H, W]"), "{err}");
     }
 }

@@ -10,7 +10,8 @@ use strata_core::{DType, Device, Element};
 use crate::ops::cast::cast::{dtype_from_onnx_code, onnx_type_name};
 use crate::ops::quantization::params::ParamIndex;
 use crate::ops::quantization::values::{scratch, take_f64, whole_inputs_scratch_bytes};
-use crate::support::axes::{optional, required};
+use crate::support::inputs::{optional, required};
+use crate::support::kernel_choice::cpu_only;
 use crate::support::scratch::scratch_as;
 use crate::{dispatch_float, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -108,13 +109,7 @@ impl Operator for DequantizeLinear {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let x = required(OP, inputs, 0)?;
-        if device != Device::Cpu {
-            return Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype: x.dtype,
-                device,
-            });
-        }
+        cpu_only(OP, x.dtype, device)?;
         Ok(Box::new(*self))
     }
 }

@@ -5,8 +5,9 @@
 
 use strata_core::{DType, Device};
 
-use crate::ops::math::unary::one_input;
 use crate::ops::quantization::values::{elements, write_quantized, QuantTarget};
+use crate::support::inputs::exact_inputs;
+use crate::support::kernel_choice::cpu_only;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "DynamicQuantizeLinear";
@@ -26,7 +27,7 @@ impl Operator for DynamicQuantizeLinear {
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let x = one_input(OP, inputs)?;
+        let [x] = exact_inputs(OP, inputs)?;
         if x.dtype != DType::F32 {
             return Err(OpError::DType {
                 op: OP.into(),
@@ -48,13 +49,7 @@ impl Operator for DynamicQuantizeLinear {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu {
-            return Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype: DType::F32,
-                device,
-            });
-        }
+        cpu_only(OP, DType::F32, device)?;
         Ok(Box::new(DynamicQuantizeLinear))
     }
 }

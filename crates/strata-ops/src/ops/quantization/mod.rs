@@ -1,10 +1,12 @@
 //! Quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, with how their scale
-//! and zero-point parameters map onto elements (`params`) and element access for every quantized
-//! dtype (`values`). The integer products live with their float cousins (`linalg`, `convolution`).
+//! and zero-point parameters map onto elements (`params`), element access for every quantized
+//! dtype (`values`) and the operand checks and per-line parameters of the integer products
+//! (`integer_operands`). The integer products live with their float cousins (`linalg`,
+//! `convolution`).
 
 pub mod dequantize_linear;
 pub mod dynamic_quantize_linear;
-pub mod low_float;
+pub(crate) mod integer_operands;
 pub(crate) mod params;
 pub mod quantize_linear;
 pub(crate) mod values;

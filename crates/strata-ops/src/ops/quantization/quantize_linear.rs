@@ -11,7 +11,8 @@ use crate::ops::quantization::params::ParamIndex;
 use crate::ops::quantization::values::{
     scratch, take_f64, whole_inputs_scratch_bytes, write_quantized, QuantTarget,
 };
-use crate::support::axes::{optional, required};
+use crate::support::inputs::{optional, required};
+use crate::support::kernel_choice::cpu_only;
 use crate::support::scratch::scratch_as;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -149,13 +150,7 @@ impl Operator for QuantizeLinear {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = self.output_dtype(inputs)?;
-        if device != Device::Cpu {
-            return Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype,
-                device,
-            });
-        }
+        cpu_only(OP, dtype, device)?;
         Ok(Box::new(*self))
     }
 }

@@ -9,9 +9,8 @@
 use std::borrow::Cow;
 
 use num_traits::AsPrimitive;
-use strata_core::{BytesWrite, DType, Element, ReadGuard, Tensor};
+use strata_core::{decode_e8m0, BytesWrite, DType, Element, MiniFloat, ReadGuard, Tensor};
 
-use crate::ops::quantization::low_float::{decode_e8m0, MiniFloat};
 use crate::{dispatch_plain, KernelIo, OpError, OpResult};
 
 /// Scratch bytes for `values` f64 working values (`None`: the size overflowed).
@@ -29,7 +28,7 @@ pub(crate) fn whole_inputs_scratch_bytes(
 ) -> OpResult<usize> {
     let mut values = Some(0usize);
     for &index in indices {
-        let Some(fact) = crate::support::axes::optional(inputs, index) else {
+        let Some(fact) = crate::support::inputs::optional(inputs, index) else {
             continue;
         };
         let Some(dims) = fact.concrete() else {

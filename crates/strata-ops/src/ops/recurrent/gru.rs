@@ -4,7 +4,7 @@
 //! `h~ = g(X Wh + r ⊙ (H Rh + Rbh) + Wbh)`; then `H' = (1 - z) ⊙ h~ + z ⊙ H`.
 
 use super::activation::RecurrentFloat;
-use super::sequence::{clip, Step};
+use super::step::{clip, Step};
 use crate::kernels::gemm;
 use crate::OpResult;
 

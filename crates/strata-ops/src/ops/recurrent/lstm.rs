@@ -4,7 +4,7 @@
 //! `o = f(X Wo + H Ro + Po ⊙ C' + b)`, `H' = o ⊙ h(C')`.
 
 use super::activation::RecurrentFloat;
-use super::sequence::{clip, Step};
+use super::step::{clip, Step};
 use crate::kernels::gemm;
 use crate::OpResult;
 

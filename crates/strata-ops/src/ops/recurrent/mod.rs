@@ -3,11 +3,13 @@
 mod activation;
 mod gru;
 mod lstm;
+mod node;
 mod recurrent_op;
 mod rnn;
 mod sequence;
+mod step;
 
-pub use recurrent_op::Recurrent;
+pub use node::Recurrent;
 
 use crate::OpTable;
 

@@ -1,95 +1,17 @@
 //! The recurrent operator shared by RNN, GRU and LSTM (opsets 7–22): attribute validation
 //! (`direction`, `hidden_size`, `activations` with `activation_alpha`/`activation_beta`, `clip`,
 //! `layout` from opset 14, GRU's `linear_before_reset`, LSTM's `input_forget`) and shape
-//! inference for the outputs `Y`, `Y_h` and (LSTM) `Y_c`. The kernel lives in `sequence.rs`.
+//! inference for the outputs `Y`, `Y_h` and (LSTM) `Y_c`. The node it builds is in `node.rs`, the
+//! kernel in `sequence.rs`.
 
 use strata_core::{DType, Device};
 
-use crate::ops::recurrent::activation::{parse_activations, Activation};
+use crate::ops::recurrent::activation::parse_activations;
+use crate::ops::recurrent::node::{Cell, Direction, Recurrent};
 use crate::ops::recurrent::sequence::{scratch_bytes, Geometry, SequenceKernel};
-use crate::support::axes::{optional, required};
+use crate::support::inputs::{optional, required};
+use crate::support::kernel_choice::cpu_supported;
 use crate::{Attr, Dim, Fact, Kernel, OpContext, OpError, OpResult, Operator};
-
-/// Which recurrent cell the operator runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Cell {
-    Rnn,
-    Gru { linear_before_reset: bool },
-    Lstm { input_forget: bool },
-}
-
-impl Cell {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Cell::Rnn => "RNN",
-            Cell::Gru { .. } => "GRU",
-            Cell::Lstm { .. } => "LSTM",
-        }
-    }
-
-    /// Gate blocks stacked in W, R and each half of B (RNN 1, GRU z/r/h, LSTM i/o/f/c).
-    pub(crate) fn gates(self) -> usize {
-        match self {
-            Cell::Rnn => 1,
-            Cell::Gru { .. } => 3,
-            Cell::Lstm { .. } => 4,
-        }
-    }
-
-    /// The activations each direction uses, with the defaults of the ONNX spec.
-    fn default_activations(self) -> &'static [&'static str] {
-        match self {
-            Cell::Rnn => &["Tanh"],
-            Cell::Gru { .. } => &["Sigmoid", "Tanh"],
-            Cell::Lstm { .. } => &["Sigmoid", "Tanh", "Tanh"],
-        }
-    }
-
-    fn num_outputs(self) -> usize {
-        match self {
-            Cell::Lstm { .. } => 3,
-            _ => 2,
-        }
-    }
-}
-
-/// The `direction` attribute.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Direction {
-    Forward,
-    Reverse,
-    Bidirectional,
-}
-
-impl Direction {
-    pub(crate) fn count(self) -> usize {
-        match self {
-            Direction::Bidirectional => 2,
-            _ => 1,
-        }
-    }
-
-    /// Whether direction index `d` runs backwards in time.
-    pub(crate) fn is_reverse(self, d: usize) -> bool {
-        matches!(
-            (self, d),
-            (Direction::Reverse, _) | (Direction::Bidirectional, 1)
-        )
-    }
-}
-
-/// An RNN, GRU or LSTM node with its validated attributes.
-#[derive(Debug, Clone)]
-pub struct Recurrent {
-    pub(crate) cell: Cell,
-    pub(crate) direction: Direction,
-    pub(crate) hidden_size: Option<usize>,
-    /// `cell`'s activations for every direction, direction-major.
-    pub(crate) activations: Vec<Activation>,
-    pub(crate) clip: Option<f32>,
-    /// `layout = 1`: X, Y, the initial and final states have batch as their first axis.
-    pub(crate) batch_major: bool,
-}
 
 impl Recurrent {
     pub fn build_rnn(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
@@ -313,13 +235,12 @@ impl Operator for Recurrent {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(self.cell.name(), inputs, 0)?.dtype;
-        if device != Device::Cpu || !matches!(dtype, DType::F32 | DType::F64) {
-            return Err(OpError::NoKernel {
-                op: self.cell.name().into(),
-                dtype,
-                device,
-            });
-        }
+        cpu_supported(
+            self.cell.name(),
+            dtype,
+            device,
+            matches!(dtype, DType::F32 | DType::F64),
+        )?;
         Ok(Box::new(SequenceKernel { op: self.clone() }))
     }
 }

@@ -1,7 +1,7 @@
 //! The simple RNN cell: `H_t = f(X_t W^T + H_{t-1} R^T + Wb + Rb)`.
 
 use super::activation::RecurrentFloat;
-use super::sequence::{clip, Step};
+use super::step::{clip, Step};
 use crate::kernels::gemm;
 use crate::OpResult;
 

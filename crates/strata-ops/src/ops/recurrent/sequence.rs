@@ -8,49 +8,15 @@ use std::borrow::Cow;
 
 use strata_core::{DType, Device, ReadGuard, Tensor, WriteGuard};
 
-use super::activation::{Activation, RecurrentFloat};
+use super::activation::RecurrentFloat;
 use super::gru::gru_step;
 use super::lstm::lstm_step;
 use super::rnn::rnn_step;
 use crate::kernels::gemm;
-use crate::ops::recurrent::recurrent_op::{Cell, Recurrent};
+use crate::ops::recurrent::node::{Cell, Recurrent};
+use crate::ops::recurrent::step::{Step, ENDED};
 use crate::support::scratch::{carve, scratch_as};
 use crate::{Kernel, KernelIo, OpError, OpResult};
-
-/// What a cell needs for one time step of one direction.
-pub(super) struct Step<'a, T> {
-    pub hidden: usize,
-    /// Per batch entry: its row of `projection` at this step, [`ENDED`] once its sequence ended.
-    pub rows: &'a [usize],
-    /// `X W^T + Wb (+ Rb)` for every (time, batch) row: [seq * batch, gates * hidden].
-    pub projection: &'a [T],
-    /// This direction's R: [gates * hidden, hidden].
-    pub r: &'a [T],
-    /// GRU with `linear_before_reset`: Rb of the h gate ([hidden]); empty otherwise.
-    pub recurrent_bias: &'a [T],
-    pub activations: &'a [Activation],
-    pub clip: Option<T>,
-    pub threads: usize,
-}
-
-impl<T> Step<'_, T> {
-    /// Per batch entry: its index and its projection row, `None` once its sequence ended.
-    pub fn entries(&self) -> impl Iterator<Item = (usize, Option<usize>)> + '_ {
-        self.rows
-            .iter()
-            .enumerate()
-            .map(|(b, &row)| (b, (row != ENDED).then_some(row)))
-    }
-}
-
-/// Clamps a gate's pre-activation to `[-clip, clip]` when the node sets `clip`.
-#[inline]
-pub(super) fn clip<T: RecurrentFloat>(x: T, clip: Option<T>) -> T {
-    match clip {
-        Some(c) => num_traits::Float::min(num_traits::Float::max(x, -c), c),
-        None => x,
-    }
-}
 
 #[derive(Debug)]
 pub(super) struct SequenceKernel {
@@ -110,9 +76,6 @@ impl Geometry {
         slot * self.hidden
     }
 }
-
-/// Index of a batch entry whose sequence has ended (in `Step::rows`).
-pub(super) const ENDED: usize = usize::MAX;
 
 /// An input's elements in order: borrowed when it is contiguous (the usual case), else copied.
 fn values<'g, T: strata_core::Element>(guard: &'g ReadGuard<'_, T>) -> Cow<'g, [T]> {
@@ -510,11 +473,7 @@ impl Kernel for SequenceKernel {
         match io.input(0).dtype() {
             DType::F32 => self.run_typed::<f32>(io),
             DType::F64 => self.run_typed::<f64>(io),
-            dtype => Err(OpError::NoKernel {
-                op: self.op.cell.name().into(),
-                dtype,
-                device: Device::Cpu,
-            }),
+            dtype => Err(OpError::no_kernel(self.op.cell.name(), dtype, Device::Cpu)),
         }
     }
 }

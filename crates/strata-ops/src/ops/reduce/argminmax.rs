@@ -7,7 +7,9 @@ use std::cmp::Ordering;
 use strata_core::{DType, Device};
 
 use crate::support::accumulate::dispatch_accumulate;
-use crate::support::axes::{cpu_plain, normalize_axis, required};
+use crate::support::axes::normalize_axis;
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_plain;
 use crate::{Constructor, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 pub const OPS: &[(&str, Constructor)] = &[
@@ -156,7 +158,7 @@ impl Kernel for ArgMinMax {
                 None => false,
             });
             Ok(())
-        }, _ => Err(OpError::NoKernel { op: name.into(), dtype: x.dtype(), device: Device::Cpu }))
+        }, _ => Err(OpError::no_kernel(name, x.dtype(), Device::Cpu)))
     }
 }
 

@@ -11,10 +11,11 @@ use smallvec::SmallVec;
 use strata_core::{DType, Device};
 
 use crate::support::accumulate::{dispatch_accumulate, max_of, min_of, Accumulate};
-use crate::support::axes::{
-    cpu_plain, input_len, normalize_axes, optional, read_optional_ints, required, Axes, Ints,
-};
+use crate::support::axes::{input_len, normalize_axes, read_optional_ints, Axes, Ints};
 use crate::support::copy_runs::copy_view;
+use crate::support::inputs::{optional, required};
+use crate::support::kernel_choice::cpu_plain;
+use crate::support::strided::StridedWalk;
 use crate::{
     int_values, Constructor, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator,
 };
@@ -169,11 +170,7 @@ impl Operator for Reduce {
         let dtype = required(self.op.name(), inputs, 0)?.dtype;
         cpu_plain(self.op.name(), dtype, device)?;
         if !self.op.accepts(dtype) {
-            return Err(OpError::NoKernel {
-                op: self.op.name().into(),
-                dtype,
-                device,
-            });
+            return Err(OpError::no_kernel(self.op.name(), dtype, device));
         }
         Ok(Box::new(ReduceKernel {
             op: self.op,
@@ -242,12 +239,28 @@ impl Kernel for ReduceKernel {
             let os = ow.as_mut_slice().ok_or_else(xr_err)?;
             reduce_typed::<T>(self.op, xs, os, &geometry);
             Ok(())
-        }, _ => Err(OpError::NoKernel { op: name.into(), dtype: x.dtype(), device: Device::Cpu }))
+        }, _ => Err(OpError::no_kernel(name, x.dtype(), Device::Cpu)))
     }
 }
 
-/// (size, element stride) of merged dims, outermost first.
-type Groups = SmallVec<[(usize, usize); 8]>;
+/// Sizes and element strides of merged dims, outermost first.
+#[derive(Debug, Default)]
+struct Groups {
+    dims: SmallVec<[usize; 8]>,
+    strides: SmallVec<[isize; 8]>,
+}
+
+impl Groups {
+    fn push(&mut self, dim: usize, stride: usize) {
+        self.dims.push(dim);
+        self.strides.push(stride as isize);
+    }
+
+    fn reverse(&mut self) {
+        self.dims.reverse();
+        self.strides.reverse();
+    }
+}
 
 /// A contiguous input seen as merged groups: the innermost group (reduced or kept) and the
 /// outer kept and reduced groups.
@@ -279,13 +292,13 @@ impl Geometry {
             }
         }
         let (inner, inner_reduced) = groups.pop().unwrap_or((1, false));
-        let (mut kept, mut reduced) = (Groups::new(), Groups::new());
+        let (mut kept, mut reduced) = (Groups::default(), Groups::default());
         let mut stride = inner;
         for &(d, r) in groups.iter().rev() {
             if r {
-                reduced.push((d, stride));
+                reduced.push(d, stride);
             } else {
-                kept.push((d, stride));
+                kept.push(d, stride);
             }
             stride *= d;
         }
@@ -304,29 +317,9 @@ impl Geometry {
 /// Calls `f(offset)` for every index of `groups` in row-major order (once when empty, never
 /// when a group is empty).
 #[inline(always)]
-fn for_each_offset(groups: &[(usize, usize)], mut f: impl FnMut(usize)) {
-    if groups.iter().any(|&(d, _)| d == 0) {
-        return;
-    }
-    let mut index: SmallVec<[usize; 8]> = SmallVec::from_elem(0, groups.len());
-    let mut offset = 0;
-    loop {
-        f(offset);
-        let mut k = groups.len();
-        loop {
-            if k == 0 {
-                return;
-            }
-            k -= 1;
-            let (d, s) = groups[k];
-            index[k] += 1;
-            offset += s;
-            if index[k] < d {
-                break;
-            }
-            offset -= s * d;
-            index[k] = 0;
-        }
+fn for_each_offset(groups: &Groups, mut f: impl FnMut(usize)) {
+    for [offset] in StridedWalk::new(&groups.dims, [&groups.strides], [0]) {
+        f(offset as usize);
     }
 }
 

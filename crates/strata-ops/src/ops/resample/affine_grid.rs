@@ -11,7 +11,10 @@ use smallvec::SmallVec;
 use strata_core::{DType, Device, Tensor};
 
 use crate::kernels::gemm::{gemm, GemmFloat};
-use crate::support::axes::{check_int_input, known_ints, read_ints, required};
+use crate::support::axes::{check_int_input, known_ints, read_ints};
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_supported;
+use crate::support::strided::advance_index;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "AffineGrid";
@@ -122,13 +125,7 @@ impl Operator for AffineGrid {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(OP, inputs, 0)?.dtype;
-        if device != Device::Cpu || !matches!(dtype, DType::F32 | DType::F64) {
-            return Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype,
-                device,
-            });
-        }
+        cpu_supported(OP, dtype, device, matches!(dtype, DType::F32 | DType::F64))?;
         Ok(Box::new(*self))
     }
 
@@ -206,13 +203,7 @@ impl AffineGrid {
                 *slot = T::from_f64(v).unwrap_or(T::ZERO);
             }
             row[r] = T::ONE;
-            for a in (0..r).rev() {
-                coord[a] += 1;
-                if coord[a] < spatial[a] {
-                    break;
-                }
-                coord[a] = 0;
-            }
+            advance_index(&mut coord, spatial);
         }
         let tr = theta.read::<T>()?;
         let th = tr
@@ -246,7 +237,7 @@ impl AffineGrid {
 
 #[cfg(test)]
 mod tests {
-    use super::super::resize::tests::run_op;
+    use crate::support::test_util::run_constant;
     use crate::{Attr, Attributes};
     use strata_core::Tensor;
 
@@ -254,7 +245,7 @@ mod tests {
     fn identity_theta_gives_the_base_grid() {
         let theta = Tensor::from_slice(&[1.0f32, 0., 0., 0., 1., 0.], &[1, 2, 3]).unwrap();
         let size = Tensor::from_slice(&[1i64, 1, 2, 2], &[4]).unwrap();
-        let y = run_op(
+        let y = run_constant(
             "AffineGrid",
             20,
             Attributes::new("AffineGrid"),
@@ -269,7 +260,7 @@ mod tests {
         // A shift by (1, 2) with corners aligned: x, y in {-1, 1}.
         let shift = Tensor::from_slice(&[1.0f32, 0., 1., 0., 1., 2.], &[1, 2, 3]).unwrap();
         let attrs = Attributes::new("AffineGrid").with("align_corners", Attr::Int(1));
-        let y = run_op("AffineGrid", 20, attrs, &[Some(shift), Some(size)]).unwrap();
+        let y = run_constant("AffineGrid", 20, attrs, &[Some(shift), Some(size)]).unwrap();
         assert_eq!(
             y.to_vec::<f32>().unwrap(),
             vec![0., 1., 2., 1., 0., 3., 2., 3.]
@@ -280,7 +271,7 @@ mod tests {
     fn size_must_fit_theta() {
         let theta = Tensor::from_slice(&[0.0f32; 6], &[1, 2, 3]).unwrap();
         let size = Tensor::from_slice(&[1i64, 1, 2, 2, 2], &[5]).unwrap();
-        let err = run_op(
+        let err = run_constant(
             "AffineGrid",
             20,
             Attributes::new("AffineGrid"),

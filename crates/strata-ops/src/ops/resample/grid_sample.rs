@@ -12,7 +12,9 @@ use smallvec::SmallVec;
 use strata_core::{Device, Tensor};
 
 use super::sample::{dispatch_sample, is_sampled, Sample};
-use crate::support::axes::required;
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_supported;
+use crate::support::strided::advance_index;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "GridSample";
@@ -257,13 +259,7 @@ impl Operator for GridSample {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(OP, inputs, 0)?.dtype;
-        if device != Device::Cpu || !is_sampled(dtype) {
-            return Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype,
-                device,
-            });
-        }
+        cpu_supported(OP, dtype, device, is_sampled(dtype))?;
         Ok(Box::new(*self))
     }
 
@@ -351,6 +347,7 @@ impl GridSample {
             .ok_or_else(|| OpError::kernel(OP, "output is not contiguous"))?;
         let mut axes: SmallVec<[AxisTaps; 4]> = SmallVec::new();
         let mut tap: SmallVec<[usize; 4]> = SmallVec::from_elem(0, r);
+        let mut tap_counts: SmallVec<[usize; 4]> = SmallVec::new();
         for n in 0..batch {
             for p in 0..points {
                 let coords = &grid[(n * points + p) * r..(n * points + p + 1) * r];
@@ -360,6 +357,8 @@ impl GridSample {
                     let x = self.denormalize(coords[r - 1 - a], len);
                     axes.push(self.taps(x, len));
                 }
+                tap_counts.clear();
+                tap_counts.extend(axes.iter().map(|a| a.len()));
                 for c in 0..channels {
                     let plane = base + n as isize * strides[0] + c as isize * strides[1];
                     let mut acc = 0.0f64;
@@ -375,19 +374,7 @@ impl GridSample {
                         if w != 0.0 {
                             acc += w * src[offset as usize].load();
                         }
-                        let mut a = r;
-                        let done = loop {
-                            if a == 0 {
-                                break true;
-                            }
-                            a -= 1;
-                            tap[a] += 1;
-                            if tap[a] < axes[a].len() {
-                                break false;
-                            }
-                            tap[a] = 0;
-                        };
-                        if done {
+                        if !advance_index(&mut tap, &tap_counts) {
                             break;
                         }
                     }
@@ -401,15 +388,15 @@ impl GridSample {
 
 #[cfg(test)]
 mod tests {
-    use super::super::resize::tests::run_op;
     use super::*;
+    use crate::support::test_util::run_constant;
     use crate::{Attr, Attributes};
 
     fn sample(attrs: Attributes, grid: &[f32], points: usize) -> OpResult<Vec<f32>> {
         // X = [[0, 1], [2, 3]] (1x1x2x2).
         let x = Tensor::from_slice(&[0.0f32, 1., 2., 3.], &[1, 1, 2, 2]).unwrap();
         let g = Tensor::from_slice(grid, &[1, 1, points, 2]).unwrap();
-        Ok(run_op("GridSample", 20, attrs, &[Some(x), Some(g)])?.to_vec::<f32>()?)
+        Ok(run_constant("GridSample", 20, attrs, &[Some(x), Some(g)])?.to_vec::<f32>()?)
     }
 
     #[test]
@@ -450,7 +437,7 @@ mod tests {
         assert!(sample(bad, &[0.0, 0.0], 1).is_err());
         let x = Tensor::from_slice(&[0.0f32; 4], &[1, 1, 2, 2]).unwrap();
         let g = Tensor::from_slice(&[0.0f32; 3], &[1, 1, 1, 3]).unwrap();
-        let err = run_op(
+        let err = run_constant(
             "GridSample",
             20,
             Attributes::new("GridSample"),

@@ -7,6 +7,7 @@ use strata_core::Tensor;
 
 use super::geometry::{AxisGeometry, ResizeSpec, EXTRAPOLATE};
 use super::sample::{dispatch_sample, Sample};
+use crate::support::strided::advance_index;
 use crate::{OpError, OpResult};
 
 /// Bytes of scratch the tap tables of `geo` take: one `usize` index and one `f64` weight per tap.
@@ -89,6 +90,8 @@ fn apply<T: Sample>(spec: &ResizeSpec, t: &Tables, x: &Tensor, out: &Tensor) -> 
     let fill = T::store(spec.extrapolation);
     let mut coord: SmallVec<[usize; 8]> = SmallVec::from_elem(0, rank);
     let mut tap: SmallVec<[usize; 8]> = SmallVec::from_elem(0, rank);
+    // Taps per output index of each axis: the dims of the tap walk.
+    let taps: SmallVec<[usize; 8]> = t.axes.iter().map(|&(n, _)| n).collect();
     for slot in dst.iter_mut() {
         // Row start of each axis' taps for the current output coordinate.
         let row = |a: usize| t.axes[a].1 + coord[a] * t.axes[a].0;
@@ -109,33 +112,14 @@ fn apply<T: Sample>(spec: &ResizeSpec, t: &Tables, x: &Tensor, out: &Tensor) -> 
                     let v = src[offset as usize].load();
                     acc += w * v;
                 }
-                // Next tap combination (odometer, last axis fastest); done after the last.
-                let mut a = rank;
-                let done = loop {
-                    if a == 0 {
-                        break true;
-                    }
-                    a -= 1;
-                    tap[a] += 1;
-                    if tap[a] < t.axes[a].0 {
-                        break false;
-                    }
-                    tap[a] = 0;
-                };
-                if done {
+                // Next tap combination (last axis fastest); done after the last.
+                if !advance_index(&mut tap, &taps) {
                     break;
                 }
             }
             *slot = T::store(acc);
         }
-        // Next output coordinate.
-        for a in (0..rank).rev() {
-            coord[a] += 1;
-            if coord[a] < out_dims[a] {
-                break;
-            }
-            coord[a] = 0;
-        }
+        advance_index(&mut coord, out_dims);
     }
     Ok(())
 }

@@ -15,7 +15,8 @@ use strata_core::{DType, Device, Tensor};
 use super::geometry::{AspectPolicy, AxisGeometry, CoordMode, Filter, NearestMode, ResizeSpec};
 use super::interpolate::{resize_into, tap_table_bytes};
 use super::sample::is_sampled;
-use crate::support::axes::{optional, required};
+use crate::support::inputs::{optional, required};
+use crate::support::kernel_choice::cpu_supported;
 use crate::support::numeric::Real;
 use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -239,13 +240,7 @@ impl Operator for Resize {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(self.spec.op, inputs, 0)?.dtype;
-        if device != Device::Cpu || !is_sampled(dtype) {
-            return Err(OpError::NoKernel {
-                op: self.spec.op.into(),
-                dtype,
-                device,
-            });
-        }
+        cpu_supported(self.spec.op, dtype, device, is_sampled(dtype))?;
         Ok(Box::new(self.clone()))
     }
 
@@ -293,50 +288,10 @@ impl Kernel for Resize {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
+    use crate::support::test_util::run_constant;
     use crate::{Attr, Attributes};
-
-    /// Builds `op_type` at `opset`, infers with every input constant, and runs it.
-    pub(crate) fn run_op(
-        op_type: &str,
-        opset: i64,
-        attrs: Attributes,
-        inputs: &[Option<Tensor>],
-    ) -> OpResult<Tensor> {
-        let ctx = OpContext {
-            op_type,
-            domain: "",
-            opset,
-            attrs: &attrs,
-            num_inputs: inputs.len(),
-            num_outputs: 1,
-        };
-        let op = crate::build_operator(&ctx)?;
-        let facts: Vec<Fact> = inputs
-            .iter()
-            .map(|t| t.clone().map_or_else(Fact::absent, Fact::constant))
-            .collect();
-        let refs: Vec<&Fact> = facts.iter().collect();
-        let out = op.infer(&refs)?.remove(0);
-        let o = Tensor::zeros(&out.concrete().expect("known dims"), out.dtype)?;
-        let kernel = op.kernel(&refs, &[&out], Device::Cpu)?;
-        let undefined = Tensor::undefined();
-        let tensors: Vec<&Tensor> = inputs
-            .iter()
-            .map(|t| t.as_ref().unwrap_or(&undefined))
-            .collect();
-        let bytes = op.scratch_bytes(&refs, &[&out])?;
-        let scratch = Tensor::zeros(&[bytes.max(1)], DType::U8)?;
-        kernel.run(&KernelIo {
-            inputs: &tensors,
-            outputs: &[&o],
-            scratch: (bytes > 0).then_some(&scratch),
-            in_place: None,
-            threads: 1,
-        })?;
-        Ok(o)
-    }
 
     fn t(v: &[f32], dims: &[usize]) -> Option<Tensor> {
         Some(Tensor::from_slice(v, dims).unwrap())
@@ -347,7 +302,7 @@ pub(crate) mod tests {
         for (k, v) in attrs {
             a.insert(k, v.clone());
         }
-        run_op("Resize", 19, a, inputs)
+        run_constant("Resize", 19, a, inputs)
     }
 
     #[test]

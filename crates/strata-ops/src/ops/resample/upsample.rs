@@ -54,7 +54,7 @@ impl Upsample {
 
 #[cfg(test)]
 mod tests {
-    use super::super::resize::tests::run_op;
+    use crate::support::test_util::run_constant;
     use crate::{Attr, Attributes};
     use strata_core::Tensor;
 
@@ -62,7 +62,7 @@ mod tests {
     fn nearest_repeats_and_linear_interpolates() {
         let x = Tensor::from_slice(&[1.0f32, 2., 3., 4.], &[1, 2, 2]).unwrap();
         let scales = Tensor::from_slice(&[1.0f32, 2., 3.], &[3]).unwrap();
-        let y = run_op(
+        let y = run_constant(
             "Upsample",
             9,
             Attributes::new("Upsample"),
@@ -77,13 +77,13 @@ mod tests {
         let attrs = Attributes::new("Upsample")
             .with("mode", Attr::String("linear".into()))
             .with("scales", Attr::Floats(vec![1.0, 1.0, 2.0]));
-        let y = run_op("Upsample", 7, attrs, &[Some(x.clone())]).unwrap();
+        let y = run_constant("Upsample", 7, attrs, &[Some(x.clone())]).unwrap();
         // Asymmetric: columns at 0, 0.5, 1, 1.5 (the last clamps to the edge).
         assert_eq!(
             y.to_vec::<f32>().unwrap(),
             vec![1., 1.5, 2., 2., 3., 3.5, 4., 4.]
         );
         let shrink = Attributes::new("Upsample").with("scales", Attr::Floats(vec![1.0, 0.5, 1.0]));
-        assert!(run_op("Upsample", 7, shrink, &[Some(x)]).is_err());
+        assert!(run_constant("Upsample", 7, shrink, &[Some(x)]).is_err());
     }
 }

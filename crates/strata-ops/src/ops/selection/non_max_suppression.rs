@@ -8,7 +8,9 @@
 
 use strata_core::{DType, Device, Tensor};
 
-use crate::support::axes::{optional, read_ints, required};
+use crate::support::axes::read_ints;
+use crate::support::inputs::{optional, required};
+use crate::support::kernel_choice::cpu_supported;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "NonMaxSuppression";
@@ -242,13 +244,7 @@ impl Operator for NonMaxSuppression {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(OP, inputs, 0)?.dtype;
-        if device != Device::Cpu || dtype != DType::F32 {
-            return Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype,
-                device,
-            });
-        }
+        cpu_supported(OP, dtype, device, dtype == DType::F32)?;
         Ok(Box::new(*self))
     }
 

@@ -7,9 +7,9 @@ use std::cmp::Ordering;
 use strata_core::{bf16, f16, DType, Device, Element};
 
 use crate::support::accumulate::dispatch_accumulate;
-use crate::support::axes::{
-    check_int_input, cpu_plain, known_ints, normalize_axis, read_ints, required,
-};
+use crate::support::axes::{check_int_input, known_ints, normalize_axis, read_ints};
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_plain;
 use crate::{Constructor, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 pub const OPS: &[(&str, Constructor)] = &[("TopK", TopK::build)];
@@ -255,7 +255,7 @@ impl Kernel for TopK {
             let vs = vw.as_mut_slice().ok_or_else(not_contiguous)?;
             topk(xs, vs, is, order, &lanes);
             Ok(())
-        }, _ => Err(OpError::NoKernel { op: "TopK".into(), dtype: x.dtype(), device: Device::Cpu }))
+        }, _ => Err(OpError::no_kernel("TopK", x.dtype(), Device::Cpu)))
     }
 }
 

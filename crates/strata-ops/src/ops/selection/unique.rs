@@ -9,7 +9,9 @@ use std::cmp::Ordering;
 
 use strata_core::{bf16, f16, DType, Device, Element, Tensor};
 
-use crate::support::axes::{normalize_axis, required};
+use crate::support::axes::normalize_axis;
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_supported;
 use crate::{dispatch_arith, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "Unique";
@@ -162,7 +164,7 @@ impl Unique {
                 Tensor::from_slice(&found.inverse, &[slices.n])?,
                 Tensor::from_slice(&found.counts, &[unique])?,
             ])
-        }, _ => Err(OpError::NoKernel { op: OP.into(), dtype: x.dtype(), device: Device::Cpu }))
+        }, _ => Err(OpError::no_kernel(OP, x.dtype(), Device::Cpu)))
     }
 }
 
@@ -206,13 +208,7 @@ impl Operator for Unique {
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(OP, inputs, 0)?.dtype;
         let supported = dispatch_arith!(dtype, T => true, _ => false);
-        if device != Device::Cpu || !supported {
-            return Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype,
-                device,
-            });
-        }
+        cpu_supported(OP, dtype, device, supported)?;
         Ok(Box::new(*self))
     }
 

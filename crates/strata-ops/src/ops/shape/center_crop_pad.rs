@@ -7,8 +7,12 @@
 use smallvec::SmallVec;
 use strata_core::Device;
 
-use crate::support::axes::{check_int_input, cpu_plain, known_ints, read_ints, required};
+use crate::support::axes::{
+    check_int_input, known_ints, normalize_axes, normalize_axis, read_ints,
+};
 use crate::support::copy_runs::{copy_strided, StridedBytes};
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_plain;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "CenterCropPad";
@@ -37,17 +41,15 @@ impl CenterCropPad {
     fn windows(&self, in_dims: &[usize], shape: &[i64]) -> OpResult<SmallVec<[Window; 8]>> {
         let rank = in_dims.len();
         let axes: SmallVec<[usize; 8]> = match &self.axes {
-            Some(a) => crate::support::axes::normalize_axes(OP, "axes", a, rank)?
-                .into_iter()
-                .collect(),
+            Some(a) => normalize_axes(OP, "axes", a, rank)?.into_iter().collect(),
             None => (0..rank).collect(),
         };
         // normalize_axes sorts; `shape` follows the attribute's order.
         let order: SmallVec<[usize; 8]> = match &self.axes {
             Some(a) => a
                 .iter()
-                .map(|&x| if x < 0 { x + rank as i64 } else { x } as usize)
-                .collect(),
+                .map(|&x| normalize_axis(OP, "axes", x, rank))
+                .collect::<OpResult<_>>()?,
             None => axes,
         };
         if shape.len() != order.len() {
@@ -176,7 +178,7 @@ impl Kernel for CenterCropPad {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::resample::resize::tests::run_op;
+    use crate::support::test_util::run_constant;
     use crate::{Attr, Attributes};
     use strata_core::Tensor;
 
@@ -186,7 +188,7 @@ mod tests {
             attrs.insert("axes", Attr::Ints(a));
         }
         let s = Tensor::from_slice(shape, &[shape.len()]).unwrap();
-        run_op("CenterCropPad", 18, attrs, &[Some(x.clone()), Some(s)])
+        run_constant("CenterCropPad", 18, attrs, &[Some(x.clone()), Some(s)])
     }
 
     #[test]

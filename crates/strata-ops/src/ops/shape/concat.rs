@@ -2,6 +2,8 @@
 
 use strata_core::Device;
 
+use crate::support::axes::normalize_axis;
+use crate::support::kernel_choice::cpu_only;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 #[derive(Debug)]
@@ -21,20 +23,6 @@ impl Concat {
     }
 }
 
-fn resolve_axis(axis: i64, rank: usize) -> OpResult<usize> {
-    let r = rank as i64;
-    let a = if axis < 0 { axis + r } else { axis };
-    if (0..r).contains(&a) {
-        Ok(a as usize)
-    } else {
-        Err(OpError::attribute(
-            "Concat",
-            "axis",
-            format!("{axis} out of range for rank {rank}"),
-        ))
-    }
-}
-
 impl Operator for Concat {
     fn op_type(&self) -> &str {
         "Concat"
@@ -49,7 +37,7 @@ impl Operator for Concat {
                     op: "Concat".into(),
                     index: 0,
                 })?;
-        let axis = resolve_axis(self.axis, first.rank())?;
+        let axis = normalize_axis("Concat", "axis", self.axis, first.rank())?;
         let mut dims = first.dims.clone();
         let mut total = Some(0usize);
         for (i, f) in inputs.iter().enumerate() {
@@ -102,15 +90,9 @@ impl Operator for Concat {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu {
-            return Err(OpError::NoKernel {
-                op: "Concat".into(),
-                dtype: inputs[0].dtype,
-                device,
-            });
-        }
+        cpu_only("Concat", inputs[0].dtype, device)?;
         Ok(Box::new(ConcatKernel {
-            axis: resolve_axis(self.axis, inputs[0].rank())?,
+            axis: normalize_axis("Concat", "axis", self.axis, inputs[0].rank())?,
         }))
     }
 }

@@ -5,8 +5,10 @@
 use smallvec::SmallVec;
 use strata_core::Device;
 
-use crate::support::axes::{contiguous_strides, cpu_plain, required};
+use crate::support::axes::contiguous_strides;
 use crate::support::copy_runs::{copy_strided, StridedBytes};
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_plain;
 use crate::{Constructor, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 pub const OPS: &[(&str, Constructor)] = &[

@@ -3,8 +3,10 @@
 
 use strata_core::Device;
 
-use crate::support::axes::{check_int_input, cpu_plain, known_ints, read_ints, required};
+use crate::support::axes::{check_int_input, known_ints, read_ints};
 use crate::support::copy_runs::copy_view;
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_plain;
 use crate::{
     broadcast_dims, Constructor, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult,
     Operator,

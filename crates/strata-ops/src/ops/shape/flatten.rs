@@ -2,8 +2,10 @@
 
 use strata_core::Device;
 
-use crate::ops::shape::identity::{copy_kernel, first_input};
-use crate::{Dim, Fact, Kernel, OpContext, OpError, OpResult, Operator};
+use crate::ops::shape::identity::copy_kernel;
+use crate::support::axes::normalize_split_axis;
+use crate::support::inputs::required;
+use crate::{Dim, Fact, Kernel, OpContext, OpResult, Operator};
 
 #[derive(Debug)]
 pub struct Flatten {
@@ -30,21 +32,9 @@ impl Operator for Flatten {
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let x = first_input("Flatten", inputs)?;
-        let rank = x.rank() as i64;
-        let axis = if self.axis < 0 {
-            self.axis + rank
-        } else {
-            self.axis
-        };
-        if !(0..=rank).contains(&axis) {
-            return Err(OpError::attribute(
-                "Flatten",
-                "axis",
-                format!("{} out of range for rank {rank}", self.axis),
-            ));
-        }
-        let (outer, inner) = x.dims.split_at(axis as usize);
+        let x = required("Flatten", inputs, 0)?;
+        let axis = normalize_split_axis("Flatten", "axis", self.axis, x.rank())?;
+        let (outer, inner) = x.dims.split_at(axis);
         let mut out = Fact::new(x.dtype, vec![product(outer), product(inner)]);
         if let (Some(v), Some(dims)) = (&x.value, out.concrete()) {
             out.value = Some(v.reshape(&dims)?);

@@ -3,6 +3,7 @@
 
 use strata_core::Device;
 
+use crate::support::inputs::required;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 #[derive(Debug)]
@@ -20,7 +21,7 @@ impl Operator for Identity {
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let x = first_input("Identity", inputs)?;
+        let x = required("Identity", inputs, 0)?;
         let mut out = Fact::new(x.dtype, x.dims.clone());
         out.value = x.value.clone();
         Ok(vec![out])
@@ -37,17 +38,6 @@ impl Operator for Identity {
 
     fn in_place_input(&self) -> Option<usize> {
         Some(0)
-    }
-}
-
-/// The first input, which must be present.
-pub(crate) fn first_input<'a>(op: &str, inputs: &[&'a Fact]) -> OpResult<&'a Fact> {
-    match inputs.first() {
-        Some(x) if x.is_defined() => Ok(x),
-        _ => Err(OpError::MissingInput {
-            op: op.into(),
-            index: 0,
-        }),
     }
 }
 

@@ -10,11 +10,14 @@ use smallvec::SmallVec;
 use strata_core::Device;
 
 use crate::support::axes::{
-    check_int_input, cpu_plain, known_ints, normalize_axes, optional, read_ints,
-    read_optional_ints, required, Ints,
+    check_int_input, known_ints, normalize_axes, normalize_axis, read_ints, read_optional_ints,
+    Ints,
 };
 use crate::support::copy_runs::copy_view;
+use crate::support::inputs::{optional, required};
+use crate::support::kernel_choice::cpu_plain;
 use crate::support::scalar::ScalarBytes;
+use crate::support::strided::advance_index;
 use crate::{Constructor, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 pub const OPS: &[(&str, Constructor)] = &[("Pad", Pad::build)];
@@ -88,7 +91,7 @@ fn full_pads(pads: &[i64], axes: Option<&[i64]>, rank: usize) -> OpResult<SmallV
     normalize_axes("Pad", "axes", axes_list, rank)?;
     let mut out: SmallVec<[i64; 16]> = SmallVec::from_elem(0, 2 * rank);
     for (i, &a) in axes_list.iter().enumerate() {
-        let a = if a < 0 { a + rank as i64 } else { a } as usize;
+        let a = normalize_axis("Pad", "axes", a, rank)?;
         out[a] = pads[i];
         out[rank + a] = pads[n + i];
     }
@@ -342,14 +345,7 @@ fn pad_rows(p: &PadRows<'_>, out: &mut [u8]) {
                 }
             }
         }
-        // Next row index, odometer over the outer axes.
-        for a in (0..last).rev() {
-            index[a] += 1;
-            if index[a] < p.out_dims[a] {
-                break;
-            }
-            index[a] = 0;
-        }
+        advance_index(&mut index[..last], &p.out_dims[..last]);
     }
 }
 

@@ -2,7 +2,8 @@
 
 use strata_core::Device;
 
-use crate::ops::shape::identity::{copy_kernel, first_input};
+use crate::ops::shape::identity::copy_kernel;
+use crate::support::inputs::required;
 use crate::{int_values, Dim, Fact, Kernel, OpContext, OpError, OpResult, Operator};
 
 #[derive(Debug)]
@@ -91,7 +92,7 @@ impl Operator for Reshape {
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let x = first_input("Reshape", inputs)?;
+        let x = required("Reshape", inputs, 0)?;
         let spec = match (&self.shape_attr, inputs.get(1)) {
             (Some(spec), _) => spec.clone(),
             (None, Some(shape)) if shape.is_defined() => match &shape.value {

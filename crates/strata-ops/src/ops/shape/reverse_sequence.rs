@@ -4,8 +4,10 @@
 
 use strata_core::{Device, Tensor};
 
-use crate::support::axes::{check_int_input, cpu_plain, read_ints, required};
+use crate::support::axes::{check_int_input, read_ints};
 use crate::support::copy_runs::copy_view;
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_plain;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "ReverseSequence";

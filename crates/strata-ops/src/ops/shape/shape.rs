@@ -3,7 +3,8 @@
 
 use strata_core::{DType, Device, Tensor};
 
-use crate::ops::shape::identity::first_input;
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_only;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 #[derive(Debug)]
@@ -36,7 +37,7 @@ impl Operator for Shape {
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let x = first_input("Shape", inputs)?;
+        let x = required("Shape", inputs, 0)?;
         let (s, e) = self.range(x.rank());
         let mut out = Fact::known(DType::I64, &[e - s]);
         if let Some(dims) = x.dims[s..e]
@@ -55,13 +56,7 @@ impl Operator for Shape {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu {
-            return Err(OpError::NoKernel {
-                op: "Shape".into(),
-                dtype: DType::I64,
-                device,
-            });
-        }
+        cpu_only("Shape", DType::I64, device)?;
         Ok(Box::new(ShapeKernel {
             start: self.start,
             end: self.end,

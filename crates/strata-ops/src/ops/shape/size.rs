@@ -3,8 +3,9 @@
 
 use strata_core::{DType, Device, Tensor};
 
-use crate::support::axes::required;
-use crate::{Constructor, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_only;
+use crate::{Constructor, Fact, Kernel, KernelIo, OpContext, OpResult, Operator};
 
 pub const OPS: &[(&str, Constructor)] = &[("Size", Size::build)];
 
@@ -37,13 +38,7 @@ impl Operator for Size {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu {
-            return Err(OpError::NoKernel {
-                op: "Size".into(),
-                dtype: DType::I64,
-                device,
-            });
-        }
+        cpu_only("Size", DType::I64, device)?;
         Ok(Box::new(Size))
     }
 }

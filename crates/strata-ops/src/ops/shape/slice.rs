@@ -7,10 +7,11 @@ use smallvec::SmallVec;
 use strata_core::{Device, Tensor};
 
 use crate::support::axes::{
-    check_int_input, cpu_plain, known_ints, normalize_axes, optional, read_optional_ints, required,
-    Ints,
+    check_int_input, known_ints, normalize_axes, normalize_axis, read_optional_ints, Ints,
 };
 use crate::support::copy_runs::copy_view;
+use crate::support::inputs::{optional, required};
+use crate::support::kernel_choice::cpu_plain;
 use crate::{Constructor, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 pub const OPS: &[(&str, Constructor)] = &[("Slice", Slice::build)];
@@ -115,7 +116,7 @@ fn params(
             ));
         }
         let a = axes[i];
-        let axis = if a < 0 { a + rank as i64 } else { a } as usize;
+        let axis = normalize_axis("Slice", "axes", a, rank)?;
         out.push((axis, starts[i], ends[i], step));
     }
     Ok(out)

@@ -5,10 +5,10 @@
 
 use strata_core::Device;
 
-use crate::support::axes::{
-    check_int_input, cpu_plain, input_len, normalize_axis, optional, required,
-};
+use crate::support::axes::{check_int_input, input_len, normalize_axis};
 use crate::support::copy_runs::copy_view;
+use crate::support::inputs::{optional, required};
+use crate::support::kernel_choice::cpu_plain;
 use crate::{
     int_values, Constructor, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator,
 };

@@ -4,7 +4,9 @@
 
 use strata_core::Device;
 
-use crate::ops::shape::identity::{copy_kernel, first_input};
+use crate::ops::shape::identity::copy_kernel;
+use crate::support::axes::normalize_axes;
+use crate::support::inputs::required;
 use crate::{int_values, Dim, Fact, Kernel, OpContext, OpError, OpResult, Operator};
 
 #[derive(Debug)]
@@ -61,7 +63,7 @@ impl Squeeze {
         else {
             return Ok(None);
         };
-        let (x, op) = (first_input(self.name(), inputs)?, self.name());
+        let (x, op) = (required(self.name(), inputs, 0)?, self.name());
         let count = match axes.dims.as_slice() {
             [] => Some(1),
             [d] => d.known(),
@@ -83,29 +85,6 @@ impl Squeeze {
     }
 }
 
-fn normalize(op: &str, axes: &[i64], rank: usize) -> OpResult<Vec<usize>> {
-    let mut out: Vec<usize> = axes
-        .iter()
-        .map(|&a| {
-            let r = rank as i64;
-            let n = if a < 0 { a + r } else { a };
-            if (0..r).contains(&n) {
-                Ok(n as usize)
-            } else {
-                Err(OpError::shape(
-                    op,
-                    format!("axis {a} out of range for rank {rank}"),
-                ))
-            }
-        })
-        .collect::<OpResult<_>>()?;
-    out.sort_unstable();
-    if out.windows(2).any(|w| w[0] == w[1]) {
-        return Err(OpError::shape(op, format!("repeated axis in {axes:?}")));
-    }
-    Ok(out)
-}
-
 impl Operator for Squeeze {
     fn op_type(&self) -> &str {
         self.name()
@@ -113,7 +92,7 @@ impl Operator for Squeeze {
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
         let op = self.name();
-        let x = first_input(op, inputs)?;
+        let x = required(op, inputs, 0)?;
         if let Some(dims) = self.unknown_axes_dims(inputs)? {
             return Ok(vec![Fact::new(x.dtype, dims)]);
         }
@@ -123,7 +102,7 @@ impl Operator for Squeeze {
                 op: op.into(),
                 index: 1,
             })?;
-            let axes = normalize(op, &axes, x.rank() + axes.len())?;
+            let axes = normalize_axes(op, "axes", &axes, x.rank() + axes.len())?;
             let mut rest = x.dims.iter();
             (0..x.rank() + axes.len())
                 .map(|i| {
@@ -137,7 +116,7 @@ impl Operator for Squeeze {
         } else {
             match axes {
                 Some(axes) => {
-                    let axes = normalize(op, &axes, x.rank())?;
+                    let axes = normalize_axes(op, "axes", &axes, x.rank())?;
                     for &a in &axes {
                         if x.dims[a] != Dim::Known(1) && x.dims[a] != Dim::Unknown {
                             return Err(OpError::shape(

@@ -5,10 +5,10 @@
 use smallvec::SmallVec;
 use strata_core::Device;
 
-use crate::support::axes::{
-    check_int_input, contiguous_strides, cpu_plain, known_ints, read_ints, required,
-};
+use crate::support::axes::{check_int_input, contiguous_strides, known_ints, read_ints};
 use crate::support::copy_runs::{copy_strided, StridedBytes};
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_plain;
 use crate::{Constructor, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 pub const OPS: &[(&str, Constructor)] = &[("Tile", Tile::build)];

@@ -2,7 +2,8 @@
 
 use strata_core::Device;
 
-use crate::ops::shape::identity::first_input;
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_only;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 #[derive(Debug)]
@@ -44,7 +45,7 @@ impl Operator for Transpose {
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let x = first_input("Transpose", inputs)?;
+        let x = required("Transpose", inputs, 0)?;
         let perm = self.perm(x.rank())?;
         let mut out = Fact::new(x.dtype, perm.iter().map(|&p| x.dims[p].clone()).collect());
         if let Some(v) = &x.value {
@@ -59,13 +60,7 @@ impl Operator for Transpose {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu {
-            return Err(OpError::NoKernel {
-                op: "Transpose".into(),
-                dtype: inputs[0].dtype,
-                device,
-            });
-        }
+        cpu_only("Transpose", inputs[0].dtype, device)?;
         let perm = self.perm(inputs[0].rank())?;
         let mut fixed = [0usize; 8];
         if perm.len() > fixed.len() {

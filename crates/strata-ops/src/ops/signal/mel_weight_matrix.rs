@@ -9,7 +9,8 @@ use strata_core::{DType, Device, Tensor};
 
 use super::values::{is_storable, known_scalar_int, read_f64, scalar_int, to_tensor};
 use crate::ops::cast::cast::dtype_from_onnx_code;
-use crate::support::axes::required;
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_only;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "MelWeightMatrix";
@@ -161,13 +162,7 @@ impl Operator for MelWeightMatrix {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu {
-            return Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype: self.dtype,
-                device,
-            });
-        }
+        cpu_only(OP, self.dtype, device)?;
         Ok(Box::new(*self))
     }
 

@@ -12,7 +12,9 @@ use super::fft::{Complex, Fft};
 use super::values::{
     known_scalar_int, scalar_int, with_float_output, with_floats, Floats, FloatsMut,
 };
-use crate::support::axes::{check_int_input, optional, required};
+use crate::support::axes::check_int_input;
+use crate::support::inputs::{optional, required};
+use crate::support::kernel_choice::cpu_only;
 use crate::support::scratch::{carve, scratch_as};
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
@@ -229,13 +231,7 @@ impl Operator for Stft {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = required(OP, inputs, 0)?.dtype;
-        if device != Device::Cpu {
-            return Err(OpError::NoKernel {
-                op: OP.into(),
-                dtype,
-                device,
-            });
-        }
+        cpu_only(OP, dtype, device)?;
         Ok(Box::new(*self))
     }
 

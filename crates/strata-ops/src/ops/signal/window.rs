@@ -10,7 +10,9 @@ use strata_core::{DType, Device, Tensor};
 
 use super::values::{is_storable, known_scalar_int, scalar_int, to_tensor};
 use crate::ops::cast::cast::dtype_from_onnx_code;
-use crate::support::axes::{check_int_input, required};
+use crate::support::axes::check_int_input;
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_only;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 /// Which window.
@@ -127,13 +129,7 @@ impl Operator for Window {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu {
-            return Err(OpError::NoKernel {
-                op: self.name().into(),
-                dtype: self.dtype,
-                device,
-            });
-        }
+        cpu_only(self.name(), self.dtype, device)?;
         Ok(Box::new(*self))
     }
 

@@ -144,11 +144,7 @@ fn format_all(op: &str, x: &Tensor) -> OpResult<Vec<String>> {
             .into_iter()
             .map(|b| if b { "True" } else { "False" }.to_string())
             .collect()),
-        other => Err(OpError::NoKernel {
-            op: op.to_string(),
-            dtype: other,
-            device: Device::Cpu,
-        }),
+        other => Err(OpError::no_kernel(op, other, Device::Cpu)),
     }
 }
 

@@ -5,6 +5,7 @@ use strata_core::{DType, StringBuffer, Tensor};
 use std::fmt;
 
 use crate::support::broadcast::{expanded, Row, Walk};
+use crate::support::inputs::required;
 use crate::{Fact, Kernel, KernelIo, OpError, OpResult};
 
 /// The kernel of an operator whose outputs are text: text has no planned memory, so the kernel
@@ -47,13 +48,7 @@ where
 
 /// Input `index` of a text operator's facts: present and a string.
 pub fn text_fact<'a>(op: &str, inputs: &[&'a Fact], index: usize) -> OpResult<&'a Fact> {
-    let fact = inputs
-        .get(index)
-        .filter(|f| f.is_defined())
-        .ok_or_else(|| OpError::MissingInput {
-            op: op.to_string(),
-            index,
-        })?;
+    let fact = required(op, inputs, index)?;
     if !fact.dtype.is_string() {
         return Err(OpError::DType {
             op: op.to_string(),

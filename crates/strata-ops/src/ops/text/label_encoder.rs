@@ -9,6 +9,7 @@ use std::collections::HashMap;
 
 use strata_core::{DType, Element, Tensor};
 
+use crate::support::inputs::required;
 use crate::{Attributes, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "LabelEncoder";
@@ -332,13 +333,7 @@ impl Operator for LabelEncoder {
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let x = inputs
-            .first()
-            .filter(|f| f.is_defined())
-            .ok_or_else(|| OpError::MissingInput {
-                op: OP.to_string(),
-                index: 0,
-            })?;
+        let x = required(OP, inputs, 0)?;
         let mapping = self.mapping(x.dtype)?;
         Ok(vec![Fact::new(mapping.values.dtype(), x.dims.clone())])
     }
@@ -401,13 +396,7 @@ impl EncodeKernel {
                 .into_iter()
                 .map(|v| find(float_key(v)))
                 .collect(),
-            other => {
-                return Err(OpError::NoKernel {
-                    op: OP.to_string(),
-                    dtype: other,
-                    device: strata_core::Device::Cpu,
-                })
-            }
+            other => return Err(OpError::no_kernel(OP, other, strata_core::Device::Cpu)),
         })
     }
 }

@@ -32,5 +32,5 @@ pub const OPS: &[OpTable] = &[&[
     ("TfIdfVectorizer", tfidf_vectorizer::TfIdfVectorizer::build),
 ]];
 
-/// The family's `ai.onnx.ml` operators, registered in `registry::ML_FAMILIES`.
+/// The family's `ai.onnx.ml` operators, read by the registry for that domain.
 pub const ML_OPS: &[OpTable] = &[&[("LabelEncoder", label_encoder::LabelEncoder::build)]];

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use strata_core::{DType, Device, Tensor};
 
 use crate::ops::text::ngram_trie::{NgramTrie, TrieBuilder};
-use crate::support::axes::{cpu_plain, required};
+use crate::support::inputs::required;
+use crate::support::kernel_choice::cpu_plain;
 use crate::support::scratch::scratch_as;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 

@@ -1,4 +1,4 @@
-//! Test helpers: a tiny seeded PRNG and a relative-tolerance comparison.
+//! Tests' seeded PRNG (SplitMix64) for random shapes and values.
 
 /// SplitMix64: deterministic, seedable, good enough to pick shapes and fill tensors.
 pub struct Rng(u64);
@@ -33,15 +33,5 @@ impl Rng {
 
     pub fn vec(&mut self, len: usize) -> Vec<f32> {
         (0..len).map(|_| self.f32()).collect()
-    }
-}
-
-/// Asserts `actual ≈ expected` elementwise with relative tolerance 1e-4 (absolute near zero).
-#[track_caller]
-pub fn assert_close(actual: &[f32], expected: &[f32], what: &str) {
-    assert_eq!(actual.len(), expected.len(), "{what}: length");
-    for (i, (&a, &e)) in actual.iter().zip(expected).enumerate() {
-        let ok = (a.is_nan() && e.is_nan()) || a == e || (a - e).abs() <= 1e-4 * e.abs().max(1.0);
-        assert!(ok, "{what}: element {i}: got {a}, expected {e}");
     }
 }

@@ -1,4 +1,4 @@
-//! Codecs for the ONNX low-precision float formats held as one-byte bit patterns: float8
+//! Codecs (C1) for the ONNX low-precision float formats held as one-byte bit patterns: float8
 //! E4M3FN, E4M3FNUZ, E5M2, E5M2FNUZ (opset 19), float8 E8M0 (opset 24) and float4 E2M1
 //! (opset 23, the code in the low nibble).
 //!
@@ -7,7 +7,7 @@
 //! the largest value when `saturate` is set (and always for E2M1, which has neither). E8M0 is a
 //! bare power-of-two exponent with its own rounding modes (see [`encode_e8m0`]).
 
-use strata_core::DType;
+use super::DType;
 
 /// One of the sign/exponent/mantissa float formats narrower than f16.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
