@@ -252,8 +252,10 @@ impl ExecutionContext {
         let kernel = plan
             .kernel(i)
             .ok_or_else(|| RuntimeError::Graph(format!("node {:?} has no kernel", node.name)))?;
-        if let Some(result) = kernel.run_to_outputs(&inputs, plan.config().threads) {
-            let outputs = result.map_err(wrap)?;
+        if let Some(maker) = kernel.capabilities().makes_outputs {
+            let outputs = maker
+                .make_outputs(&inputs, plan.config().threads)
+                .map_err(wrap)?;
             if outputs.len() < node.outputs.len() {
                 return Err(wrap(strata_ops::OpError::shape(
                     node.op.op_type(),

@@ -50,8 +50,8 @@ pub fn eval_on_host(
         let kernel = op
             .kernel(&fact_refs, &out_refs, Device::Cpu)
             .map_err(wrap)?;
-        if let Some(result) = kernel.run_to_outputs(inputs, threads) {
-            return result.map_err(wrap);
+        if let Some(maker) = kernel.capabilities().makes_outputs {
+            return maker.make_outputs(inputs, threads).map_err(wrap);
         }
     }
     let mut outputs = Vec::with_capacity(out_facts.len());

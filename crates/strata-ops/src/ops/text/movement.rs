@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use strata_core::{DType, Device, MemoryKind, Tensor};
 
-use crate::{Fact, Kernel, KernelIo, OpError, OpResult, Operator};
+use crate::{
+    Fact, Kernel, KernelCapabilities, KernelIo, MakesOutputs, OpError, OpResult, Operator,
+};
 
 /// Which inputs of a movement operator carry data (and may be text); the others are indices,
 /// shapes, axes or conditions.
@@ -240,12 +242,20 @@ impl Kernel for TextMovementKernel {
     fn run(&self, _io: &KernelIo<'_>) -> OpResult<()> {
         Err(OpError::kernel(
             self.inner.op_type(),
-            "string outputs are produced by run_to_outputs, not into planned memory",
+            "string outputs are made by `MakesOutputs`, not into planned memory",
         ))
     }
 
-    fn run_to_outputs(&self, inputs: &[&Tensor], threads: usize) -> Option<OpResult<Vec<Tensor>>> {
-        Some(self.move_text(inputs, threads))
+    fn capabilities(&self) -> KernelCapabilities<'_> {
+        KernelCapabilities {
+            makes_outputs: Some(self),
+        }
+    }
+}
+
+impl MakesOutputs for TextMovementKernel {
+    fn make_outputs(&self, inputs: &[&Tensor], threads: usize) -> OpResult<Vec<Tensor>> {
+        self.move_text(inputs, threads)
     }
 }
 
@@ -277,8 +287,8 @@ impl TextMovementKernel {
             let out_refs: Vec<&Fact> = out_facts.iter().collect();
             let kernel = self.inner.kernel(&refs, &out_refs, Device::Cpu)?;
             let input_refs: Vec<&Tensor> = id_inputs.iter().collect();
-            if let Some(result) = kernel.run_to_outputs(&input_refs, threads) {
-                result?
+            if let Some(maker) = kernel.capabilities().makes_outputs {
+                maker.make_outputs(&input_refs, threads)?
             } else {
                 let mut outputs = Vec::with_capacity(out_facts.len());
                 for fact in &out_facts {
