@@ -7,6 +7,7 @@
 pub mod attributes;
 pub mod capabilities;
 pub mod error;
+pub mod eval;
 pub mod fact;
 pub mod kernels;
 pub mod operator;

@@ -9,9 +9,11 @@ use std::time::{Duration, Instant};
 use smallvec::SmallVec;
 use strata_core::memory::alias::alias_region;
 use strata_core::{AllocatorRegistry, DType, MemoryBlock, MemoryKind, ReadGuard, Storage, Tensor};
+use strata_ops::eval::EvalOptions;
 use strata_ops::{Dim, Fact, KernelIo};
 
 use crate::graph::ValueSource;
+use crate::node_eval::eval_node;
 use crate::plan::Planned;
 use crate::planner::plan_memory;
 use crate::specialize::specialize;
@@ -232,102 +234,27 @@ impl ExecutionContext {
         })
     }
 
-    /// Data-dependent nodes: infer output dims from the actual inputs, allocate, run.
+    /// Data-dependent nodes: outputs are made for the actual inputs, outside the arena.
     fn run_dynamic(&mut self, i: usize) -> Result<()> {
         let plan = self.plan.clone();
         let node = &plan.graph().nodes[i];
+        let kernel = plan
+            .kernel(i)
+            .ok_or_else(|| RuntimeError::Graph(format!("node {:?} has no kernel", node.name)))?;
         let inputs: Vec<&Tensor> = node
             .inputs
             .iter()
             .map(|v| v.map_or(&*UNDEFINED, |id| &self.values[id.0]))
             .collect();
-        let wrap = |source| {
-            RuntimeError::node(
-                &node.name,
-                node.op.op_type(),
-                inputs.iter().map(|t| t.dims().to_vec()).collect(),
-                source,
-            )
+        let options = EvalOptions {
+            device: plan.config().device,
+            kind: MemoryKind::Workspace,
+            threads: plan.config().threads,
+            // A value inferred from run-time inputs may be a view of an input's arena slot
+            // (Reshape, Squeeze), which a later node may reuse: give it its own memory.
+            detach_views: true,
         };
-        let kernel = plan
-            .kernel(i)
-            .ok_or_else(|| RuntimeError::Graph(format!("node {:?} has no kernel", node.name)))?;
-        if let Some(maker) = kernel.capabilities().makes_outputs {
-            let outputs = maker
-                .make_outputs(&inputs, plan.config().threads)
-                .map_err(wrap)?;
-            if outputs.len() < node.outputs.len() {
-                return Err(wrap(strata_ops::OpError::shape(
-                    node.op.op_type(),
-                    format!(
-                        "produced {} outputs but the node names {}",
-                        outputs.len(),
-                        node.outputs.len()
-                    ),
-                )));
-            }
-            for (&id, tensor) in node.outputs.iter().zip(outputs) {
-                self.values[id.0] = tensor;
-            }
-            return Ok(());
-        }
-        let facts: Vec<Fact> = inputs
-            .iter()
-            .map(|t| {
-                if t.is_defined() {
-                    Fact::constant((*t).clone())
-                } else {
-                    Fact::absent()
-                }
-            })
-            .collect();
-        let fact_refs: Vec<&Fact> = facts.iter().collect();
-        let out_facts = node.op.infer(&fact_refs).map_err(wrap)?;
-        let mut outputs = Vec::with_capacity(node.outputs.len());
-        for fact in out_facts.iter().take(node.outputs.len()) {
-            match (&fact.value, fact.concrete()) {
-                // A value inferred from run-time inputs may be a view of an input's arena slot
-                // (Reshape, Squeeze), which a later node may reuse: give it its own memory.
-                (Some(v), _) => {
-                    outputs.push(v.detached(plan.config().device, MemoryKind::Workspace)?)
-                }
-                (None, Some(dims)) => outputs.push(Tensor::empty(
-                    &dims,
-                    fact.dtype,
-                    plan.config().device,
-                    MemoryKind::Workspace,
-                )?),
-                (None, None) => {
-                    return Err(wrap(strata_ops::OpError::shape(
-                        node.op.op_type(),
-                        format!("output dims {:?} unknown at run time", fact.dims),
-                    )));
-                }
-            }
-        }
-        if out_facts.iter().any(|f| f.value.is_none()) {
-            let out_refs: Vec<&Fact> = out_facts.iter().collect();
-            let scratch_bytes = node.op.scratch_bytes(&fact_refs, &out_refs).map_err(wrap)?;
-            let scratch = if scratch_bytes > 0 {
-                Some(Tensor::empty(
-                    &[scratch_bytes],
-                    DType::U8,
-                    plan.config().device,
-                    MemoryKind::Workspace,
-                )?)
-            } else {
-                None
-            };
-            let output_refs: Vec<&Tensor> = outputs.iter().collect();
-            let io = KernelIo {
-                inputs: &inputs,
-                outputs: &output_refs,
-                scratch: scratch.as_ref(),
-                in_place: None,
-                threads: plan.config().threads,
-            };
-            kernel.run(&io).map_err(wrap)?;
-        }
+        let outputs = eval_node(node, Some(kernel), &inputs, &options)?;
         for (&id, tensor) in node.outputs.iter().zip(outputs) {
             self.values[id.0] = tensor;
         }

@@ -11,7 +11,7 @@ pub mod context;
 pub mod control;
 pub mod error;
 pub mod graph;
-pub mod host_eval;
+pub mod node_eval;
 pub mod optimize;
 pub mod plan;
 pub mod planner;
