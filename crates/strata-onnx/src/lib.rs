@@ -7,7 +7,6 @@
 //! - [`ModelBuilder`]: writing ONNX models from Rust (tests, built-in models, benchmarks).
 
 pub mod builder;
-pub mod conformance;
 mod control_flow;
 pub mod data_type;
 pub mod decode;
