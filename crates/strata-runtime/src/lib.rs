@@ -14,6 +14,7 @@ pub mod graph;
 pub mod node_eval;
 pub mod optimize;
 pub mod plan;
+pub mod planned;
 pub mod planner;
 pub mod profile;
 pub mod specialize;

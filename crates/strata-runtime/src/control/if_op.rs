@@ -8,7 +8,8 @@ use strata_ops::{
     Dim, Fact, Kernel, KernelCapabilities, KernelIo, MakesOutputs, OpError, OpResult, Operator,
 };
 
-use super::{capture_facts, copy_into, read_condition, Subgraph, SubgraphRunner};
+use super::node_io::{capture_facts, copy_into, read_condition};
+use super::subgraph::{Subgraph, SubgraphRunner};
 
 #[derive(Debug)]
 pub struct If {

@@ -8,8 +8,9 @@ use strata_ops::{
     Dim, Fact, Kernel, KernelCapabilities, KernelIo, MakesOutputs, OpError, OpResult, Operator,
 };
 
+use super::node_io::{capture_facts, copy_into, read_condition};
 use super::stack::stack;
-use super::{capture_facts, copy_into, read_condition, Subgraph, SubgraphRunner};
+use super::subgraph::{Subgraph, SubgraphRunner};
 
 #[derive(Debug)]
 pub struct Loop {

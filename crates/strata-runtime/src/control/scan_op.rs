@@ -10,8 +10,9 @@ use strata_ops::{
     Operator,
 };
 
+use super::node_io::{capture_facts, copy_into};
 use super::stack::stack;
-use super::{capture_facts, copy_into, Subgraph, SubgraphRunner};
+use super::subgraph::{Subgraph, SubgraphRunner};
 
 /// Attribute-derived layout of one Scan node.
 #[derive(Debug, Clone)]
