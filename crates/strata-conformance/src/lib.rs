@@ -458,7 +458,7 @@ fn run_data_set(
 fn is_unsupported(err: &OnnxError) -> bool {
     match err {
         OnnxError::UnsupportedOperators { .. } | OnnxError::UnsupportedDataType { .. } => true,
-        OnnxError::Runtime(rt) => matches!(**rt, RuntimeError::Unsupported(_)) || chain_says(&**rt),
+        OnnxError::Runtime(rt) => chain_says(&**rt),
         _ => chain_says(err),
     }
 }
@@ -478,8 +478,7 @@ fn chain_says(err: &(dyn std::error::Error + 'static)) -> bool {
         } else if let Some(rt) = e.downcast_ref::<RuntimeError>() {
             matches!(
                 rt,
-                RuntimeError::Unsupported(_)
-                    | RuntimeError::Core(CoreError::UnsupportedDType { .. })
+                RuntimeError::Core(CoreError::UnsupportedDType { .. })
                     | RuntimeError::Op(OpError::Unsupported { .. } | OpError::NoKernel { .. })
             )
         } else if let Some(core) = e.downcast_ref::<CoreError>() {

@@ -206,8 +206,7 @@ impl GraphBuilder<'_> {
                 attrs: &Attributes::new("Identity"),
                 num_inputs: 1,
                 num_outputs: 1,
-            })
-            .map_err(|e| strata_runtime::RuntimeError::Graph(e.to_string()))?;
+            })?;
             let name = format!("{}:output{k}", self.graph.value(id).name);
             let out =
                 self.graph

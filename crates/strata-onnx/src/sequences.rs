@@ -319,8 +319,7 @@ impl GraphBuilder<'_> {
             attrs: &attrs,
             num_inputs: inputs.len(),
             num_outputs: outputs.len(),
-        })
-        .map_err(|e| strata_runtime::RuntimeError::Graph(e.to_string()))?;
+        })?;
         let ins: Vec<Option<ValueId>> = inputs.iter().copied().map(Some).collect();
         let ids = self.graph.add_node(name, Arc::from(op), &ins, outputs)?;
         for (out, &id) in outputs.iter().zip(&ids) {

@@ -42,7 +42,7 @@ impl InferencePlan {
     pub fn build(mut graph: Graph, config: PlanConfig) -> Result<Arc<InferencePlan>> {
         graph.sort()?;
         if graph.outputs.is_empty() {
-            return Err(RuntimeError::Graph("the graph has no outputs".into()));
+            return Err(RuntimeError::NoOutputs);
         }
         let report = if config.optimize {
             optimize(&mut graph, config.threads)?

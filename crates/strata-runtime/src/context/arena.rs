@@ -28,33 +28,33 @@ impl ExecutionContext {
                 .collect()
         };
         let needed = planned.memory.arena_bytes;
-        if self.arena.as_ref().is_none_or(|a| a.len() < needed) {
-            // Drop views of the old arena first so its memory can be recycled.
-            self.values
-                .iter_mut()
-                .for_each(|v| *v = Tensor::undefined());
-            self.scratch
-                .iter_mut()
-                .for_each(|v| *v = Tensor::undefined());
-            let block = AllocatorRegistry::global().allocate(
-                plan.config().device,
-                MemoryKind::Workspace,
-                needed,
-                plan.config().alignment,
-            )?;
-            Tensor::from_storage(
-                Storage::new(block.clone()),
-                strata_core::Layout::contiguous(strata_core::Shape::new(&[needed])?, 0),
-                DType::U8,
-            )?
-            .fill_zero()?;
-            self.arena = Some(block);
-            self.stats.arena_bytes = needed;
-        }
-        let arena = self
-            .arena
-            .clone()
-            .ok_or_else(|| RuntimeError::Graph("no arena".into()))?;
+        let arena = match self.arena.clone().filter(|a| a.len() >= needed) {
+            Some(arena) => arena,
+            None => {
+                // Drop views of the old arena first so its memory can be recycled.
+                self.values
+                    .iter_mut()
+                    .for_each(|v| *v = Tensor::undefined());
+                self.scratch
+                    .iter_mut()
+                    .for_each(|v| *v = Tensor::undefined());
+                let block = AllocatorRegistry::global().allocate(
+                    plan.config().device,
+                    MemoryKind::Workspace,
+                    needed,
+                    plan.config().alignment,
+                )?;
+                Tensor::from_storage(
+                    Storage::new(block.clone()),
+                    strata_core::Layout::contiguous(strata_core::Shape::new(&[needed])?, 0),
+                    DType::U8,
+                )?
+                .fill_zero()?;
+                self.arena = Some(block.clone());
+                self.stats.arena_bytes = needed;
+                block
+            }
+        };
         for (id, value) in graph.values.iter().enumerate() {
             let fact = &planned.spec.facts[id];
             self.values[id] = if let ValueSource::Initializer(t) = &value.source {
@@ -120,10 +120,10 @@ fn check_bindings(graph: &crate::Graph, planned: &Planned, values: &[Tensor]) ->
         for id in node.inputs.iter().flatten().chain(&node.outputs) {
             let text = planned.spec.facts[id.0].dtype.is_string(); // bound when it exists
             if !values[id.0].is_defined() && !dynamic_output(id.0) && !text {
-                return Err(RuntimeError::Graph(format!(
-                    "value {:?} (used by node {:?}) has no memory plan entry",
-                    graph.values[id.0].name, node.name
-                )));
+                return Err(RuntimeError::Unbound {
+                    value: graph.values[id.0].name.clone(),
+                    node: node.name.clone(),
+                });
             }
         }
     }

@@ -34,9 +34,7 @@ impl ExecutionContext {
                 count: self.plan.outputs().len(),
             })?;
         if self.stats.runs == 0 {
-            return Err(RuntimeError::Graph(
-                "no output before the first execute".into(),
-            ));
+            return Err(RuntimeError::NotRun);
         }
         Ok(OutputView {
             name: &info.name,

@@ -31,7 +31,7 @@ impl ExecutionContext {
 
     /// Re-infers shapes for new input dims; reuses the arena when every value still fits its
     /// slot (metadata update only), plans again otherwise.
-    pub(super) fn respecialize(&mut self) -> Result<()> {
+    pub(super) fn respecialize(&mut self) -> Result<Arc<Planned>> {
         let plan = self.plan.clone();
         let dims: Vec<Vec<Dim>> = (0..plan.inputs().len())
             .map(|i| match &self.pending[i] {
@@ -49,6 +49,8 @@ impl ExecutionContext {
         if current.is_some_and(|c| !planned.shares_memory_with(c)) {
             self.stats.replans += 1;
         }
-        self.install(Arc::new(planned), false)
+        let planned = Arc::new(planned);
+        self.install(planned.clone(), false)?;
+        Ok(planned)
     }
 }

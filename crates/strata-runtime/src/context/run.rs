@@ -26,9 +26,10 @@ impl ExecutionContext {
                 });
             }
         }
-        if self.needs_respecialization() {
-            self.respecialize()?;
-        }
+        let planned = match &self.planned {
+            Some(current) if !self.needs_respecialization() => current.clone(),
+            _ => self.respecialize()?,
+        };
         for i in 0..self.pending.len() {
             if let Some(tensor) = self.pending[i].take() {
                 let id = self.plan.inputs()[i].value;
@@ -36,10 +37,6 @@ impl ExecutionContext {
                 self.input_set[i] = true;
             }
         }
-        let planned = self
-            .planned
-            .clone()
-            .ok_or_else(|| RuntimeError::Graph("no memory plan".into()))?;
         let plan = self.plan.clone();
         for i in 0..plan.graph().nodes.len() {
             if planned.spec.skip[i] {
@@ -64,9 +61,9 @@ impl ExecutionContext {
 
     fn run_static(&self, plan: &InferencePlan, planned: &Planned, i: usize) -> Result<()> {
         let node = &plan.graph().nodes[i];
-        let kernel = plan
-            .kernel(i)
-            .ok_or_else(|| RuntimeError::Graph(format!("node {:?} has no kernel", node.name)))?;
+        let kernel = plan.kernel(i).ok_or_else(|| RuntimeError::NoKernel {
+            node: node.name.clone(),
+        })?;
         let inputs: SmallVec<[&Tensor; 16]> = node
             .inputs
             .iter()
@@ -96,9 +93,9 @@ impl ExecutionContext {
     fn run_dynamic(&mut self, i: usize) -> Result<()> {
         let plan = self.plan.clone();
         let node = &plan.graph().nodes[i];
-        let kernel = plan
-            .kernel(i)
-            .ok_or_else(|| RuntimeError::Graph(format!("node {:?} has no kernel", node.name)))?;
+        let kernel = plan.kernel(i).ok_or_else(|| RuntimeError::NoKernel {
+            node: node.name.clone(),
+        })?;
         let inputs: Vec<&Tensor> = node
             .inputs
             .iter()
