@@ -7,7 +7,6 @@
 //! - [`ModelBuilder`]: writing ONNX models from Rust (tests, built-in models, benchmarks).
 
 pub mod builder;
-mod control_flow;
 pub mod data_type;
 pub mod decode;
 pub mod error;
@@ -15,7 +14,6 @@ mod external;
 pub mod import;
 pub mod models;
 pub mod proto;
-mod sequences;
 pub mod tensor_proto;
 pub mod weights;
 

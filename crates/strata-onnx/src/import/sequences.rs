@@ -12,7 +12,7 @@ use strata_core::Tensor;
 use strata_ops::{build_operator, Attr, Attributes, Dim, OpContext, OpError};
 use strata_runtime::{ValueId, ValueSource};
 
-use crate::import::GraphBuilder;
+use super::graph_builder::GraphBuilder;
 use crate::proto::NodeProto;
 use crate::{OnnxError, Result};
 
