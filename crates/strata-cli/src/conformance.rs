@@ -7,7 +7,7 @@ use strata_conformance::{
     default_threads, find_cases, run_cases, CaseOutcome, CaseResult, PASSING_LIST_HEADER,
 };
 
-use crate::ConformanceArgs;
+use crate::args::ConformanceArgs;
 
 /// Failing cases do not make this an error: only a runner that cannot run (a missing folder).
 pub fn conformance(args: &ConformanceArgs) -> Result<(), String> {
