@@ -4,10 +4,10 @@ use std::time::Instant;
 
 use serde_json::json;
 
+use crate::args::BenchArgs;
 use crate::inputs::random_tensor;
 use crate::model::{input_dims, load_with, parse_shapes};
 use crate::report::memory_text;
-use crate::BenchArgs;
 
 pub fn bench(args: &BenchArgs) -> Result<(), String> {
     let config = strata_runtime::PlanConfig::default().with_profiling(args.profile);

@@ -1,13 +1,13 @@
 //! `strata conformance`: runs ONNX backend-test case folders and prints one line per case and a
-//! summary. The work is in `strata_onnx::conformance`; this only prints.
+//! summary. The work is in the `strata-conformance` crate; this only prints.
 
 use std::io::Write;
 
-use strata_onnx::conformance::{
+use strata_conformance::{
     default_threads, find_cases, run_cases, CaseOutcome, CaseResult, PASSING_LIST_HEADER,
 };
 
-use crate::ConformanceArgs;
+use crate::args::ConformanceArgs;
 
 /// Failing cases do not make this an error: only a runner that cannot run (a missing folder).
 pub fn conformance(args: &ConformanceArgs) -> Result<(), String> {

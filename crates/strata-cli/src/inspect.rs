@@ -2,9 +2,9 @@
 
 use serde_json::json;
 
+use crate::args::InspectArgs;
 use crate::model::load;
 use crate::report::{bytes, memory_json, memory_text};
-use crate::InspectArgs;
 
 pub fn inspect(args: &InspectArgs) -> Result<(), String> {
     let (plan, source) = load(&args.model)?;

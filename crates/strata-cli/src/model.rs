@@ -6,7 +6,7 @@ use std::sync::Arc;
 use strata_ops::Dim;
 use strata_runtime::{InferencePlan, OptimizationProfile, PlanConfig};
 
-use crate::ModelArgs;
+use crate::args::ModelArgs;
 
 /// Parses `NAME=V0,V1,...` into (name, values).
 pub fn parse_assignment(text: &str, what: &str) -> Result<(String, String), String> {

@@ -5,12 +5,12 @@ use std::time::Instant;
 
 use serde_json::json;
 
+use crate::args::RunArgs;
 use crate::inputs::{random_tensor, read_input, sanitize};
 use crate::model::{input_dims, load, parse_assignment, parse_shapes};
 use crate::report::{
     memory_by_kind_json, memory_by_kind_text, memory_json, memory_text, summarize,
 };
-use crate::RunArgs;
 
 pub fn run(args: &RunArgs) -> Result<(), String> {
     let load_start = Instant::now();

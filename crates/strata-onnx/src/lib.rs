@@ -7,8 +7,6 @@
 //! - [`ModelBuilder`]: writing ONNX models from Rust (tests, built-in models, benchmarks).
 
 pub mod builder;
-pub mod conformance;
-mod control_flow;
 pub mod data_type;
 pub mod decode;
 pub mod error;
@@ -16,7 +14,6 @@ mod external;
 pub mod import;
 pub mod models;
 pub mod proto;
-mod sequences;
 pub mod tensor_proto;
 pub mod weights;
 

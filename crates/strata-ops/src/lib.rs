@@ -5,7 +5,9 @@
 //! per node (chosen by op, dtype and device); running a node calls that kernel directly.
 
 pub mod attributes;
+pub mod capabilities;
 pub mod error;
+pub mod eval;
 pub mod fact;
 pub mod kernels;
 pub mod operator;
@@ -14,6 +16,10 @@ mod registry;
 pub mod support;
 
 pub use attributes::{Attr, Attributes};
+pub use capabilities::{
+    EpilogueStep, Fused, FusesEpilogue, InferenceBatchNorm, KernelCapabilities, MakesOutputs,
+    OpCapabilities,
+};
 pub use error::{OpError, OpResult};
 pub use fact::{broadcast_dims, broadcast_shapes, int_values, Dim, Fact};
 pub use operator::{Constructor, Kernel, KernelIo, OpContext, OpTable, Operator};

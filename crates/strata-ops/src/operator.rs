@@ -6,6 +6,7 @@ use std::fmt;
 
 use strata_core::{Device, Tensor};
 
+use crate::capabilities::{KernelCapabilities, OpCapabilities};
 use crate::{Attributes, Fact, OpResult};
 
 /// An operator instance with its validated attributes.
@@ -44,19 +45,10 @@ pub trait Operator: Send + Sync + fmt::Debug {
         false
     }
 
-    /// This operator with `activation` applied to its output as it is written, if the kernel can
-    /// fuse it (the optimizer then drops the separate activation node).
-    fn with_activation(
-        &self,
-        _activation: crate::kernels::Activation,
-    ) -> Option<Box<dyn Operator>> {
-        None
-    }
-
-    /// For inference-mode BatchNormalization: its epsilon, so the optimizer can fold it into the
-    /// weights of a preceding convolution.
-    fn batch_norm_epsilon(&self) -> Option<f32> {
-        None
+    /// Abilities beyond this common interface that passes ask for (epilogue fusion, BatchNorm
+    /// folding); none by default.
+    fn capabilities(&self) -> OpCapabilities<'_> {
+        OpCapabilities::default()
     }
 }
 
@@ -65,15 +57,10 @@ pub trait Operator: Send + Sync + fmt::Debug {
 pub trait Kernel: Send + Sync + fmt::Debug {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()>;
 
-    /// For kernels whose output dims are known only by running them (control flow: the taken
-    /// branch or the trip count decides): compute and return the outputs. The runtime calls this
-    /// for data-dependent nodes before falling back to inferring dims and calling `run`.
-    fn run_to_outputs(
-        &self,
-        _inputs: &[&Tensor],
-        _threads: usize,
-    ) -> Option<OpResult<Vec<Tensor>>> {
-        None
+    /// Abilities beyond `run` that the runtime asks for (making its own outputs); none by
+    /// default.
+    fn capabilities(&self) -> KernelCapabilities<'_> {
+        KernelCapabilities::default()
     }
 }
 

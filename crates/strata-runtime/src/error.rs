@@ -12,11 +12,36 @@ pub enum RuntimeError {
     #[error(transparent)]
     Node(Box<NodeError>),
 
-    #[error("graph: {0}")]
-    Graph(String),
+    #[error("graph: value {name:?} is defined twice")]
+    DuplicateValue { name: String },
 
-    #[error("unknown value {name:?}")]
-    UnknownValue { name: String },
+    #[error("graph: node {node:?} reads undefined value #{value}")]
+    UndefinedValue { node: String, value: usize },
+
+    #[error("graph: node {node:?} reads its own output")]
+    ReadsOwnOutput { node: String },
+
+    #[error("graph: node {node:?} reads removed value {value:?}")]
+    ReadsRemovedValue { node: String, value: String },
+
+    #[error("graph: the graph has a cycle through nodes {nodes:?}")]
+    Cycle { nodes: Vec<String> },
+
+    #[error("graph: graph output #{value} is undefined")]
+    UndefinedOutput { value: usize },
+
+    #[error("graph: the graph has no outputs")]
+    NoOutputs,
+
+    #[error("node {node:?} has no kernel")]
+    NoKernel { node: String },
+
+    /// Strict mode: a static node reads or writes a value the memory plan gave no memory.
+    #[error("value {value:?} (used by node {node:?}) has no memory plan entry")]
+    Unbound { value: String, node: String },
+
+    #[error("no output before the first execute")]
+    NotRun,
 
     #[error("no input named {name:?}; the model's inputs are {available:?}")]
     UnknownInput {
@@ -73,18 +98,6 @@ pub enum RuntimeError {
 
     #[error("profile: {0}")]
     Profile(String),
-
-    #[error(
-        "memory plan: value {value:?} needs {needed} bytes but its planned slot has {planned}"
-    )]
-    PlanMismatch {
-        value: String,
-        needed: usize,
-        planned: usize,
-    },
-
-    #[error("unsupported operators: {}", .0.join("; "))]
-    Unsupported(Vec<String>),
 
     #[error(transparent)]
     Op(#[from] OpError),

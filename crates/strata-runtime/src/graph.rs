@@ -65,9 +65,9 @@ impl Graph {
 
     fn add_value(&mut self, name: &str, fact: Fact, source: ValueSource) -> Result<ValueId> {
         if !name.is_empty() && self.by_name.contains_key(name) {
-            return Err(RuntimeError::Graph(format!(
-                "value {name:?} is defined twice"
-            )));
+            return Err(RuntimeError::DuplicateValue {
+                name: name.to_string(),
+            });
         }
         let id = ValueId(self.values.len());
         self.values.push(Value {
@@ -114,10 +114,10 @@ impl Graph {
         let node = NodeId(self.nodes.len());
         for input in inputs.iter().flatten() {
             if input.0 >= self.values.len() {
-                return Err(RuntimeError::Graph(format!(
-                    "node {name:?} reads undefined value #{}",
-                    input.0
-                )));
+                return Err(RuntimeError::UndefinedValue {
+                    node: name.to_string(),
+                    value: input.0,
+                });
             }
         }
         let mut ids = Vec::with_capacity(outputs.len());
@@ -175,20 +175,19 @@ impl Graph {
                 match &self.values[input.0].source {
                     ValueSource::Node(producer, _) => {
                         if producer.0 == i {
-                            return Err(RuntimeError::Graph(format!(
-                                "node {:?} reads its own output",
-                                node.name
-                            )));
+                            return Err(RuntimeError::ReadsOwnOutput {
+                                node: node.name.clone(),
+                            });
                         }
                         indegree[i] += 1;
                         consumers[producer.0].push(i);
                     }
                     ValueSource::Input | ValueSource::Initializer(_) => {}
                     ValueSource::Removed => {
-                        return Err(RuntimeError::Graph(format!(
-                            "node {:?} reads removed value {:?}",
-                            node.name, self.values[input.0].name
-                        )));
+                        return Err(RuntimeError::ReadsRemovedValue {
+                            node: node.name.clone(),
+                            value: self.values[input.0].name.clone(),
+                        });
                     }
                 }
             }
@@ -209,22 +208,17 @@ impl Graph {
             }
         }
         if order.len() != n {
-            let stuck: Vec<&str> = (0..n)
+            let nodes: Vec<String> = (0..n)
                 .filter(|&i| indegree[i] > 0)
-                .map(|i| self.nodes[i].name.as_str())
+                .map(|i| self.nodes[i].name.clone())
                 .take(5)
                 .collect();
-            return Err(RuntimeError::Graph(format!(
-                "the graph has a cycle through nodes {stuck:?}"
-            )));
+            return Err(RuntimeError::Cycle { nodes });
         }
         self.reorder(&order);
         for &out in &self.outputs {
             if out.0 >= self.values.len() {
-                return Err(RuntimeError::Graph(format!(
-                    "graph output #{} is undefined",
-                    out.0
-                )));
+                return Err(RuntimeError::UndefinedOutput { value: out.0 });
             }
         }
         Ok(())

@@ -10,11 +10,9 @@ use strata_ops::{Dim, Fact, Kernel};
 
 use crate::graph::ValueSource;
 use crate::optimize::{optimize, OptimizeReport};
-use crate::planner::plan_memory;
+use crate::planned::Planned;
 use crate::specialize::specialize;
-use crate::{
-    ExecutionContext, Graph, MemoryPlan, PlanConfig, Result, RuntimeError, Specialization, ValueId,
-};
+use crate::{Graph, MemoryPlan, PlanConfig, Result, RuntimeError, Specialization, ValueId};
 
 /// A runtime input or output as the caller sees it.
 #[derive(Debug, Clone)]
@@ -24,13 +22,6 @@ pub struct IoInfo {
     pub dtype: DType,
     /// Declared dims (may be symbolic).
     pub dims: Vec<Dim>,
-}
-
-/// A specialization with its memory plan.
-#[derive(Debug)]
-pub struct Planned {
-    pub spec: Specialization,
-    pub memory: MemoryPlan,
 }
 
 /// An immutable, `Send + Sync` plan, shared by `Arc` among any number of contexts.
@@ -51,7 +42,7 @@ impl InferencePlan {
     pub fn build(mut graph: Graph, config: PlanConfig) -> Result<Arc<InferencePlan>> {
         graph.sort()?;
         if graph.outputs.is_empty() {
-            return Err(RuntimeError::Graph("the graph has no outputs".into()));
+            return Err(RuntimeError::NoOutputs);
         }
         let report = if config.optimize {
             optimize(&mut graph, config.threads)?
@@ -76,11 +67,7 @@ impl InferencePlan {
         let declared: Vec<Vec<Dim>> = inputs.iter().map(|i| i.dims.clone()).collect();
         let base_dims = base_dims(&config, &inputs);
         let base = match &base_dims {
-            Some(dims) => {
-                let spec = specialize(&graph, dims, config.threads)?;
-                let memory = plan_memory(&graph, &spec, config.alignment)?;
-                Some(Arc::new(Planned { spec, memory }))
-            }
+            Some(dims) => Some(Arc::new(Planned::new(&graph, dims, &config, None)?)),
             None => None,
         };
         let symbolic;
@@ -117,11 +104,6 @@ impl InferencePlan {
         }))
     }
 
-    /// A new execution context; allocates its arena now when the memory plan is known.
-    pub fn create_context(self: &Arc<Self>) -> Result<ExecutionContext> {
-        ExecutionContext::new(self.clone())
-    }
-
     pub fn graph(&self) -> &Graph {
         &self.graph
     }
@@ -140,7 +122,7 @@ impl InferencePlan {
 
     /// The memory plan contexts start from (static dims or the profile's max), if known.
     pub fn memory_plan(&self) -> Option<&MemoryPlan> {
-        self.base.as_ref().map(|p| &p.memory)
+        self.base.as_ref().map(|p| &*p.memory)
     }
 
     pub fn optimize_report(&self) -> OptimizeReport {

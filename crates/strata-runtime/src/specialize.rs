@@ -4,11 +4,11 @@
 //! dims still are not known depend on data (e.g. NonZero) and take the dynamic path, as do
 //! string values (text has no size before it exists).
 
-use strata_core::{MemoryKind, Tensor};
+use strata_core::Tensor;
 use strata_ops::{Dim, Fact};
 
 use crate::graph::ValueSource;
-use crate::host_eval::eval_on_host;
+use crate::node_eval::{constant_options, eval_node};
 use crate::{Graph, Result, RuntimeError};
 
 /// What one set of input dims implies for every value and node.
@@ -90,13 +90,7 @@ pub fn specialize(
                 .map(|f| f.value.clone().unwrap_or_else(Tensor::undefined))
                 .collect();
             let refs: Vec<&Tensor> = tensors.iter().collect();
-            let values = eval_on_host(
-                &node.name,
-                node.op.as_ref(),
-                &refs,
-                MemoryKind::Persistent,
-                threads,
-            )?;
+            let values = eval_node(node, None, &refs, &constant_options(threads))?;
             outputs = values.into_iter().map(Fact::constant).collect();
         }
         skip[i] = node

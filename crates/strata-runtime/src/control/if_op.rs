@@ -4,9 +4,12 @@
 use std::ops::Range;
 
 use strata_core::{Device, Tensor};
-use strata_ops::{Dim, Fact, Kernel, KernelIo, OpError, OpResult, Operator};
+use strata_ops::{
+    Dim, Fact, Kernel, KernelCapabilities, KernelIo, MakesOutputs, OpError, OpResult, Operator,
+};
 
-use super::{capture_facts, copy_into, read_condition, Subgraph, SubgraphRunner};
+use super::node_io::{capture_facts, copy_into, read_condition};
+use super::subgraph::{Subgraph, SubgraphRunner};
 
 #[derive(Debug)]
 pub struct If {
@@ -145,7 +148,15 @@ impl Kernel for IfKernel {
         copy_into(io, &self.outputs(io.inputs, io.threads)?)
     }
 
-    fn run_to_outputs(&self, inputs: &[&Tensor], threads: usize) -> Option<OpResult<Vec<Tensor>>> {
-        Some(self.outputs(inputs, threads))
+    fn capabilities(&self) -> KernelCapabilities<'_> {
+        KernelCapabilities {
+            makes_outputs: Some(self),
+        }
+    }
+}
+
+impl MakesOutputs for IfKernel {
+    fn make_outputs(&self, inputs: &[&Tensor], threads: usize) -> OpResult<Vec<Tensor>> {
+        self.outputs(inputs, threads)
     }
 }

@@ -4,10 +4,13 @@
 //! values that the node stacks along a new first axis.
 
 use strata_core::{DType, Device, Tensor};
-use strata_ops::{Dim, Fact, Kernel, KernelIo, OpError, OpResult, Operator};
+use strata_ops::{
+    Dim, Fact, Kernel, KernelCapabilities, KernelIo, MakesOutputs, OpError, OpResult, Operator,
+};
 
+use super::node_io::{capture_facts, copy_into, read_condition};
 use super::stack::stack;
-use super::{capture_facts, copy_into, read_condition, Subgraph, SubgraphRunner};
+use super::subgraph::{Subgraph, SubgraphRunner};
 
 #[derive(Debug)]
 pub struct Loop {
@@ -189,7 +192,15 @@ impl Kernel for LoopKernel {
         copy_into(io, &self.outputs(io.inputs, io.threads)?)
     }
 
-    fn run_to_outputs(&self, inputs: &[&Tensor], threads: usize) -> Option<OpResult<Vec<Tensor>>> {
-        Some(self.outputs(inputs, threads))
+    fn capabilities(&self) -> KernelCapabilities<'_> {
+        KernelCapabilities {
+            makes_outputs: Some(self),
+        }
+    }
+}
+
+impl MakesOutputs for LoopKernel {
+    fn make_outputs(&self, inputs: &[&Tensor], threads: usize) -> OpResult<Vec<Tensor>> {
+        self.outputs(inputs, threads)
     }
 }

@@ -5,10 +5,14 @@
 //! strata runs it batch by batch and supports only full-length sequences there.
 
 use strata_core::{DType, Device, Tensor};
-use strata_ops::{Attributes, Dim, Fact, Kernel, KernelIo, OpError, OpResult, Operator};
+use strata_ops::{
+    Attributes, Dim, Fact, Kernel, KernelCapabilities, KernelIo, MakesOutputs, OpError, OpResult,
+    Operator,
+};
 
+use super::node_io::{capture_facts, copy_into};
 use super::stack::stack;
-use super::{capture_facts, copy_into, Subgraph, SubgraphRunner};
+use super::subgraph::{Subgraph, SubgraphRunner};
 
 /// Attribute-derived layout of one Scan node.
 #[derive(Debug, Clone)]
@@ -412,7 +416,15 @@ impl Kernel for ScanKernel {
         copy_into(io, &self.outputs(io.inputs, io.threads)?)
     }
 
-    fn run_to_outputs(&self, inputs: &[&Tensor], threads: usize) -> Option<OpResult<Vec<Tensor>>> {
-        Some(self.outputs(inputs, threads))
+    fn capabilities(&self) -> KernelCapabilities<'_> {
+        KernelCapabilities {
+            makes_outputs: Some(self),
+        }
+    }
+}
+
+impl MakesOutputs for ScanKernel {
+    fn make_outputs(&self, inputs: &[&Tensor], threads: usize) -> OpResult<Vec<Tensor>> {
+        self.outputs(inputs, threads)
     }
 }

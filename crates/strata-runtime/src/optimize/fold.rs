@@ -1,10 +1,10 @@
 //! Constant folding: every node whose inputs are all constants is evaluated once, at plan
 //! time, and its outputs become initializers in `Persistent` memory.
 
-use strata_core::{MemoryKind, Tensor};
+use strata_core::Tensor;
 
 use crate::graph::ValueSource;
-use crate::host_eval::eval_on_host;
+use crate::node_eval::{constant_options, eval_node};
 use crate::{Graph, Result};
 
 /// Folds constant nodes in topological order; returns how many were folded.
@@ -32,13 +32,7 @@ pub fn fold_constants(graph: &mut Graph, threads: usize) -> Result<usize> {
             continue;
         }
         let refs: Vec<&Tensor> = inputs.iter().collect();
-        let outputs = eval_on_host(
-            &node.name,
-            node.op.as_ref(),
-            &refs,
-            MemoryKind::Persistent,
-            threads,
-        )?;
+        let outputs = eval_node(node, None, &refs, &constant_options(threads))?;
         for (&out, tensor) in node.outputs.iter().zip(outputs) {
             let value = &mut graph.values[out.0];
             value.fact = strata_ops::Fact::constant(tensor.clone());

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use strata_core::{DType, MemoryKind, Tensor};
 use strata_ops::kernels::Activation;
+use strata_ops::{EpilogueStep, Fused, InferenceBatchNorm};
 
 use crate::graph::{NodeId, ValueSource};
 use crate::{Graph, Result, ValueId};
@@ -46,7 +47,8 @@ pub fn fold_batch_norms(graph: &mut Graph) -> Result<usize> {
         let Some(bn) = sole_consumer(graph, &consumers, graph.nodes[conv].outputs[0]) else {
             continue;
         };
-        let Some(epsilon) = graph.nodes[bn].op.batch_norm_epsilon() else {
+        let Some(InferenceBatchNorm { epsilon }) = graph.nodes[bn].op.capabilities().batch_norm
+        else {
             continue;
         };
         let bn_inputs = &graph.nodes[bn].inputs;
@@ -123,7 +125,16 @@ pub fn fuse_activations(graph: &mut Graph) -> usize {
         if graph.nodes[act].op.op_type() != "Relu" || graph.nodes[act].outputs.len() != 1 {
             continue;
         }
-        let Some(fused) = graph.nodes[producer].op.with_activation(Activation::Relu) else {
+        let fused = graph.nodes[producer]
+            .op
+            .capabilities()
+            .epilogue
+            .and_then(|e| e.fuse(EpilogueStep::Activation(Activation::Relu)));
+        let Some(Fused {
+            op: fused,
+            operand_slot: None,
+        }) = fused
+        else {
             continue;
         };
         graph.nodes[producer].op = Arc::from(fused);

@@ -11,7 +11,10 @@ use crate::ops::convolution::conv_kernel::{conv, conv_output_dims, conv_scratch_
 use crate::support::inputs::{optional, required};
 use crate::support::numeric::Real;
 use crate::support::scratch::{carve, scratch_as};
-use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{
+    Dim, EpilogueStep, Fact, Fused, FusesEpilogue, Kernel, KernelIo, OpCapabilities, OpContext,
+    OpError, OpResult, Operator,
+};
 
 #[derive(Debug, Clone)]
 pub struct Conv {
@@ -93,6 +96,23 @@ impl Conv {
     }
 }
 
+/// The kernel applies one activation while storing each output tile; a bias input it already
+/// adds (input 2), and it has no residual operand.
+impl FusesEpilogue for Conv {
+    fn fuse(&self, step: EpilogueStep) -> Option<Fused> {
+        let EpilogueStep::Activation(activation) = step else {
+            return None;
+        };
+        (self.post == Activation::None).then(|| Fused {
+            op: Box::new(Conv {
+                post: activation,
+                ..self.clone()
+            }),
+            operand_slot: None,
+        })
+    }
+}
+
 impl Operator for Conv {
     fn op_type(&self) -> &str {
         "Conv"
@@ -143,13 +163,11 @@ impl Operator for Conv {
         Ok(vec![Fact::new(x.dtype, out)])
     }
 
-    fn with_activation(&self, activation: Activation) -> Option<Box<dyn Operator>> {
-        (self.post == Activation::None).then(|| {
-            Box::new(Conv {
-                post: activation,
-                ..self.clone()
-            }) as Box<dyn Operator>
-        })
+    fn capabilities(&self) -> OpCapabilities<'_> {
+        OpCapabilities {
+            epilogue: Some(self),
+            ..OpCapabilities::default()
+        }
     }
 
     fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {

@@ -6,7 +6,10 @@ use strata_core::{DType, Device};
 use crate::ops::normalization::batchnorm_training::BatchNormTraining;
 use crate::ops::normalization::common::check_batch_norm_inputs;
 use crate::support::kernel_choice::cpu_supported;
-use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{
+    Fact, InferenceBatchNorm, Kernel, KernelIo, OpCapabilities, OpContext, OpError, OpResult,
+    Operator,
+};
 
 #[derive(Debug)]
 pub struct BatchNorm {
@@ -59,8 +62,13 @@ impl Operator for BatchNorm {
         Some(0)
     }
 
-    fn batch_norm_epsilon(&self) -> Option<f32> {
-        Some(self.epsilon)
+    fn capabilities(&self) -> OpCapabilities<'_> {
+        OpCapabilities {
+            batch_norm: Some(InferenceBatchNorm {
+                epsilon: self.epsilon,
+            }),
+            ..OpCapabilities::default()
+        }
     }
 }
 

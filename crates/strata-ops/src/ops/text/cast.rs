@@ -223,7 +223,13 @@ mod tests {
         let k = text_cast_kernel("Cast", DType::F32, DType::String, narrow).unwrap();
         let x =
             Tensor::from_slice(&[0.1f32, 1.0, 1e-7, f32::NEG_INFINITY, f32::NAN], &[5]).unwrap();
-        let y = k.run_to_outputs(&[&x], 1).unwrap().unwrap().remove(0);
+        let y = k
+            .capabilities()
+            .makes_outputs
+            .unwrap()
+            .make_outputs(&[&x], 1)
+            .unwrap()
+            .remove(0);
         // Shortest text that reads back to the same f32 (not the f64 widening's digits).
         assert_eq!(
             y.strings().unwrap(),
@@ -231,7 +237,13 @@ mod tests {
         );
         let b = Tensor::from_bools(&[true, false], &[2]).unwrap();
         let k = text_cast_kernel("Cast", DType::Bool, DType::String, narrow).unwrap();
-        let y = k.run_to_outputs(&[&b], 1).unwrap().unwrap().remove(0);
+        let y = k
+            .capabilities()
+            .makes_outputs
+            .unwrap()
+            .make_outputs(&[&b], 1)
+            .unwrap()
+            .remove(0);
         assert_eq!(y.strings().unwrap(), ["True", "False"]);
         assert!(text_cast_kernel("Cast", DType::F8E5M2, DType::String, narrow).is_none());
     }

@@ -6,10 +6,10 @@ use std::fmt;
 
 use crate::support::broadcast::{expanded, Row, Walk};
 use crate::support::inputs::required;
-use crate::{Fact, Kernel, KernelIo, OpError, OpResult};
+use crate::{Fact, Kernel, KernelCapabilities, KernelIo, MakesOutputs, OpError, OpResult};
 
 /// The kernel of an operator whose outputs are text: text has no planned memory, so the kernel
-/// makes its outputs when it runs (`run_to_outputs`, which the runtime calls for such nodes).
+/// makes its outputs when it runs (`MakesOutputs`, which the runtime asks for on such nodes).
 pub struct TextOutputs<F> {
     op: &'static str,
     make: F,
@@ -37,12 +37,23 @@ where
     fn run(&self, _io: &KernelIo<'_>) -> OpResult<()> {
         Err(OpError::kernel(
             self.op,
-            "text outputs are made by run_to_outputs, not into planned memory",
+            "text outputs are made by `MakesOutputs`, not into planned memory",
         ))
     }
 
-    fn run_to_outputs(&self, inputs: &[&Tensor], _threads: usize) -> Option<OpResult<Vec<Tensor>>> {
-        Some((self.make)(inputs))
+    fn capabilities(&self) -> KernelCapabilities<'_> {
+        KernelCapabilities {
+            makes_outputs: Some(self),
+        }
+    }
+}
+
+impl<F> MakesOutputs for TextOutputs<F>
+where
+    F: Fn(&[&Tensor]) -> OpResult<Vec<Tensor>> + Send + Sync,
+{
+    fn make_outputs(&self, inputs: &[&Tensor], _threads: usize) -> OpResult<Vec<Tensor>> {
+        (self.make)(inputs)
     }
 }
 

@@ -10,7 +10,10 @@ use std::collections::HashMap;
 use strata_core::{DType, Element, Tensor};
 
 use crate::support::inputs::required;
-use crate::{Attributes, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{
+    Attributes, Fact, Kernel, KernelCapabilities, KernelIo, MakesOutputs, OpContext, OpError,
+    OpResult, Operator,
+};
 
 const OP: &str = "LabelEncoder";
 
@@ -429,20 +432,37 @@ impl Kernel for EncodeKernel {
             Values::F64(v, d) => fill(out, &picks, v, *d),
             Values::Text(..) => Err(OpError::kernel(
                 OP,
-                "text outputs are made by run_to_outputs",
+                "text outputs are made by `MakesOutputs`",
             )),
         }
     }
 
-    fn run_to_outputs(&self, inputs: &[&Tensor], _threads: usize) -> Option<OpResult<Vec<Tensor>>> {
+    fn capabilities(&self) -> KernelCapabilities<'_> {
+        KernelCapabilities {
+            makes_outputs: matches!(self.0.values, Values::Text(..)).then_some(self as _),
+        }
+    }
+}
+
+/// Text outputs have no planned memory: the kernel makes them.
+impl MakesOutputs for EncodeKernel {
+    fn make_outputs(&self, inputs: &[&Tensor], _threads: usize) -> OpResult<Vec<Tensor>> {
         let Values::Text(values, default) = &self.0.values else {
-            return None;
+            return Err(OpError::kernel(
+                OP,
+                "numeric outputs are written into planned memory",
+            ));
         };
-        let x = inputs.first().copied()?;
-        Some(self.lookups(x).and_then(|picks| {
-            let text = picks.iter().map(|p| p.map_or(&**default, |i| &*values[i]));
-            Ok(vec![Tensor::from_strings(x.dims(), text)?])
-        }))
+        let x = inputs
+            .first()
+            .copied()
+            .ok_or_else(|| OpError::MissingInput {
+                op: OP.to_string(),
+                index: 0,
+            })?;
+        let picks = self.lookups(x)?;
+        let text = picks.iter().map(|p| p.map_or(&**default, |i| &*values[i]));
+        Ok(vec![Tensor::from_strings(x.dims(), text)?])
     }
 }
 
@@ -467,14 +487,14 @@ mod tests {
         Attr::Strings(v.iter().map(|s| s.to_string()).collect())
     }
 
-    /// Runs the op on `x` the way the runtime would: text through `run_to_outputs`, numbers
+    /// Runs the op on `x` the way the runtime would: text through `MakesOutputs`, numbers
     /// into a planned output.
     fn run(op: &dyn Operator, x: &Tensor) -> Tensor {
         let fx = Fact::constant(x.clone());
         let out_fact = op.infer(&[&fx]).unwrap().remove(0);
         let kernel = op.kernel(&[&fx], &[&out_fact], Device::Cpu).unwrap();
-        if let Some(out) = kernel.run_to_outputs(&[x], 1) {
-            return out.unwrap().remove(0);
+        if let Some(maker) = kernel.capabilities().makes_outputs {
+            return maker.make_outputs(&[x], 1).unwrap().remove(0);
         }
         let out =
             Tensor::empty(x.dims(), out_fact.dtype, Device::Cpu, MemoryKind::Default).unwrap();

@@ -12,7 +12,10 @@ use std::sync::Arc;
 
 use strata_core::{DType, Device, MemoryKind, Tensor};
 
-use crate::{Fact, Kernel, KernelIo, OpError, OpResult, Operator};
+use crate::eval::{input_fact, run_operator, EvalOptions};
+use crate::{
+    Fact, Kernel, KernelCapabilities, KernelIo, MakesOutputs, OpError, OpResult, Operator,
+};
 
 /// Which inputs of a movement operator carry data (and may be text); the others are indices,
 /// shapes, axes or conditions.
@@ -240,28 +243,27 @@ impl Kernel for TextMovementKernel {
     fn run(&self, _io: &KernelIo<'_>) -> OpResult<()> {
         Err(OpError::kernel(
             self.inner.op_type(),
-            "string outputs are produced by run_to_outputs, not into planned memory",
+            "string outputs are made by `MakesOutputs`, not into planned memory",
         ))
     }
 
-    fn run_to_outputs(&self, inputs: &[&Tensor], threads: usize) -> Option<OpResult<Vec<Tensor>>> {
-        Some(self.move_text(inputs, threads))
+    fn capabilities(&self) -> KernelCapabilities<'_> {
+        KernelCapabilities {
+            makes_outputs: Some(self),
+        }
+    }
+}
+
+impl MakesOutputs for TextMovementKernel {
+    fn make_outputs(&self, inputs: &[&Tensor], threads: usize) -> OpResult<Vec<Tensor>> {
+        self.move_text(inputs, threads)
     }
 }
 
 impl TextMovementKernel {
     fn move_text(&self, inputs: &[&Tensor], threads: usize) -> OpResult<Vec<Tensor>> {
         let op = self.inner.op_type();
-        let facts: Vec<Fact> = inputs
-            .iter()
-            .map(|t| {
-                if t.is_defined() {
-                    Fact::constant((*t).clone())
-                } else {
-                    Fact::absent()
-                }
-            })
-            .collect();
+        let facts: Vec<Fact> = inputs.iter().map(|t| input_fact(t)).collect();
         let fact_refs: Vec<&Fact> = facts.iter().collect();
         let sub = substitute(&fact_refs)?;
         let id_inputs: Vec<Tensor> = sub
@@ -269,49 +271,15 @@ impl TextMovementKernel {
             .iter()
             .map(|f| f.value.clone().unwrap_or_else(Tensor::undefined))
             .collect();
-        let refs: Vec<&Fact> = sub.facts.iter().collect();
-        let out_facts = self.inner.infer(&refs)?;
-        let id_outputs = if out_facts.iter().all(|f| f.value.is_some()) {
-            out_facts.into_iter().filter_map(|f| f.value).collect()
-        } else {
-            let out_refs: Vec<&Fact> = out_facts.iter().collect();
-            let kernel = self.inner.kernel(&refs, &out_refs, Device::Cpu)?;
-            let input_refs: Vec<&Tensor> = id_inputs.iter().collect();
-            if let Some(result) = kernel.run_to_outputs(&input_refs, threads) {
-                result?
-            } else {
-                let mut outputs = Vec::with_capacity(out_facts.len());
-                for fact in &out_facts {
-                    let dims = fact.concrete_or_err(op)?;
-                    outputs.push(Tensor::empty(
-                        &dims,
-                        fact.dtype,
-                        Device::Cpu,
-                        MemoryKind::Workspace,
-                    )?);
-                }
-                let scratch_bytes = self.inner.scratch_bytes(&refs, &out_refs)?;
-                let scratch = (scratch_bytes > 0)
-                    .then(|| {
-                        Tensor::empty(
-                            &[scratch_bytes],
-                            DType::U8,
-                            Device::Cpu,
-                            MemoryKind::Workspace,
-                        )
-                    })
-                    .transpose()?;
-                let output_refs: Vec<&Tensor> = outputs.iter().collect();
-                kernel.run(&KernelIo {
-                    inputs: &input_refs,
-                    outputs: &output_refs,
-                    scratch: scratch.as_ref(),
-                    in_place: None,
-                    threads,
-                })?;
-                outputs
-            }
+        let input_refs: Vec<&Tensor> = id_inputs.iter().collect();
+        let options = EvalOptions {
+            device: Device::Cpu,
+            kind: MemoryKind::Workspace,
+            threads,
+            detach_views: false,
         };
+        // Every output of the inner operator (a movement node names them all).
+        let id_outputs = run_operator(&*self.inner, None, &input_refs, usize::MAX, &options)?;
         id_outputs
             .iter()
             .map(|ids| text_tensor(op, ids, &sub.text))

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use strata_ops::{Attributes, Dim, Fact, OpError, Operator};
 use strata_runtime::control::{If, Loop, Scan, Subgraph};
 
-use crate::import::{import_graph, input_type, ImportContext, Scope};
+use strata_runtime::Graph;
+
+use super::context::input_type;
 use crate::proto::{GraphProto, NodeProto};
 use crate::{OnnxError, Result};
 
@@ -47,14 +49,17 @@ fn walk(g: &GraphProto, defined: &mut HashSet<String>, used: &mut Vec<String>) {
     used.extend(g.output.iter().filter_map(|o| o.name.clone()));
 }
 
-/// Builds the operator of an If/Loop/Scan node and returns the outer names its subgraphs
-/// capture, which the caller appends to the node's inputs.
+/// Imports a body graph in the enclosing node's scope: the graph and the outer names it captures.
+pub(crate) type ImportSubgraph<'a> = dyn Fn(&GraphProto) -> Result<(Graph, Vec<String>)> + 'a;
+
+/// Builds the operator of an If/Loop/Scan node, its bodies imported by `import_subgraph` (the
+/// importer, in the node's scope), and returns the outer names its subgraphs capture, which the
+/// caller appends to the node's inputs.
 pub(crate) fn control_flow_op(
     node: &NodeProto,
     opset: i64,
     attrs: &Attributes,
-    ctx: &ImportContext,
-    scope: &Scope,
+    import_subgraph: &ImportSubgraph,
 ) -> Result<(Arc<dyn Operator>, Vec<String>)> {
     let op_type = node.op_type.as_deref().unwrap_or("");
     let name = node.name.clone().unwrap_or_default();
@@ -72,7 +77,7 @@ pub(crate) fn control_flow_op(
                     "required graph attribute is missing",
                 ))
             })?;
-        let (graph, captures) = import_graph(g, ctx, Some(scope))?;
+        let (graph, captures) = import_subgraph(g)?;
         let declared = g
             .output
             .iter()

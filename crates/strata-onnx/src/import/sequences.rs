@@ -12,7 +12,7 @@ use strata_core::Tensor;
 use strata_ops::{build_operator, Attr, Attributes, Dim, OpContext, OpError};
 use strata_runtime::{ValueId, ValueSource};
 
-use crate::import::GraphBuilder;
+use super::graph_builder::GraphBuilder;
 use crate::proto::NodeProto;
 use crate::{OnnxError, Result};
 
@@ -319,8 +319,7 @@ impl GraphBuilder<'_> {
             attrs: &attrs,
             num_inputs: inputs.len(),
             num_outputs: outputs.len(),
-        })
-        .map_err(|e| strata_runtime::RuntimeError::Graph(e.to_string()))?;
+        })?;
         let ins: Vec<Option<ValueId>> = inputs.iter().copied().map(Some).collect();
         let ids = self.graph.add_node(name, Arc::from(op), &ins, outputs)?;
         for (out, &id) in outputs.iter().zip(&ids) {

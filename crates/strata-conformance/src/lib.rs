@@ -22,18 +22,20 @@ use strata_core::{decode_e8m0, MiniFloat};
 use strata_ops::OpError;
 use strata_runtime::{ExecutionContext, InferencePlan, OutputView, PlanConfig, RuntimeError};
 
-use crate::data_type::data_type_name;
-use crate::proto::{type_proto, ModelProto, ValueInfoProto};
-use crate::{dtype_from_onnx, import_model, open_model, read_tensor_pb, OnnxError, WeightSource};
+use strata_onnx::data_type::data_type_name;
+use strata_onnx::proto::{type_proto, ModelProto, ValueInfoProto};
+use strata_onnx::{
+    dtype_from_onnx, import_model, open_model, read_tensor_pb, OnnxError, WeightSource,
+};
 
 /// The header of `conformance_passing.txt`, printed by `strata conformance --list-passing`.
 pub const PASSING_LIST_HEADER: &str = "\
 # ONNX backend-test cases that pass in strata: the regression gate
-# (crates/strata-onnx/tests/conformance_gate.rs) fails when any of them stops passing.
+# (crates/strata-conformance/tests/conformance_gate.rs) fails when any of them stops passing.
 # One case per line, named by its suite folder and case folder under ../shared/onnx-tests.
 # The list only grows. Regenerate it from the workspace root with
 #   cargo run --release -p strata-cli -- conformance --list-passing ../shared/onnx-tests/*/ \\
-#     > crates/strata-onnx/tests/conformance_passing.txt
+#     > crates/strata-conformance/tests/conformance_passing.txt
 # and check that the diff only adds lines.";
 
 /// The case names listed in a passing-list text: one per line, `#` comments and blanks skipped.
@@ -167,11 +169,11 @@ impl fmt::Display for Summary {
 /// at any depth; `dirs` may name cases themselves), sorted by name within each folder. Names are
 /// paths relative to the parent of the folder given, so `onnx-tests/node` yields `node/test_add`.
 /// A folder that cannot be read is an error: the runner cannot run.
-pub fn find_cases<P: AsRef<Path>>(dirs: &[P]) -> crate::Result<Vec<Case>> {
+pub fn find_cases<P: AsRef<Path>>(dirs: &[P]) -> strata_onnx::Result<Vec<Case>> {
     let mut cases = Vec::new();
     for dir in dirs {
         let dir = dir.as_ref();
-        let root = dir.canonicalize().map_err(|e| OnnxError::io(dir, e))?;
+        let root = dir.canonicalize().map_err(|e| io_error(dir, e))?;
         let base = root.parent().unwrap_or(&root).to_path_buf();
         let mut found = Vec::new();
         collect_cases(&root, &mut found)?;
@@ -188,6 +190,13 @@ pub fn find_cases<P: AsRef<Path>>(dirs: &[P]) -> crate::Result<Vec<Case>> {
     Ok(cases)
 }
 
+fn io_error(path: &Path, source: std::io::Error) -> OnnxError {
+    OnnxError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
 fn is_case_dir(dir: &Path) -> bool {
     dir.file_name()
         .and_then(|n| n.to_str())
@@ -195,7 +204,7 @@ fn is_case_dir(dir: &Path) -> bool {
         && dir.join("model.onnx").is_file()
 }
 
-fn collect_cases(dir: &Path, found: &mut Vec<PathBuf>) -> crate::Result<()> {
+fn collect_cases(dir: &Path, found: &mut Vec<PathBuf>) -> strata_onnx::Result<()> {
     if is_case_dir(dir) {
         found.push(dir.to_path_buf());
         return Ok(());
@@ -207,11 +216,11 @@ fn collect_cases(dir: &Path, found: &mut Vec<PathBuf>) -> crate::Result<()> {
 }
 
 /// The folders directly inside `dir`, sorted.
-fn subdirs(dir: &Path) -> crate::Result<Vec<PathBuf>> {
-    let entries = std::fs::read_dir(dir).map_err(|e| OnnxError::io(dir, e))?;
+fn subdirs(dir: &Path) -> strata_onnx::Result<Vec<PathBuf>> {
+    let entries = std::fs::read_dir(dir).map_err(|e| io_error(dir, e))?;
     let mut dirs = Vec::new();
     for entry in entries {
-        let path = entry.map_err(|e| OnnxError::io(dir, e))?.path();
+        let path = entry.map_err(|e| io_error(dir, e))?.path();
         if path.is_dir() {
             dirs.push(path);
         }
@@ -230,7 +239,7 @@ fn case_name(case_dir: &Path, base: &Path) -> String {
 }
 
 /// Finds and runs every case under `dirs` on all cores.
-pub fn run_suite<P: AsRef<Path>>(dirs: &[P]) -> crate::Result<Summary> {
+pub fn run_suite<P: AsRef<Path>>(dirs: &[P]) -> strata_onnx::Result<Summary> {
     let cases = find_cases(dirs)?;
     Ok(run_cases(&cases, default_threads(), &|_| {}))
 }
@@ -383,7 +392,7 @@ fn check_case(dir: &Path) -> Result<(), Stop> {
 }
 
 /// The `test_data_set_*` folders of a case, sorted.
-fn data_sets(dir: &Path) -> crate::Result<Vec<PathBuf>> {
+fn data_sets(dir: &Path) -> strata_onnx::Result<Vec<PathBuf>> {
     Ok(subdirs(dir)?
         .into_iter()
         .filter(|p| {
@@ -449,7 +458,7 @@ fn run_data_set(
 fn is_unsupported(err: &OnnxError) -> bool {
     match err {
         OnnxError::UnsupportedOperators { .. } | OnnxError::UnsupportedDataType { .. } => true,
-        OnnxError::Runtime(rt) => matches!(**rt, RuntimeError::Unsupported(_)) || chain_says(&**rt),
+        OnnxError::Runtime(rt) => chain_says(&**rt),
         _ => chain_says(err),
     }
 }
@@ -469,8 +478,7 @@ fn chain_says(err: &(dyn std::error::Error + 'static)) -> bool {
         } else if let Some(rt) = e.downcast_ref::<RuntimeError>() {
             matches!(
                 rt,
-                RuntimeError::Unsupported(_)
-                    | RuntimeError::Core(CoreError::UnsupportedDType { .. })
+                RuntimeError::Core(CoreError::UnsupportedDType { .. })
                     | RuntimeError::Op(OpError::Unsupported { .. } | OpError::NoKernel { .. })
             )
         } else if let Some(core) = e.downcast_ref::<CoreError>() {

@@ -5,9 +5,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use strata_onnx::conformance::{
-    default_threads, find_cases, parse_case_list, run_cases, CaseOutcome,
-};
+use strata_conformance::{default_threads, find_cases, parse_case_list, run_cases, CaseOutcome};
 
 const PASSING_LIST: &str = include_str!("conformance_passing.txt");
 

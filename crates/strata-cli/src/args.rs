@@ -1,0 +1,83 @@
+//! The options of each `strata` command, as clap parses them.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+#[derive(Args)]
+pub struct ConformanceArgs {
+    /// Folders to search for case folders, e.g. ../shared/onnx-tests/node.
+    #[arg(required = true)]
+    pub dirs: Vec<PathBuf>,
+    /// Cases run at once (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Print only the passing cases' names, as conformance_passing.txt (summary to stderr).
+    #[arg(long)]
+    pub list_passing: bool,
+}
+
+#[derive(Args)]
+pub struct ExportArgs {
+    /// Directory to write the models into.
+    pub dir: PathBuf,
+}
+
+/// Options shared by every command that loads a model.
+#[derive(Args, Clone, Default)]
+pub struct ModelArgs {
+    /// Path to an .onnx file; omit to use the built-in default model.
+    pub model: Option<PathBuf>,
+    /// Dims for an input with symbolic dims, e.g. `--shape input=1,3,224,224` (repeatable).
+    #[arg(long = "shape", value_name = "NAME=D0,D1,...")]
+    pub shapes: Vec<String>,
+    /// Intra-op threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+#[derive(Args, Default)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Input data as .npy (or ONNX .pb TensorProto) files, e.g. `--input x=x.npy` (repeatable).
+    /// Inputs not given are filled with seeded random data.
+    #[arg(long = "input", value_name = "NAME=FILE")]
+    pub inputs: Vec<String>,
+    /// Write each output to DIR/NAME.npy.
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+    /// Seed for generated inputs.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Print a JSON report instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct InspectArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Print a JSON report instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Timed runs.
+    #[arg(long, default_value_t = 50)]
+    pub runs: usize,
+    /// Untimed warm-up runs.
+    #[arg(long, default_value_t = 5)]
+    pub warmup: usize,
+    /// Also print time per operator type (per-node profiling).
+    #[arg(long)]
+    pub profile: bool,
+    /// Print a JSON report instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
