@@ -12,9 +12,9 @@ pub fn export(dir: &Path) -> Result<(), String> {
         ("resnet_like.onnx", models::default_model()),
         (
             "resnet_like_batch.onnx",
-            models::resnet_like(Dim::Sym("N"), 64, 32, 3, 10, 42),
+            models::resnet_like(Dim::sym("N"), 64, 32, 3, 10, 42),
         ),
-        ("mlp.onnx", models::mlp(Dim::Sym("N"), 256, 512, 10, 7)),
+        ("mlp.onnx", models::mlp(Dim::sym("N"), 256, 512, 10, 7)),
         (
             "transformer_like.onnx",
             models::transformer_like(64, 128, 256, 11),

@@ -23,7 +23,7 @@ pub fn seeded_values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
 /// pool, `blocks` residual blocks (conv-bn-relu-conv-bn + identity, relu), global average pool,
 /// flatten and a Gemm classifier with `classes` outputs.
 pub fn resnet_like(
-    batch: Dim<'_>,
+    batch: Dim,
     size: usize,
     width: usize,
     blocks: usize,
@@ -35,9 +35,14 @@ pub fn resnet_like(
         .input(
             "input",
             DType::F32,
-            &[batch, Dim::Fixed(3), Dim::Fixed(size), Dim::Fixed(size)],
+            &[
+                batch.clone(),
+                Dim::Known(3),
+                Dim::Known(size),
+                Dim::Known(size),
+            ],
         )
-        .output("logits", DType::F32, &[batch, Dim::Fixed(classes)]);
+        .output("logits", DType::F32, &[batch, Dim::Known(classes)]);
     let mut seed = seed;
     let mut next_seed = || {
         seed += 1;
@@ -166,21 +171,15 @@ pub fn resnet_like(
 
 /// The CLI's built-in default: a ResNet-style network on one 3×64×64 image.
 pub fn default_model() -> ModelBuilder {
-    resnet_like(Dim::Fixed(1), 64, 32, 3, 10, 42)
+    resnet_like(Dim::Known(1), 64, 32, 3, 10, 42)
 }
 
 /// A two-layer perceptron `[N, inputs] → hidden (Relu) → outputs (Softmax)`.
-pub fn mlp(
-    batch: Dim<'_>,
-    inputs: usize,
-    hidden: usize,
-    outputs: usize,
-    seed: u64,
-) -> ModelBuilder {
+pub fn mlp(batch: Dim, inputs: usize, hidden: usize, outputs: usize, seed: u64) -> ModelBuilder {
     ModelBuilder::new("strata-mlp")
         .opset(17)
-        .input("x", DType::F32, &[batch, Dim::Fixed(inputs)])
-        .output("probs", DType::F32, &[batch, Dim::Fixed(outputs)])
+        .input("x", DType::F32, &[batch.clone(), Dim::Known(inputs)])
+        .output("probs", DType::F32, &[batch, Dim::Known(outputs)])
         .initializer_f32(
             "w1",
             &seeded_values(inputs * hidden, seed, (2.0 / inputs as f32).sqrt()),
@@ -216,12 +215,12 @@ pub fn transformer_like(seq: usize, dim: usize, hidden: usize, seed: u64) -> Mod
         .input(
             "x",
             DType::F32,
-            &[Dim::Fixed(1), Dim::Fixed(seq), Dim::Fixed(dim)],
+            &[Dim::Known(1), Dim::Known(seq), Dim::Known(dim)],
         )
         .output(
             "y",
             DType::F32,
-            &[Dim::Fixed(1), Dim::Fixed(seq), Dim::Fixed(dim)],
+            &[Dim::Known(1), Dim::Known(seq), Dim::Known(dim)],
         );
     for (i, name) in ["wq", "wk", "wv", "wo"].iter().enumerate() {
         b = b.initializer_f32(

@@ -17,7 +17,7 @@ fn model_bytes() -> Vec<u8> {
         .input(
             "x",
             DType::F32,
-            &[Dim::Sym("N"), Dim::Fixed(3), Dim::Fixed(4), Dim::Fixed(4)],
+            &[Dim::sym("N"), Dim::Known(3), Dim::Known(4), Dim::Known(4)],
         )
         .initializer_f32(
             "w",
@@ -54,7 +54,7 @@ fn model_bytes() -> Vec<u8> {
                 .floats("f", &[1.0, 2.0]),
         )
         .node("Reshape", &["r", "shape"], &["out"], Attrs::new())
-        .output("out", DType::F32, &[Dim::Sym("N"), Dim::Unknown])
+        .output("out", DType::F32, &[Dim::sym("N"), Dim::Unknown])
         .to_bytes()
         .unwrap()
 }

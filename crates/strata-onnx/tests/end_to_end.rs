@@ -78,7 +78,7 @@ fn mlp_reference(x: &[f32], n: usize, sizes: (usize, usize, usize), seed: u64) -
 fn mlp_from_file_matches_naive_reference() {
     let sizes = (24, 40, 7);
     let path = save(
-        &models::mlp(Dim::Sym("N"), sizes.0, sizes.1, sizes.2, 3),
+        &models::mlp(Dim::sym("N"), sizes.0, sizes.1, sizes.2, 3),
         "mlp",
     );
     let plan = strata_onnx::load(&path, PlanConfig::default().with_threads(2)).unwrap();
@@ -92,7 +92,7 @@ fn mlp_from_file_matches_naive_reference() {
 #[test]
 fn weights_are_used_in_place_from_the_mapped_file() {
     let path = save(
-        &models::resnet_like(Dim::Fixed(1), 16, 8, 1, 4, 1),
+        &models::resnet_like(Dim::Known(1), 16, 8, 1, 4, 1),
         "mapped",
     );
     let graph = strata_onnx::load_graph(&path).unwrap();
@@ -113,7 +113,7 @@ fn weights_are_used_in_place_from_the_mapped_file() {
 
 #[test]
 fn cnn_batch_equals_images_one_by_one() {
-    let builder = models::resnet_like(Dim::Sym("N"), 32, 16, 2, 10, 8);
+    let builder = models::resnet_like(Dim::sym("N"), 32, 16, 2, 10, 8);
     let path = save(&builder, "cnn");
     let profile = OptimizationProfile::new()
         .with_input("input", &[1, 3, 32, 32], &[2, 3, 32, 32], &[4, 3, 32, 32])
@@ -153,7 +153,7 @@ fn cnn_batch_equals_images_one_by_one() {
 #[test]
 fn many_threads_share_one_plan_bit_identically() {
     let path = save(
-        &models::resnet_like(Dim::Fixed(1), 16, 8, 1, 10, 4),
+        &models::resnet_like(Dim::Known(1), 16, 8, 1, 10, 4),
         "threads",
     );
     let plan = strata_onnx::load(&path, PlanConfig::default().with_threads(1)).unwrap();
@@ -198,9 +198,9 @@ fn nonzero_takes_the_dynamic_path() {
         .input(
             "x",
             strata_core::DType::F32,
-            &[Dim::Fixed(2), Dim::Fixed(3)],
+            &[Dim::Known(2), Dim::Known(3)],
         )
-        .output("y", strata_core::DType::I64, &[Dim::Unknown, Dim::Fixed(2)])
+        .output("y", strata_core::DType::I64, &[Dim::Unknown, Dim::Known(2)])
         .node("NonZero", &["x"], &["nz"], Attrs::new())
         .node(
             "Transpose",
@@ -242,7 +242,7 @@ fn nonzero_takes_the_dynamic_path() {
 #[test]
 fn broken_and_unsupported_models_are_typed_errors() {
     let dir = temp_dir("broken");
-    let good = models::mlp(Dim::Fixed(1), 4, 4, 2, 1).to_bytes().unwrap();
+    let good = models::mlp(Dim::Known(1), 4, 4, 2, 1).to_bytes().unwrap();
     for cut in [1, good.len() / 3, good.len() / 2, good.len() - 1] {
         let path = dir.join(format!("cut{cut}.onnx"));
         std::fs::write(&path, &good[..cut]).unwrap();
@@ -266,8 +266,8 @@ fn broken_and_unsupported_models_are_typed_errors() {
 
     let unsupported = ModelBuilder::new("unsupported")
         .opset(17)
-        .input("x", strata_core::DType::F32, &[Dim::Fixed(2)])
-        .output("z", strata_core::DType::F32, &[Dim::Fixed(2)])
+        .input("x", strata_core::DType::F32, &[Dim::Known(2)])
+        .output("z", strata_core::DType::F32, &[Dim::Known(2)])
         .named_node("first", "FancyOp", &["x"], &["a"], Attrs::new())
         .named_node("second", "Relu", &["a"], &["b"], Attrs::new())
         .named_node("third", "FancyOp", &["b"], &["c"], Attrs::new())
@@ -299,7 +299,7 @@ fn broken_and_unsupported_models_are_typed_errors() {
 #[test]
 fn wrong_inputs_are_typed_errors() {
     let plan = strata_onnx::load(
-        save(&models::mlp(Dim::Fixed(2), 4, 4, 2, 1), "inputs"),
+        save(&models::mlp(Dim::Known(2), 4, 4, 2, 1), "inputs"),
         PlanConfig::default(),
     )
     .unwrap();

@@ -53,12 +53,12 @@ fn builder_writes_big_initializers_to_a_side_file() {
     let big: Vec<f32> = (0..3000).map(|i| i as f32).collect();
     let also_big: Vec<i64> = (0..700).collect();
     ModelBuilder::new("ext")
-        .input("x", DType::F32, &[Dim::Fixed(3000)])
+        .input("x", DType::F32, &[Dim::Known(3000)])
         .initializer_f32("big", &big, &[3000])
         .initializer_f32("small", &[1.0, 2.0], &[2])
         .initializer_i64("also_big", &also_big, &[700])
         .node("Add", &["x", "big"], &["y"], Attrs::new())
-        .output("y", DType::F32, &[Dim::Fixed(3000)])
+        .output("y", DType::F32, &[Dim::Known(3000)])
         .external_data(1024)
         .save(&path)
         .unwrap();

@@ -36,10 +36,10 @@ fn aligned_raw_data_in_a_mapped_file_is_zero_copy_and_misaligned_is_copied() {
     for pad in 0..8 {
         ModelBuilder::new("pad")
             .doc_string(&"#".repeat(pad))
-            .input("x", DType::F32, &[Dim::Fixed(64)])
+            .input("x", DType::F32, &[Dim::Known(64)])
             .initializer_f32("w", &values, &[8, 8])
             .node("Add", &["x", "w"], &["y"], Attrs::new())
-            .output("y", DType::F32, &[Dim::Fixed(8), Dim::Fixed(8)])
+            .output("y", DType::F32, &[Dim::Known(8), Dim::Known(8)])
             .align_initializers(false)
             .save(&path)
             .unwrap();
@@ -91,7 +91,7 @@ fn builder_models_have_every_initializer_in_place() {
     let halves: Vec<f16> = (0..5).map(|i| f16::from_f32(i as f32 / 4.0)).collect();
     let brains: Vec<bf16> = (0..3).map(|i| bf16::from_f32(i as f32 * 8.0)).collect();
     ModelBuilder::new("all")
-        .input("x", DType::F32, &[Dim::Sym("N")])
+        .input("x", DType::F32, &[Dim::sym("N")])
         .node("Identity", &["x"], &["y"], Attrs::new())
         .initializer_values("f64", &[1.5f64, 2.5, 3.5], &[3])
         .initializer_values("i8", &[-1i8, 2, 3], &[3])
@@ -105,7 +105,7 @@ fn builder_models_have_every_initializer_in_place() {
             &Tensor::from_bools(&[true, false, true], &[3]).unwrap(),
         )
         .initializer_f32("f32", &[0.25; 11], &[11])
-        .output("y", DType::F32, &[Dim::Sym("N")])
+        .output("y", DType::F32, &[Dim::sym("N")])
         .save(&path)
         .unwrap();
     let (model, _file) = open_model(&path).unwrap();

@@ -13,7 +13,7 @@ fn text_model() -> Arc<InferencePlan> {
     let model = ModelBuilder::new("text")
         .opset(20)
         .opset_domain("ai.onnx.ml", 4)
-        .input("words", DType::String, &[Dim::Sym("N")])
+        .input("words", DType::String, &[Dim::sym("N")])
         .initializer("axes", &Tensor::from_slice(&[0i64], &[1]).unwrap())
         .initializer("bang", &Tensor::from_strings(&[1], ["!"]).unwrap())
         .initializer("first", &Tensor::from_slice(&[0i64], &[1]).unwrap())
@@ -68,13 +68,13 @@ fn text_model() -> Arc<InferencePlan> {
             &["id_values"],
             Attrs::new().int("to", 1),
         )
-        .output("id_text", DType::String, &[Dim::Sym("N")])
-        .output("id_values", DType::F32, &[Dim::Sym("N")])
-        .output("shouted", DType::String, &[Dim::Unknown, Dim::Fixed(1)])
-        .output("head", DType::String, &[Dim::Fixed(1)])
-        .output("is_apple", DType::Bool, &[Dim::Sym("N")])
-        .output("has_digit", DType::Bool, &[Dim::Sym("N")])
-        .output("ids", DType::I64, &[Dim::Sym("N")]);
+        .output("id_text", DType::String, &[Dim::sym("N")])
+        .output("id_values", DType::F32, &[Dim::sym("N")])
+        .output("shouted", DType::String, &[Dim::Unknown, Dim::Known(1)])
+        .output("head", DType::String, &[Dim::Known(1)])
+        .output("is_apple", DType::Bool, &[Dim::sym("N")])
+        .output("has_digit", DType::Bool, &[Dim::sym("N")])
+        .output("ids", DType::I64, &[Dim::sym("N")]);
     let bytes = model.to_bytes().unwrap();
     load_bytes(bytes, "text.onnx", PlanConfig::default().with_threads(1)).unwrap()
 }

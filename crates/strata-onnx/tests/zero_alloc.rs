@@ -38,7 +38,7 @@ fn steady_state_allocations(bytes: Vec<u8>, input: &str, dims: &[usize]) -> usiz
 fn steady_state_execute_does_not_allocate() {
     // One test function: the counter watches only this thread, but keeping both models in one
     // test keeps the check independent of the harness's threads.
-    let cnn = models::resnet_like(Dim::Fixed(2), 32, 16, 2, 10, 5)
+    let cnn = models::resnet_like(Dim::Known(2), 32, 16, 2, 10, 5)
         .to_bytes()
         .unwrap();
     assert_eq!(

@@ -52,8 +52,8 @@ fn steady_state_allocations(model: ModelBuilder, inputs: &[(&str, Tensor)]) -> u
     count
 }
 
-fn fixed(dims: &[usize]) -> Vec<Dim<'static>> {
-    dims.iter().map(|&d| Dim::Fixed(d)).collect()
+fn fixed(dims: &[usize]) -> Vec<Dim> {
+    dims.iter().map(|&d| Dim::Known(d)).collect()
 }
 
 fn f32_input(dims: &[usize], seed: u64) -> Tensor {

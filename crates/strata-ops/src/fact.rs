@@ -16,6 +16,11 @@ pub enum Dim {
 }
 
 impl Dim {
+    /// A named dim (`Dim::sym("N")`).
+    pub fn sym(name: impl Into<String>) -> Dim {
+        Dim::Sym(name.into())
+    }
+
     pub fn known(&self) -> Option<usize> {
         match self {
             Dim::Known(d) => Some(*d),

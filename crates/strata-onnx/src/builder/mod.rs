@@ -6,11 +6,11 @@
 //!
 //! let bytes = ModelBuilder::new("relu_conv")
 //!     .opset(17)
-//!     .input("x", DType::F32, &[Dim::Sym("N"), Dim::Fixed(3), Dim::Fixed(8), Dim::Fixed(8)])
+//!     .input("x", DType::F32, &[Dim::sym("N"), Dim::Known(3), Dim::Known(8), Dim::Known(8)])
 //!     .initializer_f32("w", &[0.5; 3 * 3 * 3 * 3], &[3, 3, 3, 3])
 //!     .node("Conv", &["x", "w"], &["y"], Attrs::new().ints("pads", &[1, 1, 1, 1]))
 //!     .node("Relu", &["y"], &["z"], Attrs::new())
-//!     .output("z", DType::F32, &[Dim::Sym("N"), Dim::Fixed(3), Dim::Fixed(8), Dim::Fixed(8)])
+//!     .output("z", DType::F32, &[Dim::sym("N"), Dim::Known(3), Dim::Known(8), Dim::Known(8)])
 //!     .to_bytes()?;
 //! let model = strata_onnx::load_model_bytes(bytes.into(), "relu_conv")?;
 //! assert_eq!(model.graph.unwrap().node[0].name(), "Conv_0");
@@ -31,7 +31,8 @@ use prost::Message;
 use strata_core::{DType, Element, Tensor};
 
 pub use attrs::Attrs;
-pub use value_info::Dim;
+/// The dims of builder inputs and outputs: strata-ops' `Dim`, re-exported.
+pub use strata_ops::Dim;
 
 use crate::error::{OnnxError, Result};
 use crate::external::relative_location;
@@ -112,7 +113,7 @@ impl ModelBuilder {
     }
 
     /// A graph input with `dtype` and `dims`.
-    pub fn input(mut self, name: &str, dtype: DType, dims: &[Dim<'_>]) -> Self {
+    pub fn input(mut self, name: &str, dtype: DType, dims: &[Dim]) -> Self {
         if let Some(info) = self.value_info_for(name, dtype, Some(dims)) {
             self.inputs.push(info);
         }
@@ -128,7 +129,7 @@ impl ModelBuilder {
     }
 
     /// A graph output with `dtype` and `dims`.
-    pub fn output(mut self, name: &str, dtype: DType, dims: &[Dim<'_>]) -> Self {
+    pub fn output(mut self, name: &str, dtype: DType, dims: &[Dim]) -> Self {
         if let Some(info) = self.value_info_for(name, dtype, Some(dims)) {
             self.outputs.push(info);
         }
@@ -144,7 +145,7 @@ impl ModelBuilder {
     }
 
     /// Type and shape of an intermediate value (`graph.value_info`).
-    pub fn value_info(mut self, name: &str, dtype: DType, dims: &[Dim<'_>]) -> Self {
+    pub fn value_info(mut self, name: &str, dtype: DType, dims: &[Dim]) -> Self {
         if let Some(info) = self.value_info_for(name, dtype, Some(dims)) {
             self.value_infos.push(info);
         }
@@ -356,7 +357,7 @@ impl ModelBuilder {
         &mut self,
         name: &str,
         dtype: DType,
-        dims: Option<&[Dim<'_>]>,
+        dims: Option<&[Dim]>,
     ) -> Option<ValueInfoProto> {
         match elem_type(name, dtype) {
             Ok(code) => Some(tensor_value_info(name, code, dims)),
@@ -440,7 +441,7 @@ mod tests {
             .input(
                 "x",
                 DType::F32,
-                &[Dim::Sym("N"), Dim::Fixed(3), Dim::Unknown],
+                &[Dim::sym("N"), Dim::Known(3), Dim::Unknown],
             )
             .initializer_f32("w", &[0.5, -0.5, 1.5], &[3])
             .initializer_i64("shape", &[1, -1], &[2])
@@ -454,8 +455,8 @@ mod tests {
                 &["out"],
                 Attrs::new(),
             )
-            .value_info("y", DType::F32, &[Dim::Sym("N"), 3.into()])
-            .output("out", DType::F32, &[Dim::Sym("N"), Dim::Fixed(3)])
+            .value_info("y", DType::F32, &[Dim::sym("N"), 3.into()])
+            .output("out", DType::F32, &[Dim::sym("N"), Dim::Known(3)])
             .output_unranked("z", DType::F32);
         let model = decode(&builder);
         assert_eq!(
@@ -553,7 +554,7 @@ mod tests {
     fn initializers_can_be_listed_as_inputs() {
         let builder = ModelBuilder::new("old")
             .opset(7)
-            .input("x", DType::F32, &[Dim::Fixed(2)])
+            .input("x", DType::F32, &[Dim::Known(2)])
             .initializer_values("b", &[1u8, 2], &[2])
             .initializers_as_inputs(true);
         let model = decode(&builder);

@@ -1,43 +1,27 @@
 //! Graph inputs and outputs for the model builder: names with an element type and a shape of
-//! fixed and symbolic dims.
+//! known and symbolic dims (strata-ops' `Dim`, the one dim type).
 
 use strata_core::DType;
+use strata_ops::Dim;
 
 use crate::proto::tensor_shape_proto::{dimension, Dimension};
 use crate::proto::type_proto::{self, Value};
 use crate::proto::{TensorShapeProto, TypeProto, ValueInfoProto};
-
-/// One dimension of a graph input or output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dim<'a> {
-    /// A known size.
-    Fixed(usize),
-    /// A named size shared by every dim with the same name (`"N"`, `"seq_len"`).
-    Sym(&'a str),
-    /// A size nothing is known about.
-    Unknown,
-}
-
-impl From<usize> for Dim<'_> {
-    fn from(size: usize) -> Self {
-        Dim::Fixed(size)
-    }
-}
 
 /// `ValueInfoProto` for a tensor of ONNX element type `elem_type` with `dims` (`None`: rank
 /// unknown).
 pub(crate) fn tensor_value_info(
     name: &str,
     elem_type: i32,
-    dims: Option<&[Dim<'_>]>,
+    dims: Option<&[Dim]>,
 ) -> ValueInfoProto {
     let shape = dims.map(|dims| TensorShapeProto {
         dim: dims
             .iter()
             .map(|dim| Dimension {
-                value: match *dim {
-                    Dim::Fixed(size) => Some(dimension::Value::DimValue(size as i64)),
-                    Dim::Sym(param) => Some(dimension::Value::DimParam(param.to_string())),
+                value: match dim {
+                    Dim::Known(size) => Some(dimension::Value::DimValue(*size as i64)),
+                    Dim::Sym(param) => Some(dimension::Value::DimParam(param.clone())),
                     Dim::Unknown => None,
                 },
                 denotation: None,
@@ -59,9 +43,9 @@ pub(crate) fn tensor_value_info(
 }
 
 /// Fixed dims, as `Dim`s.
-pub(crate) fn fixed(dims: &[i64]) -> Vec<Dim<'static>> {
+pub(crate) fn fixed(dims: &[i64]) -> Vec<Dim> {
     dims.iter()
-        .map(|&d| Dim::Fixed(d.max(0) as usize))
+        .map(|&d| Dim::Known(d.max(0) as usize))
         .collect()
 }
 
