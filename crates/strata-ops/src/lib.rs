@@ -5,7 +5,6 @@
 //! per node (chosen by op, dtype and device); running a node calls that kernel directly.
 
 pub mod attributes;
-pub mod capabilities;
 pub mod error;
 pub mod eval;
 pub mod fact;
@@ -16,11 +15,10 @@ mod registry;
 pub mod support;
 
 pub use attributes::{Attr, Attributes};
-pub use capabilities::{
-    EpilogueStep, Fused, FusesEpilogue, InferenceBatchNorm, KernelCapabilities, MakesOutputs,
-    OpCapabilities,
-};
 pub use error::{OpError, OpResult};
 pub use fact::{broadcast_dims, broadcast_shapes, int_values, Dim, Fact};
-pub use operator::{Constructor, Kernel, KernelIo, OpContext, OpTable, Operator};
+pub use operator::{
+    Constructor, EpilogueStep, Fused, FusesEpilogue, InferenceBatchNorm, Kernel,
+    KernelCapabilities, KernelIo, MakesOutputs, OpCapabilities, OpContext, OpTable, Operator,
+};
 pub use registry::{build_operator, is_supported, supported_ops};
