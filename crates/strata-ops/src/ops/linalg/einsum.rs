@@ -1,6 +1,6 @@
 //! Einsum (opset 12+) for f32, f64, f16 and bf16 (the 16-bit types computed in f32): transposes,
 //! diagonals, sums, broadcast `...` dims and contractions, the contractions through the GEMM
-//! (one product per batch index). The plan (see `einsum_plan`) is made once for the planned
+//! (one product per batch index). The schedule (see `einsum_schedule`) is made once for the planned
 //! dims; all working buffers are planned scratch.
 
 use std::marker::PhantomData;
@@ -9,7 +9,7 @@ use smallvec::SmallVec;
 
 use strata_core::{DType, Device, Element};
 
-use super::einsum_plan::{Equation, Plan, View};
+use super::einsum_schedule::{Equation, Schedule, View};
 use crate::kernels::{gemm, Float, GemmFloat};
 use crate::support::numeric::Real;
 use crate::support::strided::StridedWalk;
@@ -43,7 +43,7 @@ impl Einsum {
         Ok(Box::new(Einsum { equation }))
     }
 
-    fn plan_for(&self, inputs: &[&Fact]) -> OpResult<Option<Plan>> {
+    fn schedule_for(&self, inputs: &[&Fact]) -> OpResult<Option<Schedule>> {
         let mut dims = Vec::with_capacity(inputs.len());
         for f in inputs {
             match f.concrete() {
@@ -52,7 +52,7 @@ impl Einsum {
             }
         }
         let refs: Vec<&[usize]> = dims.iter().map(Vec::as_slice).collect();
-        self.equation.plan(&refs).map(Some)
+        self.equation.schedule(&refs).map(Some)
     }
 }
 
@@ -86,7 +86,7 @@ impl Operator for Einsum {
                 actual: f.dtype,
             });
         }
-        match self.plan_for(inputs)? {
+        match self.schedule_for(inputs)? {
             Some(plan) => Ok(vec![Fact::known(dtype, &plan.out_dims)]),
             None => Err(OpError::shape(
                 OP,
@@ -99,7 +99,7 @@ impl Operator for Einsum {
     }
 
     fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
-        let Some(plan) = self.plan_for(inputs)? else {
+        let Some(plan) = self.schedule_for(inputs)? else {
             return Ok(0);
         };
         let wide = match inputs[0].dtype {
@@ -118,7 +118,7 @@ impl Operator for Einsum {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let plan = self
-            .plan_for(inputs)?
+            .schedule_for(inputs)?
             .ok_or_else(|| OpError::shape(OP, "needs known input dims at plan time"))?;
         let dtype = inputs.first().map_or(DType::F32, |f| f.dtype);
         match (dtype, device) {
@@ -135,12 +135,12 @@ impl Operator for Einsum {
 
 #[derive(Debug)]
 struct EinsumKernel<T> {
-    plan: Plan,
+    plan: Schedule,
     _t: PhantomData<T>,
 }
 
 impl<T> EinsumKernel<T> {
-    fn new(plan: Plan) -> Self {
+    fn new(plan: Schedule) -> Self {
         EinsumKernel {
             plan,
             _t: PhantomData,
@@ -268,7 +268,7 @@ fn split<'s, 'b, W>(buffers: &'s mut [&'b mut [W]], i: usize) -> (&'s [&'b mut [
 /// summed over the remaining labels of `order`. Labels of `order` the view lacks broadcast.
 fn gather<W: GemmFloat>(
     src: &[W],
-    plan: &Plan,
+    plan: &Schedule,
     view: &View,
     order: &[usize],
     keep: usize,

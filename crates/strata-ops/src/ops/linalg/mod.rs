@@ -3,7 +3,7 @@
 
 pub mod det;
 pub mod einsum;
-mod einsum_plan;
+mod einsum_schedule;
 pub mod gemm;
 pub(crate) mod integer_matmul_kernel;
 pub mod matmul;

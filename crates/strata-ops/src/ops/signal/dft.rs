@@ -32,7 +32,7 @@ pub struct Dft {
 
 /// One transform's geometry: the signal viewed as `[outer, len, inner, channels]`.
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct Plan {
+struct Geometry {
     axis: usize,
     outer: usize,
     len: usize,
@@ -61,7 +61,7 @@ impl Dft {
     }
 
     /// The plan for signal dims `dims`, the raw axis and the optional `dft_length`.
-    fn plan(&self, dims: &[usize], axis: i64, length: Option<i64>) -> OpResult<Plan> {
+    fn geometry(&self, dims: &[usize], axis: i64, length: Option<i64>) -> OpResult<Geometry> {
         let rank = dims.len();
         let channels = dims.last().copied().unwrap_or(0);
         if rank < 2 || !(channels == 1 || channels == 2) {
@@ -95,7 +95,7 @@ impl Dft {
             (false, true) => (n / 2 + 1, 2),
             _ => (n, 2),
         };
-        Ok(Plan {
+        Ok(Geometry {
             axis,
             outer: dims[..axis].iter().product(),
             len,
@@ -108,14 +108,14 @@ impl Dft {
     }
 
     /// Complex values of scratch one run needs: a transform buffer and the FFT's tables.
-    fn work_len(p: &Plan) -> Option<usize> {
+    fn work_len(p: &Geometry) -> Option<usize> {
         p.n.checked_add(Fft::work_len(p.n)?)
     }
 
     /// Transforms every line of `x` along the axis into `out`, with `work` as scratch.
     fn transform(
         &self,
-        p: &Plan,
+        p: &Geometry,
         x: &Floats<'_>,
         out: &mut FloatsMut<'_>,
         work: &mut [Complex],
@@ -159,7 +159,7 @@ impl Dft {
     }
 
     /// The plan for known input facts, when the dims and every size argument are known.
-    fn plan_for(&self, inputs: &[&Fact]) -> OpResult<Option<Plan>> {
+    fn geometry_for(&self, inputs: &[&Fact]) -> OpResult<Option<Geometry>> {
         let Some(dims) = required(OP, inputs, 0)?.concrete() else {
             return Ok(None);
         };
@@ -178,12 +178,12 @@ impl Dft {
             None => known(2)?.map(|a| a.unwrap_or(-2)),
         };
         match (axis, known(1)?) {
-            (Some(axis), Some(length)) => Ok(Some(self.plan(&dims, axis, length)?)),
+            (Some(axis), Some(length)) => Ok(Some(self.geometry(&dims, axis, length)?)),
             _ => Ok(None),
         }
     }
 
-    fn out_dims(p: &Plan, dims: &[usize]) -> Axes {
+    fn out_dims(p: &Geometry, dims: &[usize]) -> Axes {
         let mut out = Axes::from_slice(dims);
         out[p.axis] = p.out_len;
         *out.last_mut().unwrap_or(&mut 0) = p.out_channels;
@@ -208,7 +208,7 @@ impl Operator for Dft {
         }
         check_int_input(OP, inputs, 1)?;
         check_int_input(OP, inputs, 2)?;
-        match (self.plan_for(inputs)?, x.concrete()) {
+        match (self.geometry_for(inputs)?, x.concrete()) {
             (Some(p), Some(dims)) => Ok(vec![Fact::known(x.dtype, &Self::out_dims(&p, &dims))]),
             _ => {
                 let mut dims = vec![Dim::Unknown; x.rank()];
@@ -232,7 +232,7 @@ impl Operator for Dft {
     }
 
     fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
-        let Some(p) = self.plan_for(inputs)? else {
+        let Some(p) = self.geometry_for(inputs)? else {
             return Ok(0);
         };
         Self::work_len(&p)
@@ -258,7 +258,7 @@ impl Kernel for Dft {
             Some(a) => a,
             None => scalar(2)?.unwrap_or(-2),
         };
-        let p = self.plan(x.dims(), axis, scalar(1)?)?;
+        let p = self.geometry(x.dims(), axis, scalar(1)?)?;
         let out = io.output(0);
         if out.dims() != Self::out_dims(&p, x.dims()).as_slice() {
             return Err(OpError::kernel(

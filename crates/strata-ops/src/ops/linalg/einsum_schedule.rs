@@ -1,5 +1,5 @@
 //! Einsum equations (opset 12+): parsing (`"bij,bjk->bik"`, spaces allowed, `...` for broadcast
-//! dims, implicit output when `->` is absent) and, for concrete input dims, the execution plan:
+//! dims, implicit output when `->` is absent) and, for concrete input dims, the execution schedule:
 //! every label's size, each input as a strided view (repeated labels become one diagonal axis,
 //! size-1 broadcast dims stride 0), then pairwise contractions left to right, each one packed
 //! into `[batch, m, k] x [batch, k, n]` for the GEMM, and a final gather into the output order.
@@ -103,7 +103,7 @@ pub(crate) struct Contraction {
 
 /// The resolved computation for one set of input dims.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Plan {
+pub(crate) struct Schedule {
     /// Every label's size (ellipsis dims are labels too).
     pub sizes: Vec<usize>,
     pub out_dims: Vec<usize>,
@@ -116,7 +116,7 @@ pub(crate) struct Plan {
     pub last_order: Vec<usize>,
 }
 
-impl Plan {
+impl Schedule {
     /// Total working elements, checked.
     pub fn scratch_len(&self) -> OpResult<usize> {
         self.buffers
@@ -135,7 +135,7 @@ fn checked_product(values: impl IntoIterator<Item = usize>) -> OpResult<usize> {
 
 impl Equation {
     /// Resolves the equation against the input dims.
-    pub fn plan(&self, dims: &[&[usize]]) -> OpResult<Plan> {
+    pub fn schedule(&self, dims: &[&[usize]]) -> OpResult<Schedule> {
         if dims.len() != self.inputs.len() {
             return Err(OpError::InputCount {
                 op: OP.into(),
@@ -371,7 +371,7 @@ impl Equation {
             .chain(acc.labels.iter().copied().filter(|l| !output.contains(l)))
             .collect();
         buffers.push(checked_product(out_dims.iter().copied())?);
-        let plan = Plan {
+        let plan = Schedule {
             sizes,
             out_dims,
             buffers,
@@ -392,30 +392,33 @@ mod tests {
     fn parses_spaces_ellipsis_and_implicit_outputs() {
         let eq = Equation::parse("bij, bjk -> bik").unwrap();
         assert_eq!(eq.input_count(), 2);
-        let plan = eq.plan(&[&[5, 2, 3], &[5, 3, 4]]).unwrap();
+        let plan = eq.schedule(&[&[5, 2, 3], &[5, 3, 4]]).unwrap();
         assert_eq!(plan.out_dims, [5, 2, 4]);
         let c = &plan.contractions[0];
         assert_eq!(c.shape, (5, 2, 3, 4));
         // Implicit output: letters used once, sorted: "ba,b" -> "a".
         let plan = Equation::parse("ba,b")
             .unwrap()
-            .plan(&[&[3, 2], &[3]])
+            .schedule(&[&[3, 2], &[3]])
             .unwrap();
         assert_eq!(plan.out_dims, [2]);
         // Inner product: nothing left.
-        let plan = Equation::parse("i,i").unwrap().plan(&[&[5], &[5]]).unwrap();
+        let plan = Equation::parse("i,i")
+            .unwrap()
+            .schedule(&[&[5], &[5]])
+            .unwrap();
         assert_eq!(plan.out_dims, Vec::<usize>::new());
         // Diagonal under an ellipsis: "...ii->...i" over [3, 5, 5] views one axis of stride 6.
         let plan = Equation::parse("...ii ->...i")
             .unwrap()
-            .plan(&[&[3, 5, 5]])
+            .schedule(&[&[3, 5, 5]])
             .unwrap();
         assert_eq!(plan.out_dims, [3, 5]);
         assert_eq!(plan.last.strides, [25, 6]);
         // Ellipsis dims broadcast (size 1 against 4).
         let plan = Equation::parse("...i,...i->...")
             .unwrap()
-            .plan(&[&[1, 3], &[4, 3]])
+            .schedule(&[&[1, 3], &[4, 3]])
             .unwrap();
         assert_eq!(plan.out_dims, [4]);
     }
@@ -426,15 +429,15 @@ mod tests {
         assert!(Equation::parse("i.j->i").is_err());
         assert!(Equation::parse("......i").is_err());
         let eq = Equation::parse("ij,jk->ik").unwrap();
-        let err = eq.plan(&[&[2, 3], &[4, 5]]).unwrap_err();
+        let err = eq.schedule(&[&[2, 3], &[4, 5]]).unwrap_err();
         assert!(err.to_string().contains("does not match"), "{err}");
-        assert!(eq.plan(&[&[2, 3, 1], &[3, 5]]).is_err());
-        assert!(eq.plan(&[&[2, 3]]).is_err());
+        assert!(eq.schedule(&[&[2, 3, 1], &[3, 5]]).is_err());
+        assert!(eq.schedule(&[&[2, 3]]).is_err());
         let err = Equation::parse("ij->iz")
             .unwrap()
-            .plan(&[&[2, 3]])
+            .schedule(&[&[2, 3]])
             .unwrap_err();
         assert!(err.to_string().contains("'z'"), "{err}");
-        assert!(Equation::parse("ii").unwrap().plan(&[&[2, 3]]).is_err());
+        assert!(Equation::parse("ii").unwrap().schedule(&[&[2, 3]]).is_err());
     }
 }
