@@ -11,6 +11,7 @@ use rayon::prelude::*;
 
 use crate::kernels::activation::Activation;
 use crate::kernels::float::Float;
+use crate::kernels::simd::multiversion;
 use crate::kernels::spatial::WindowGeometry;
 
 /// Planes smaller than this many multiply-adds are grouped per task, so a task is worth handing
@@ -93,6 +94,9 @@ pub(crate) fn depthwise<T: Float>(
     out: &mut [T],
     threads: usize,
 ) {
+    if w.out_len == 0 {
+        return;
+    }
     let (rows, cols) = match w.in_dims.len() {
         1 => (Axis::UNIT, Axis::of(w, 0)),
         _ => (Axis::of(w, 0), Axis::of(w, 1)),
@@ -109,19 +113,87 @@ pub(crate) fn depthwise<T: Float>(
         }
     };
     let per_plane = w.out_len.saturating_mul(w.kernel_len).max(1);
-    let planes = out.len() / w.out_len.max(1);
+    let planes = out.len() / w.out_len;
     if threads <= 1 || planes < 2 || per_plane.saturating_mul(planes) < 2 * TASK_MIN_MULADDS {
-        out.chunks_mut(w.out_len.max(1)).enumerate().for_each(plane);
+        out.chunks_mut(w.out_len).enumerate().for_each(plane);
     } else {
-        out.par_chunks_mut(w.out_len.max(1))
+        out.par_chunks_mut(w.out_len)
             .enumerate()
             .with_min_len(TASK_MIN_MULADDS.div_ceil(per_plane))
             .for_each(plane);
     }
 }
 
-/// One plane: `y = conv(x, k)` with `k` of `rows.taps x cols.taps`.
-fn plane_conv<T: Float>(x: &[T], k: &[T], rows: Axis, cols: Axis, y: &mut [T]) {
+multiversion! {
+    /// One plane: `y = conv(x, k)` with `k` of `rows.taps x cols.taps`.
+    fn plane_conv<T: Float>(x: &[T], k: &[T], rows: Axis, cols: Axis, y: &mut [T]) => plane_body;
+}
+
+/// Longest padded input row (per stride phase) the row-buffer path takes; wider rows, or
+/// strides above [`MAX_PHASES`], go through [`plane_in_place`].
+const ROW_MAX: usize = 512;
+/// Column strides the row-buffer path handles (one buffer per phase).
+const MAX_PHASES: usize = 2;
+
+#[inline(always)]
+fn plane_body<T: Float>(x: &[T], k: &[T], rows: Axis, cols: Axis, y: &mut [T]) {
+    let span = (cols.output - 1) * cols.stride + (cols.taps - 1) * cols.dilation + 1;
+    if cols.stride > MAX_PHASES || span.div_ceil(cols.stride) > ROW_MAX {
+        return plane_in_place(x, k, rows, cols, y);
+    }
+    // Each input row under the window is copied once per output row into zero-padded buffers,
+    // split by stride phase (`phases[r][i]` = padded column `i * stride + r`), so that every
+    // tap reads `output` contiguous elements: no edge ranges, whole vectors.
+    let (stride, ow) = (cols.stride, cols.output);
+    let mut phases = [[T::ZERO; ROW_MAX]; MAX_PHASES];
+    // Per tap: phase and first element.
+    let tap_at = |kx: usize| {
+        let at = kx * cols.dilation;
+        (at % stride, at / stride)
+    };
+    for (oy, y_row) in y.chunks_exact_mut(ow).enumerate() {
+        y_row.fill(T::ZERO);
+        for ky in 0..rows.taps {
+            let iy = (oy * rows.stride) as isize + rows.offset(ky);
+            if iy < 0 || iy >= rows.input as isize {
+                continue;
+            }
+            let x_row = &x[iy as usize * cols.input..][..cols.input];
+            for j in 0..span {
+                let ix = j as isize - cols.pad as isize;
+                phases[j % stride][j / stride] = if ix >= 0 && (ix as usize) < cols.input {
+                    x_row[ix as usize]
+                } else {
+                    T::ZERO
+                };
+            }
+            let taps = &k[ky * cols.taps..][..cols.taps];
+            if let [w0, w1, w2] = *taps {
+                let ((r0, s0), (r1, s1), (r2, s2)) = (tap_at(0), tap_at(1), tap_at(2));
+                let (p0, p1, p2) = (
+                    &phases[r0][s0..s0 + ow],
+                    &phases[r1][s1..s1 + ow],
+                    &phases[r2][s2..s2 + ow],
+                );
+                for (((o, &a), &b), &c) in y_row.iter_mut().zip(p0).zip(p1).zip(p2) {
+                    *o += w0 * a + w1 * b + w2 * c;
+                }
+            } else {
+                for (kx, &w) in taps.iter().enumerate() {
+                    let (r, start) = tap_at(kx);
+                    for (o, &v) in y_row.iter_mut().zip(&phases[r][start..start + ow]) {
+                        *o += w * v;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One plane straight from the input: per output row and tap, the range of outputs whose tap
+/// lies inside the input row (any stride and width).
+#[inline(always)]
+fn plane_in_place<T: Float>(x: &[T], k: &[T], rows: Axis, cols: Axis, y: &mut [T]) {
     y.fill(T::ZERO);
     for (oy, y_row) in y.chunks_exact_mut(cols.output).enumerate() {
         for ky in 0..rows.taps {
