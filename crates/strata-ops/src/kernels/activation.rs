@@ -42,25 +42,22 @@ impl Activation {
 
 multiversion! {
     /// [`Activation::add_bias_and_apply`], compiled for the widest vectors this CPU has.
-    fn bias_and_activation<T: Float>(act: Activation, values: &mut [T], bias: T) => bias_and_activation_body;
-}
-
-#[inline(always)]
-fn bias_and_activation_body<T: Float>(act: Activation, values: &mut [T], bias: T) {
-    match act {
-        Activation::None => values.iter_mut().for_each(|v| *v += bias),
-        Activation::Relu => values.iter_mut().for_each(|v| *v = relu(*v + bias)),
-        Activation::LeakyRelu { alpha } => {
-            let alpha = T::from_f32(alpha);
-            values.iter_mut().for_each(|v| *v = leaky(*v + bias, alpha))
+    fn bias_and_activation<T: Float>(act: Activation, values: &mut [T], bias: T) {
+        match act {
+            Activation::None => values.iter_mut().for_each(|v| *v += bias),
+            Activation::Relu => values.iter_mut().for_each(|v| *v = relu(*v + bias)),
+            Activation::LeakyRelu { alpha } => {
+                let alpha = T::from_f32(alpha);
+                values.iter_mut().for_each(|v| *v = leaky(*v + bias, alpha))
+            }
+            Activation::Clip { min, max } => {
+                let (min, max) = (T::from_f32(min), T::from_f32(max));
+                values
+                    .iter_mut()
+                    .for_each(|v| *v = clip(*v + bias, min, max))
+            }
+            Activation::Sigmoid => values.iter_mut().for_each(|v| *v = sigmoid(*v + bias)),
         }
-        Activation::Clip { min, max } => {
-            let (min, max) = (T::from_f32(min), T::from_f32(max));
-            values
-                .iter_mut()
-                .for_each(|v| *v = clip(*v + bias, min, max))
-        }
-        Activation::Sigmoid => values.iter_mut().for_each(|v| *v = sigmoid(*v + bias)),
     }
 }
 

@@ -42,18 +42,15 @@ pub(super) unsafe fn try_run<T: Float>(p: &Problem<'_, T>, threads: usize) -> bo
         return false;
     }
     let by_rows = p.b.cs == 1;
-    if !by_rows && !(p.b.rs == 1 && p.a.cs == 1) {
+    let streams = by_rows || (p.b.rs == 1 && p.a.cs == 1);
+    if !streams {
         return false;
     }
     let blocks = p.n.div_ceil(COLUMNS);
     let block = |index: usize| {
         let cols = index * COLUMNS..((index + 1) * COLUMNS).min(p.n);
         let mut acc = [[T::ZERO; COLUMNS]; MAX_ROWS];
-        if by_rows {
-            stream_rows(p.a, p.b, p.m, p.k, cols.clone(), &mut acc);
-        } else {
-            stream_columns(p.a, p.b, p.m, p.k, cols.clone(), &mut acc);
-        }
+        stream_block(by_rows, p.a, p.b, p.m, p.k, cols.clone(), &mut acc);
         // SAFETY: the blocks partition C's columns, so this block's elements are written by
         // this task only; they are in bounds by the caller's contract.
         unsafe { store(&acc, p.c, p.m, cols, p.alpha, p.beta) };
@@ -68,64 +65,37 @@ pub(super) unsafe fn try_run<T: Float>(p: &Problem<'_, T>, threads: usize) -> bo
 }
 
 multiversion! {
-    /// `acc[i][j - cols.start] = sum_p A[i, p] * B[p, j]` for B with contiguous rows.
-    fn stream_rows<T: Float>(
+    /// `acc[i][j - cols.start] = sum_p A[i, p] * B[p, j]`: streaming B's rows when `by_rows`,
+    /// else dot products of A's rows with B's columns.
+    fn stream_block<T: Float>(
+        by_rows: bool,
         a: MatRef<'_, T>,
         b: MatRef<'_, T>,
         m: usize,
         k: usize,
         cols: Range<usize>,
         acc: &mut [[T; COLUMNS]; MAX_ROWS],
-    ) => rows_body;
-}
-
-#[inline(always)]
-fn rows_body<T: Float>(
-    a: MatRef<'_, T>,
-    b: MatRef<'_, T>,
-    m: usize,
-    k: usize,
-    cols: Range<usize>,
-    acc: &mut [[T; COLUMNS]; MAX_ROWS],
-) {
-    let width = cols.len();
-    for p in 0..k {
-        let b_row = &b.data[b.offset(p, cols.start)..][..width];
-        for (i, acc_row) in acc.iter_mut().enumerate().take(m) {
-            let x = a.data[a.offset(i, p)];
-            for (y, &w) in acc_row[..width].iter_mut().zip(b_row) {
-                *y += x * w;
+    ) {
+        if by_rows {
+            // B's rows are contiguous: accumulate `A[i, p] * B[p, cols]` over `p`.
+            let width = cols.len();
+            for p in 0..k {
+                let b_row = &b.data[b.offset(p, cols.start)..][..width];
+                for (i, acc_row) in acc.iter_mut().enumerate().take(m) {
+                    let x = a.data[a.offset(i, p)];
+                    for (y, &w) in acc_row[..width].iter_mut().zip(b_row) {
+                        *y += x * w;
+                    }
+                }
             }
-        }
-    }
-}
-
-multiversion! {
-    /// `acc[i][j - cols.start] = A[i, ..] . B[.., j]` for A with contiguous rows and B with
-    /// contiguous columns.
-    fn stream_columns<T: Float>(
-        a: MatRef<'_, T>,
-        b: MatRef<'_, T>,
-        m: usize,
-        k: usize,
-        cols: Range<usize>,
-        acc: &mut [[T; COLUMNS]; MAX_ROWS],
-    ) => columns_body;
-}
-
-#[inline(always)]
-fn columns_body<T: Float>(
-    a: MatRef<'_, T>,
-    b: MatRef<'_, T>,
-    m: usize,
-    k: usize,
-    cols: Range<usize>,
-    acc: &mut [[T; COLUMNS]; MAX_ROWS],
-) {
-    for (c, j) in cols.enumerate() {
-        let column = &b.data[b.offset(0, j)..][..k];
-        for (i, acc_row) in acc.iter_mut().enumerate().take(m) {
-            acc_row[c] = dot(&a.data[a.offset(i, 0)..][..k], column);
+        } else {
+            // A's rows and B's columns are contiguous: one dot product per element.
+            for (c, j) in cols.enumerate() {
+                let column = &b.data[b.offset(0, j)..][..k];
+                for (i, acc_row) in acc.iter_mut().enumerate().take(m) {
+                    acc_row[c] = dot(&a.data[a.offset(i, 0)..][..k], column);
+                }
+            }
         }
     }
 }

@@ -126,7 +126,91 @@ pub(crate) fn depthwise<T: Float>(
 
 multiversion! {
     /// One plane: `y = conv(x, k)` with `k` of `rows.taps x cols.taps`.
-    fn plane_conv<T: Float>(x: &[T], k: &[T], rows: Axis, cols: Axis, y: &mut [T]) => plane_body;
+    fn plane_conv<T: Float>(x: &[T], k: &[T], rows: Axis, cols: Axis, y: &mut [T]) {
+        let span = (cols.output - 1) * cols.stride + (cols.taps - 1) * cols.dilation + 1;
+        if cols.stride > MAX_PHASES || span.div_ceil(cols.stride) > ROW_MAX {
+            return plane_in_place(x, k, rows, cols, y);
+        }
+        // Each input row under the window is copied once per output row into zero-padded buffers,
+        // split by stride phase (`phases[r][i]` = padded column `i * stride + r`), so that every
+        // tap reads `output` contiguous elements: no edge ranges, whole vectors.
+        let (stride, ow) = (cols.stride, cols.output);
+        let mut phases = [[T::ZERO; ROW_MAX]; MAX_PHASES];
+        // Per tap: phase and first element.
+        let tap_at = |kx: usize| {
+            let at = kx * cols.dilation;
+            (at % stride, at / stride)
+        };
+        for (oy, y_row) in y.chunks_exact_mut(ow).enumerate() {
+            y_row.fill(T::ZERO);
+            for ky in 0..rows.taps {
+                let iy = (oy * rows.stride) as isize + rows.offset(ky);
+                if iy < 0 || iy >= rows.input as isize {
+                    continue;
+                }
+                let x_row = &x[iy as usize * cols.input..][..cols.input];
+                fill_phases(x_row, cols.pad, span, stride, &mut phases);
+                let taps = &k[ky * cols.taps..][..cols.taps];
+                if let [w0, w1, w2] = *taps {
+                    let ((r0, s0), (r1, s1), (r2, s2)) = (tap_at(0), tap_at(1), tap_at(2));
+                    let (p0, p1, p2) = (
+                        &phases[r0][s0..s0 + ow],
+                        &phases[r1][s1..s1 + ow],
+                        &phases[r2][s2..s2 + ow],
+                    );
+                    for (((o, &a), &b), &c) in y_row.iter_mut().zip(p0).zip(p1).zip(p2) {
+                        *o += w0 * a + w1 * b + w2 * c;
+                    }
+                } else {
+                    for (kx, &w) in taps.iter().enumerate() {
+                        let (r, start) = tap_at(kx);
+                        for (o, &v) in y_row.iter_mut().zip(&phases[r][start..start + ow]) {
+                            *o += w * v;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Writes padded columns `0..span` of an input row (`pad` zeros, the row, zeros) into the
+/// stride phases: `phases[r][i]` = padded column `i * stride + r` (stride 1 or 2).
+#[inline(always)]
+fn fill_phases<T: Float>(
+    x_row: &[T],
+    pad: usize,
+    span: usize,
+    stride: usize,
+    phases: &mut [[T; ROW_MAX]; MAX_PHASES],
+) {
+    // Padded columns lo..hi hold the row's elements 0..hi - lo.
+    let lo = pad.min(span);
+    let hi = (pad + x_row.len()).min(span);
+    if stride == 1 {
+        let row = &mut phases[0][..span];
+        row[..lo].fill(T::ZERO);
+        row[lo..hi].copy_from_slice(&x_row[..hi - lo]);
+        row[hi..].fill(T::ZERO);
+        return;
+    }
+    let at = |j: usize| {
+        if lo <= j && j < hi {
+            x_row[j - pad]
+        } else {
+            T::ZERO
+        }
+    };
+    let [even, odd] = phases;
+    for (i, (e, o)) in even
+        .iter_mut()
+        .zip(odd.iter_mut())
+        .take(span.div_ceil(2))
+        .enumerate()
+    {
+        *e = at(2 * i);
+        *o = at(2 * i + 1);
+    }
 }
 
 /// Longest padded input row (per stride phase) the row-buffer path takes; wider rows, or
@@ -134,61 +218,6 @@ multiversion! {
 const ROW_MAX: usize = 512;
 /// Column strides the row-buffer path handles (one buffer per phase).
 const MAX_PHASES: usize = 2;
-
-#[inline(always)]
-fn plane_body<T: Float>(x: &[T], k: &[T], rows: Axis, cols: Axis, y: &mut [T]) {
-    let span = (cols.output - 1) * cols.stride + (cols.taps - 1) * cols.dilation + 1;
-    if cols.stride > MAX_PHASES || span.div_ceil(cols.stride) > ROW_MAX {
-        return plane_in_place(x, k, rows, cols, y);
-    }
-    // Each input row under the window is copied once per output row into zero-padded buffers,
-    // split by stride phase (`phases[r][i]` = padded column `i * stride + r`), so that every
-    // tap reads `output` contiguous elements: no edge ranges, whole vectors.
-    let (stride, ow) = (cols.stride, cols.output);
-    let mut phases = [[T::ZERO; ROW_MAX]; MAX_PHASES];
-    // Per tap: phase and first element.
-    let tap_at = |kx: usize| {
-        let at = kx * cols.dilation;
-        (at % stride, at / stride)
-    };
-    for (oy, y_row) in y.chunks_exact_mut(ow).enumerate() {
-        y_row.fill(T::ZERO);
-        for ky in 0..rows.taps {
-            let iy = (oy * rows.stride) as isize + rows.offset(ky);
-            if iy < 0 || iy >= rows.input as isize {
-                continue;
-            }
-            let x_row = &x[iy as usize * cols.input..][..cols.input];
-            for j in 0..span {
-                let ix = j as isize - cols.pad as isize;
-                phases[j % stride][j / stride] = if ix >= 0 && (ix as usize) < cols.input {
-                    x_row[ix as usize]
-                } else {
-                    T::ZERO
-                };
-            }
-            let taps = &k[ky * cols.taps..][..cols.taps];
-            if let [w0, w1, w2] = *taps {
-                let ((r0, s0), (r1, s1), (r2, s2)) = (tap_at(0), tap_at(1), tap_at(2));
-                let (p0, p1, p2) = (
-                    &phases[r0][s0..s0 + ow],
-                    &phases[r1][s1..s1 + ow],
-                    &phases[r2][s2..s2 + ow],
-                );
-                for (((o, &a), &b), &c) in y_row.iter_mut().zip(p0).zip(p1).zip(p2) {
-                    *o += w0 * a + w1 * b + w2 * c;
-                }
-            } else {
-                for (kx, &w) in taps.iter().enumerate() {
-                    let (r, start) = tap_at(kx);
-                    for (o, &v) in y_row.iter_mut().zip(&phases[r][start..start + ow]) {
-                        *o += w * v;
-                    }
-                }
-            }
-        }
-    }
-}
 
 /// One plane straight from the input: per output row and tap, the range of outputs whose tap
 /// lies inside the input row (any stride and width).
