@@ -26,18 +26,29 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
     for _ in 0..args.warmup {
         ctx.execute().map_err(|e| e.to_string())?;
     }
+    // Profiles accumulate from the first run: what the warm-up left is subtracted at the end.
+    let warm: Vec<f64> = node_ms(&ctx);
     let mut times: Vec<f64> = Vec::with_capacity(args.runs.max(1));
     for _ in 0..args.runs.max(1) {
         let start = Instant::now();
         ctx.execute().map_err(|e| e.to_string())?;
         times.push(start.elapsed().as_secs_f64() * 1e3);
     }
+    let mean = times.iter().sum::<f64>() / times.len() as f64;
+    let profile = args
+        .profile
+        .then(|| op_profile(&ctx, &warm, times.len(), mean));
     times.sort_by(f64::total_cmp);
     let pct = |p: f64| times[((times.len() - 1) as f64 * p).round() as usize];
-    let mean = times.iter().sum::<f64>() / times.len() as f64;
     if args.json {
-        let value = json!({ "model": source, "threads": plan.config().threads, "runs": times.len(),
+        let mut value = json!({ "model": source, "threads": plan.config().threads, "runs": times.len(),
             "mean_ms": mean, "median_ms": pct(0.5), "p90_ms": pct(0.9), "min_ms": times[0] });
+        if let Some(rows) = &profile {
+            value["profile"] = rows
+                .iter()
+                .map(|r| json!({ "op": r.op, "nodes": r.nodes, "mean_ms": r.ms }))
+                .collect();
+        }
         println!(
             "{}",
             serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?
@@ -53,22 +64,62 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
             times[0]
         );
         println!("{}", memory_text(ctx.memory_plan()));
-        if args.profile {
-            let runs = (args.warmup + times.len()) as f64;
-            let mut by_op: std::collections::BTreeMap<&str, (f64, usize)> =
-                std::collections::BTreeMap::new();
-            for t in ctx.node_timings() {
-                let e = by_op.entry(t.op).or_default();
-                e.0 += t.time.as_secs_f64() * 1e3 / runs;
-                e.1 += 1;
-            }
-            let mut rows: Vec<_> = by_op.into_iter().collect();
-            rows.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
-            println!("time per run by op:");
-            for (op, (ms, nodes)) in rows {
-                println!("  {op:<24} {ms:9.3} ms  ({nodes} nodes)");
+        if let Some(rows) = &profile {
+            println!("time per timed run by op (adds up to the mean):");
+            for r in rows {
+                println!("  {:<24} {:9.3} ms  ({} nodes)", r.op, r.ms, r.nodes);
             }
         }
     }
     Ok(())
+}
+
+/// Milliseconds each node has run so far, summed over runs (empty unless profiling).
+fn node_ms(ctx: &strata_runtime::ExecutionContext) -> Vec<f64> {
+    ctx.node_timings()
+        .iter()
+        .map(|t| t.time.as_secs_f64() * 1e3)
+        .collect()
+}
+
+/// One row of the per-operator profile.
+struct OpTime {
+    op: String,
+    nodes: usize,
+    /// Mean time per timed run.
+    ms: f64,
+}
+
+/// Time per timed run by operator type, slowest first, over the `runs` timed runs only (the
+/// warm-up's share, `warm`, taken off), plus a row for the time outside the nodes so that the
+/// rows add up to `mean`.
+fn op_profile(
+    ctx: &strata_runtime::ExecutionContext,
+    warm: &[f64],
+    runs: usize,
+    mean: f64,
+) -> Vec<OpTime> {
+    let mut by_op: std::collections::BTreeMap<&str, (f64, usize)> = Default::default();
+    for (i, t) in ctx.node_timings().iter().enumerate() {
+        let timed = t.time.as_secs_f64() * 1e3 - warm.get(i).copied().unwrap_or(0.0);
+        let e = by_op.entry(t.op).or_default();
+        e.0 += timed / runs.max(1) as f64;
+        e.1 += 1;
+    }
+    let mut rows: Vec<OpTime> = by_op
+        .into_iter()
+        .map(|(op, (ms, nodes))| OpTime {
+            op: op.to_string(),
+            nodes,
+            ms,
+        })
+        .collect();
+    rows.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+    let nodes_ms: f64 = rows.iter().map(|r| r.ms).sum();
+    rows.push(OpTime {
+        op: "(between nodes)".into(),
+        nodes: 0,
+        ms: mean - nodes_ms,
+    });
+    rows
 }

@@ -102,48 +102,134 @@ fn bench_gemm(c: &mut Criterion) {
     group.finish();
 }
 
-fn bench_conv(c: &mut Criterion) {
-    let mut group = c.benchmark_group("conv");
-    let in_dims = [1usize, 64, 56, 56];
-    let w_dims = [64usize, 64, 3, 3];
-    let p = ConvParams {
-        pads_begin: vec![1, 1],
-        pads_end: vec![1, 1],
-        ..ConvParams::default()
-    };
-    let out_dims = conv_output_dims(&in_dims, &w_dims, &p).unwrap();
-    let input = data(in_dims.iter().product(), 3);
-    let weight = data(w_dims.iter().product(), 4);
-    let bias = data(64, 5);
-    let mut out = vec![0.0f32; out_dims.iter().product()];
-    let mut scratch = vec![0.0f32; conv_scratch_len(&in_dims, &w_dims, &p)];
-    let flops = 2 * out.len() as u64 * (64 * 9);
-    group.throughput(Throughput::Elements(flops));
-    group.sample_size(20);
-    for threads in THREADS {
-        group.bench_with_input(
-            BenchmarkId::new("3x3 1x64x56x56->64", format!("{threads}t")),
-            &threads,
-            |bench, &t| {
-                bench.iter(|| {
-                    conv_f32(
-                        black_box(&input),
-                        &in_dims,
-                        &weight,
-                        &w_dims,
-                        Some(&bias),
-                        &p,
-                        &mut out,
-                        &mut scratch,
-                        t,
-                    )
-                    .unwrap()
-                })
-            },
-        );
+/// Skinny products (batch-1 MatMul/Gemm): `m x k` by `k x n`, B row-major (`k x n`) or
+/// transposed (`n x k`, Gemm's transB weights), each thread count in a pool of that size.
+fn bench_skinny_gemm(c: &mut Criterion) {
+    let mut group = c.benchmark_group("gemm skinny");
+    for (m, k, n) in [(1usize, 784usize, 512usize), (1, 768, 3072), (4, 768, 3072)] {
+        let (a, b) = (data(m * k, 1), data(k * n, 2));
+        let mut out = vec![0.0f32; m * n];
+        group.throughput(Throughput::Elements(2 * (m * n * k) as u64));
+        for threads in THREADS {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            for (layout, b_strides) in [("B", (n as isize, 1)), ("B^T", (1, k as isize))] {
+                group.bench_with_input(
+                    BenchmarkId::new(format!("{m}x{k}x{n} {layout}"), format!("{threads}t")),
+                    &threads,
+                    |bench, &t| {
+                        pool.install(|| {
+                            bench.iter(|| {
+                                gemm_f32(
+                                    m,
+                                    n,
+                                    k,
+                                    black_box(&a),
+                                    (k as isize, 1),
+                                    black_box(&b),
+                                    b_strides,
+                                    &mut out,
+                                    (n as isize, 1),
+                                    1.0,
+                                    0.0,
+                                    t,
+                                )
+                                .unwrap()
+                            })
+                        })
+                    },
+                );
+            }
+        }
     }
     group.finish();
 }
 
-criterion_group!(benches, bench_gemm, bench_conv);
+/// Each convolution path on a layer shape real networks use: 3x3 (im2col + GEMM), 1x1
+/// (GEMM on the input), 3x3 depthwise stride 1 and 2 (direct kernel).
+fn bench_conv(c: &mut Criterion) {
+    let mut group = c.benchmark_group("conv");
+    let pad1 = ConvParams {
+        pads_begin: vec![1, 1],
+        pads_end: vec![1, 1],
+        ..ConvParams::default()
+    };
+    let cases = [
+        (
+            "3x3 1x64x56x56->64",
+            [1usize, 64, 56, 56],
+            [64usize, 64, 3, 3],
+            pad1.clone(),
+        ),
+        (
+            "1x1 1x64x56x56->256",
+            [1, 64, 56, 56],
+            [256, 64, 1, 1],
+            ConvParams::default(),
+        ),
+        (
+            "dw3x3 1x144x56x56",
+            [1, 144, 56, 56],
+            [144, 1, 3, 3],
+            ConvParams {
+                groups: 144,
+                ..pad1.clone()
+            },
+        ),
+        (
+            "dw3x3/2 1x144x56x56",
+            [1, 144, 56, 56],
+            [144, 1, 3, 3],
+            ConvParams {
+                groups: 144,
+                strides: vec![2, 2],
+                ..pad1.clone()
+            },
+        ),
+    ];
+    for (name, in_dims, w_dims, p) in cases {
+        let out_dims = conv_output_dims(&in_dims, &w_dims, &p).unwrap();
+        let input = data(in_dims.iter().product(), 3);
+        let weight = data(w_dims.iter().product(), 4);
+        let bias = data(w_dims[0], 5);
+        let mut out = vec![0.0f32; out_dims.iter().product()];
+        let mut scratch = vec![0.0f32; conv_scratch_len(&in_dims, &w_dims, &p)];
+        let depth = (w_dims[1] * w_dims[2] * w_dims[3]) as u64;
+        group.throughput(Throughput::Elements(2 * out.len() as u64 * depth));
+        group.sample_size(20);
+        for threads in THREADS {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            group.bench_with_input(
+                BenchmarkId::new(name, format!("{threads}t")),
+                &threads,
+                |bench, &t| {
+                    pool.install(|| {
+                        bench.iter(|| {
+                            conv_f32(
+                                black_box(&input),
+                                &in_dims,
+                                &weight,
+                                &w_dims,
+                                Some(&bias),
+                                &p,
+                                &mut out,
+                                &mut scratch,
+                                t,
+                            )
+                            .unwrap()
+                        })
+                    })
+                },
+            );
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_gemm, bench_skinny_gemm, bench_conv);
 criterion_main!(benches);

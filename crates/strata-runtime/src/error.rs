@@ -33,6 +33,9 @@ pub enum RuntimeError {
     #[error("graph: the graph has no outputs")]
     NoOutputs,
 
+    #[error("cannot start an intra-op thread pool of {threads} threads: {reason}")]
+    ThreadPool { threads: usize, reason: String },
+
     #[error("node {node:?} has no kernel")]
     NoKernel { node: String },
 

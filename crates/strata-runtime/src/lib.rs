@@ -16,6 +16,7 @@ pub mod optimize;
 pub mod plan;
 pub mod planned;
 pub mod planner;
+pub mod pool;
 pub mod profile;
 pub mod specialize;
 
@@ -25,5 +26,6 @@ pub use error::{NodeError, Result, RuntimeError};
 pub use graph::{Graph, Node, NodeId, Value, ValueId, ValueSource};
 pub use plan::{InferencePlan, IoInfo};
 pub use planner::{MemoryPlan, Slot};
+pub use pool::IntraOpPool;
 pub use profile::{InputRange, OptimizationProfile};
 pub use specialize::Specialization;

@@ -11,6 +11,7 @@ use strata_ops::{Dim, Fact, Kernel};
 use crate::graph::ValueSource;
 use crate::optimize::{optimize, OptimizeReport};
 use crate::planned::Planned;
+use crate::pool::IntraOpPool;
 use crate::specialize::specialize;
 use crate::{Graph, MemoryPlan, PlanConfig, Result, RuntimeError, Specialization, ValueId};
 
@@ -34,6 +35,7 @@ pub struct InferencePlan {
     outputs: Vec<IoInfo>,
     base: Option<Arc<Planned>>,
     report: OptimizeReport,
+    pool: IntraOpPool,
 }
 
 impl InferencePlan {
@@ -93,6 +95,7 @@ impl InferencePlan {
                 }
             })
             .collect();
+        let pool = IntraOpPool::for_threads(config.threads)?;
         Ok(Arc::new(InferencePlan {
             graph,
             config,
@@ -101,11 +104,17 @@ impl InferencePlan {
             outputs,
             base,
             report,
+            pool,
         }))
     }
 
     pub fn graph(&self) -> &Graph {
         &self.graph
+    }
+
+    /// The intra-op pool every context of this plan runs its kernels on.
+    pub fn pool(&self) -> &IntraOpPool {
+        &self.pool
     }
 
     pub fn config(&self) -> &PlanConfig {

@@ -2,6 +2,7 @@
 //! the graph optimizer can fuse Conv+Relu (and friends) without a second pass over memory.
 
 use super::float::Float;
+use super::simd::multiversion;
 
 /// An activation fused into a kernel's output write.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -35,7 +36,14 @@ impl Activation {
     /// Adds `bias` to every element of `values` and applies the activation, in one pass. The
     /// match sits outside the loop so each arm vectorizes.
     pub fn add_bias_and_apply<T: Float>(self, values: &mut [T], bias: T) {
-        match self {
+        bias_and_activation(self, values, bias);
+    }
+}
+
+multiversion! {
+    /// [`Activation::add_bias_and_apply`], compiled for the widest vectors this CPU has.
+    fn bias_and_activation<T: Float>(act: Activation, values: &mut [T], bias: T) {
+        match act {
             Activation::None => values.iter_mut().for_each(|v| *v += bias),
             Activation::Relu => values.iter_mut().for_each(|v| *v = relu(*v + bias)),
             Activation::LeakyRelu { alpha } => {

@@ -38,6 +38,13 @@ impl ExecutionContext {
             }
         }
         let plan = self.plan.clone();
+        plan.pool().run(|| self.run_nodes(&plan, &planned))?;
+        self.stats.runs += 1;
+        Ok(())
+    }
+
+    /// Runs every node in order (on the plan's pool, see [`crate::pool`]).
+    fn run_nodes(&mut self, plan: &InferencePlan, planned: &Planned) -> Result<()> {
         for i in 0..plan.graph().nodes.len() {
             if planned.spec.skip[i] {
                 continue;
@@ -46,7 +53,7 @@ impl ExecutionContext {
             if planned.spec.dynamic[i] {
                 self.run_dynamic(i)?;
             } else {
-                self.run_static(&plan, &planned, i)?;
+                self.run_static(plan, planned, i)?;
             }
             if let Some(t) = started {
                 self.timings[i] += t.elapsed();
@@ -55,7 +62,6 @@ impl ExecutionContext {
                 self.values[v] = Tensor::undefined();
             }
         }
-        self.stats.runs += 1;
         Ok(())
     }
 

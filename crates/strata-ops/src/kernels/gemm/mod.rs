@@ -3,7 +3,8 @@
 //! Operands are packed block by block into aligned thread-local buffers ([`pack`]), the product
 //! of each packed block pair is computed by a register-blocked microkernel ([`microkernel`],
 //! [`x86`]) under cache blocking ([`driver`]), and blocks of C are spread over the rayon pool
-//! when asked. The microkernel is chosen at run time: AVX-512F, else AVX2+FMA on x86_64, else a
+//! when asked. Products with at most four rows or columns of C skip packing and stream the
+//! operands ([`skinny`]). The microkernel is chosen at run time: AVX-512F, else AVX2+FMA on x86_64, else a
 //! portable kernel that the compiler vectorizes (what other targets use). Arbitrary row/column
 //! strides let transposed operands (Gemm's transA/transB, MatMul on transposed views) run
 //! without a copy. In steady state a product allocates nothing.
@@ -11,6 +12,7 @@
 mod driver;
 mod microkernel;
 mod pack;
+mod skinny;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -277,6 +279,15 @@ fn gemm_with_isa<T: GemmFloat>(
         alpha,
         beta,
     };
+    // One to four rows (or columns) of C: stream B, do not pack it.
+    // SAFETY: the operands were validated above, and `c` stays mutably borrowed throughout.
+    if unsafe { skinny::try_run(&problem, threads) } {
+        return Ok(());
+    }
+    // SAFETY: as above, for the same product transposed.
+    if n <= skinny::MAX_ROWS && unsafe { skinny::try_run(&problem.transposed(), threads) } {
+        return Ok(());
+    }
     // The microkernels write whole rows of a tile with vector stores when C's columns are
     // contiguous; when its rows are instead, compute the transposed product. A single column
     // is also better computed as a single row: a register tile is wider than it is tall.
@@ -529,6 +540,19 @@ mod tests {
                 check_random_case::<f32>(&mut rng, isa, 131, 1050, 300, threads, 2e-4, "big f32");
             }
             check_random_case::<f64>(&mut rng, isa, 70, 530, 270, 2, 1e-10, "big f64");
+        }
+    }
+
+    /// One to four rows or columns of C, long enough to be split into several column blocks
+    /// and over threads, in random layouts (some stream, some fall back to packing).
+    #[test]
+    fn skinny_products_match_naive_reference_serial_and_threaded() {
+        let mut rng = Rng::new(0x5c1);
+        for (m, n, k) in [(1, 1000, 700), (4, 777, 300), (900, 1, 333), (1000, 3, 64)] {
+            for threads in [1, 2] {
+                check_random_case::<f32>(&mut rng, Isa::detect(), m, n, k, threads, 2e-4, "f32");
+                check_random_case::<f64>(&mut rng, Isa::detect(), m, n, k, threads, 1e-10, "f64");
+            }
         }
     }
 

@@ -41,7 +41,7 @@ impl<T: Copy> MatRef<'_, T> {
     /// Offset of element `(i, j)`. Checked operands give in-bounds, non-negative offsets; a
     /// wrong one would make the slice index below panic, never read out of bounds.
     #[inline(always)]
-    fn offset(&self, i: usize, j: usize) -> usize {
+    pub(super) fn offset(&self, i: usize, j: usize) -> usize {
         (i as isize * self.rs + j as isize * self.cs) as usize
     }
 }

@@ -6,6 +6,7 @@ use crate::kernels::activation::Activation;
 use crate::kernels::error::{KernelError, KernelResult};
 use crate::kernels::gemm::{gemm, GemmFloat};
 use crate::kernels::spatial::{check_len, checked_product, WindowAttrs, WindowGeometry};
+use crate::ops::convolution::depthwise::{self, depthwise};
 use crate::ops::convolution::im2col::im2col;
 
 const OP: &str = "Conv";
@@ -124,6 +125,20 @@ pub fn conv<T: GemmFloat>(
     }
 
     let w = &g.window;
+    if g.depthwise {
+        depthwise(
+            input,
+            weight,
+            bias,
+            g.in_channels,
+            g.out_channels,
+            w,
+            p.post,
+            out,
+            threads,
+        );
+        return Ok(());
+    }
     let (cg, mg) = (g.in_per_group, g.out_per_group);
     // Per group: weight is mg x depth, the unfolded input depth x out_len.
     let depth = cg * w.kernel_len;
@@ -204,7 +219,9 @@ struct ConvGeometry {
     input_len: usize,
     weight_len: usize,
     output_len: usize,
-    /// Output columns unfolded per im2col tile; 0 on the pointwise path.
+    /// One input channel per group, 1-D or 2-D: the direct depthwise kernel, no scratch.
+    depthwise: bool,
+    /// Output columns unfolded per im2col tile; 0 on the pointwise and depthwise paths.
     tile_columns: usize,
     scratch_len: usize,
 }
@@ -283,7 +300,8 @@ impl ConvGeometry {
         let window = WindowGeometry::new(OP, &input_dims[2..], &attrs)?;
         let size = |what, dims: &[usize]| checked_product(OP, what, dims);
         let depth = size("im2col depth", &[in_per_group, window.kernel_len])?;
-        let tile_columns = if window.is_pointwise() {
+        let depthwise = in_per_group == 1 && groups > 1 && depthwise::supports(&window);
+        let tile_columns = if window.is_pointwise() || depthwise {
             0
         } else {
             (TILE_ELEMENTS / depth.max(1))
@@ -301,6 +319,7 @@ impl ConvGeometry {
             input_len: size("input size", input_dims)?,
             weight_len: size("weight size", weight_dims)?,
             output_len: size("output size", &[batch, out_channels, window.out_len])?,
+            depthwise,
             tile_columns,
             scratch_len,
             window,
@@ -516,6 +535,43 @@ mod tests {
             1e-4,
             "3x3 threads 2",
         );
+    }
+
+    #[test]
+    fn depthwise_layers_take_the_direct_kernel_on_threads() {
+        let mut rng = Rng::new(21);
+        // MobileNet-style 3x3 depthwise, stride 1 and 2, and a channel multiplier of 2.
+        for (in_dims, w_dims, stride) in [
+            ([1, 32, 28, 28], [32, 1, 3, 3], 1),
+            ([2, 24, 29, 27], [24, 1, 3, 3], 2),
+            ([1, 16, 20, 20], [32, 1, 5, 5], 1),
+        ] {
+            let p = ConvParams {
+                strides: vec![stride, stride],
+                pads_begin: vec![1, 2],
+                pads_end: vec![1, 0],
+                groups: in_dims[1],
+                post: Activation::Clip { min: 0.0, max: 6.0 },
+                ..ConvParams::default()
+            };
+            assert_eq!(conv_scratch_len(&in_dims, &w_dims, &p), 0, "no unfold");
+            let input = rng.vec(in_dims.iter().product());
+            let weight = rng.vec(w_dims.iter().product());
+            let bias = rng.vec(w_dims[0]);
+            let expected = {
+                let (dims, _) = run(&input, &in_dims, &weight, &w_dims, None, &p, 1);
+                naive(&input, &in_dims, &weight, &w_dims, Some(&bias), &p, &dims)
+            };
+            for threads in [1, 2] {
+                let (_, out) = run(&input, &in_dims, &weight, &w_dims, Some(&bias), &p, threads);
+                assert_close_within(
+                    &out,
+                    &expected,
+                    1e-4,
+                    &format!("{in_dims:?} {w_dims:?} {threads}t"),
+                );
+            }
+        }
     }
 
     #[test]

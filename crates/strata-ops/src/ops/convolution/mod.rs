@@ -1,4 +1,5 @@
-//! Convolution in one place: Conv (im2col + GEMM kernels in `conv_kernel` / `im2col`),
+//! Convolution in one place: Conv (im2col + GEMM kernels in `conv_kernel` / `im2col`, the direct
+//! depthwise kernel in `depthwise`),
 //! ConvTranspose (GEMM then the `col2im_fold`), DeformConv, the Col2Im operator, and the integer
 //! convolutions ConvInteger and QLinearConv on `integer_conv_kernel`.
 
@@ -9,6 +10,7 @@ pub mod conv_integer;
 pub mod conv_kernel;
 pub mod conv_transpose;
 pub mod deform_conv;
+mod depthwise;
 mod im2col;
 mod integer_conv_kernel;
 pub mod qlinear_conv;

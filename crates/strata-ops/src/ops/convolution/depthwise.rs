@@ -1,0 +1,256 @@
+//! Depthwise convolution (one input and one output channel per group, 1-D or 2-D): a direct
+//! kernel per channel plane, planes spread over the threads.
+//!
+//! im2col + GEMM on a depthwise layer is a `1 x k*k` by `k*k x HW` product per channel — all
+//! packing and no reuse. Directly, each output row is accumulated in place from `k*k` shifted
+//! input rows (`out[ox] += w * in[ox * stride + offset]` over the range of `ox` whose tap lies
+//! inside the input, so padding costs no branch): with stride 1 that is a contiguous multiply-add
+//! the compiler vectorizes, and the row stays in L1 for all taps.
+
+use rayon::prelude::*;
+
+use crate::kernels::activation::Activation;
+use crate::kernels::float::Float;
+use crate::kernels::simd::multiversion;
+use crate::kernels::spatial::WindowGeometry;
+
+/// Planes smaller than this many multiply-adds are grouped per task, so a task is worth handing
+/// to another thread.
+const TASK_MIN_MULADDS: usize = 1 << 15;
+
+/// One spatial axis of a plane: input and output extents, kernel taps, stride, leading pad and
+/// dilation.
+#[derive(Clone, Copy, Debug)]
+struct Axis {
+    input: usize,
+    output: usize,
+    taps: usize,
+    stride: usize,
+    pad: usize,
+    dilation: usize,
+}
+
+impl Axis {
+    fn of(w: &WindowGeometry, axis: usize) -> Self {
+        Axis {
+            input: w.in_dims[axis],
+            output: w.out_dims[axis],
+            taps: w.kernel[axis],
+            stride: w.strides[axis],
+            pad: w.pads_begin[axis],
+            dilation: w.dilations[axis],
+        }
+    }
+
+    /// A unit axis (the height of a 1-D convolution).
+    const UNIT: Axis = Axis {
+        input: 1,
+        output: 1,
+        taps: 1,
+        stride: 1,
+        pad: 0,
+        dilation: 1,
+    };
+
+    /// Input offset of tap `t` relative to `o * stride`.
+    fn offset(&self, t: usize) -> isize {
+        (t * self.dilation) as isize - self.pad as isize
+    }
+
+    /// The outputs `o` whose tap at `offset` reads inside the input: `0 <= o * stride + offset
+    /// < input`.
+    fn valid(&self, offset: isize) -> std::ops::Range<usize> {
+        let s = self.stride as isize;
+        let lo = if offset < 0 { (-offset + s - 1) / s } else { 0 };
+        let hi = if (self.input as isize) > offset {
+            (self.input as isize - 1 - offset) / s + 1
+        } else {
+            0
+        };
+        let (lo, hi) = (lo as usize, (hi as usize).min(self.output));
+        lo.min(hi)..hi
+    }
+}
+
+/// Whether [`depthwise`] handles this geometry: 1 or 2 spatial dims.
+pub(crate) fn supports(w: &WindowGeometry) -> bool {
+    matches!(w.in_dims.len(), 1 | 2)
+}
+
+/// Depthwise convolution (groups = input channels, each group `out_channels / in_channels`
+/// outputs): output plane `(b, m)` of `out` is `post(conv(input plane (b, m / multiplier),
+/// weight plane m) + bias[m])`. Lengths were checked by the caller: `input` holds `batch *
+/// in_channels * w.in_len`, `out` `batch * out_channels * w.out_len`, `weight` `out_channels *
+/// w.kernel_len` and `bias` `out_channels`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn depthwise<T: Float>(
+    input: &[T],
+    weight: &[T],
+    bias: Option<&[T]>,
+    in_channels: usize,
+    out_channels: usize,
+    w: &WindowGeometry,
+    post: Activation,
+    out: &mut [T],
+    threads: usize,
+) {
+    if w.out_len == 0 {
+        return;
+    }
+    let (rows, cols) = match w.in_dims.len() {
+        1 => (Axis::UNIT, Axis::of(w, 0)),
+        _ => (Axis::of(w, 0), Axis::of(w, 1)),
+    };
+    let multiplier = (out_channels / in_channels.max(1)).max(1);
+    let plane = |(p, y): (usize, &mut [T])| {
+        let (b, ch) = (p / out_channels, p % out_channels);
+        let x = &input[(b * in_channels + ch / multiplier) * w.in_len..][..w.in_len];
+        let k = &weight[ch * w.kernel_len..][..w.kernel_len];
+        plane_conv(x, k, rows, cols, y);
+        let shift = bias.map_or(T::ZERO, |b| b[ch]);
+        if shift != T::ZERO || post != Activation::None {
+            post.add_bias_and_apply(y, shift);
+        }
+    };
+    let per_plane = w.out_len.saturating_mul(w.kernel_len).max(1);
+    let planes = out.len() / w.out_len;
+    if threads <= 1 || planes < 2 || per_plane.saturating_mul(planes) < 2 * TASK_MIN_MULADDS {
+        out.chunks_mut(w.out_len).enumerate().for_each(plane);
+    } else {
+        out.par_chunks_mut(w.out_len)
+            .enumerate()
+            .with_min_len(TASK_MIN_MULADDS.div_ceil(per_plane))
+            .for_each(plane);
+    }
+}
+
+multiversion! {
+    /// One plane: `y = conv(x, k)` with `k` of `rows.taps x cols.taps`.
+    fn plane_conv<T: Float>(x: &[T], k: &[T], rows: Axis, cols: Axis, y: &mut [T]) {
+        let span = (cols.output - 1) * cols.stride + (cols.taps - 1) * cols.dilation + 1;
+        if cols.stride > MAX_PHASES || span.div_ceil(cols.stride) > ROW_MAX {
+            return plane_in_place(x, k, rows, cols, y);
+        }
+        // Each input row under the window is copied once per output row into zero-padded buffers,
+        // split by stride phase (`phases[r][i]` = padded column `i * stride + r`), so that every
+        // tap reads `output` contiguous elements: no edge ranges, whole vectors.
+        let (stride, ow) = (cols.stride, cols.output);
+        let mut phases = [[T::ZERO; ROW_MAX]; MAX_PHASES];
+        // Per tap: phase and first element.
+        let tap_at = |kx: usize| {
+            let at = kx * cols.dilation;
+            (at % stride, at / stride)
+        };
+        for (oy, y_row) in y.chunks_exact_mut(ow).enumerate() {
+            y_row.fill(T::ZERO);
+            for ky in 0..rows.taps {
+                let iy = (oy * rows.stride) as isize + rows.offset(ky);
+                if iy < 0 || iy >= rows.input as isize {
+                    continue;
+                }
+                let x_row = &x[iy as usize * cols.input..][..cols.input];
+                fill_phases(x_row, cols.pad, span, stride, &mut phases);
+                let taps = &k[ky * cols.taps..][..cols.taps];
+                if let [w0, w1, w2] = *taps {
+                    let ((r0, s0), (r1, s1), (r2, s2)) = (tap_at(0), tap_at(1), tap_at(2));
+                    let (p0, p1, p2) = (
+                        &phases[r0][s0..s0 + ow],
+                        &phases[r1][s1..s1 + ow],
+                        &phases[r2][s2..s2 + ow],
+                    );
+                    for (((o, &a), &b), &c) in y_row.iter_mut().zip(p0).zip(p1).zip(p2) {
+                        *o += w0 * a + w1 * b + w2 * c;
+                    }
+                } else {
+                    for (kx, &w) in taps.iter().enumerate() {
+                        let (r, start) = tap_at(kx);
+                        for (o, &v) in y_row.iter_mut().zip(&phases[r][start..start + ow]) {
+                            *o += w * v;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Writes padded columns `0..span` of an input row (`pad` zeros, the row, zeros) into the
+/// stride phases: `phases[r][i]` = padded column `i * stride + r` (stride 1 or 2).
+#[inline(always)]
+fn fill_phases<T: Float>(
+    x_row: &[T],
+    pad: usize,
+    span: usize,
+    stride: usize,
+    phases: &mut [[T; ROW_MAX]; MAX_PHASES],
+) {
+    // Padded columns lo..hi hold the row's elements 0..hi - lo.
+    let lo = pad.min(span);
+    let hi = (pad + x_row.len()).min(span);
+    if stride == 1 {
+        let row = &mut phases[0][..span];
+        row[..lo].fill(T::ZERO);
+        row[lo..hi].copy_from_slice(&x_row[..hi - lo]);
+        row[hi..].fill(T::ZERO);
+        return;
+    }
+    let at = |j: usize| {
+        if lo <= j && j < hi {
+            x_row[j - pad]
+        } else {
+            T::ZERO
+        }
+    };
+    let [even, odd] = phases;
+    for (i, (e, o)) in even
+        .iter_mut()
+        .zip(odd.iter_mut())
+        .take(span.div_ceil(2))
+        .enumerate()
+    {
+        *e = at(2 * i);
+        *o = at(2 * i + 1);
+    }
+}
+
+/// Longest padded input row (per stride phase) the row-buffer path takes; wider rows, or
+/// strides above [`MAX_PHASES`], go through [`plane_in_place`].
+const ROW_MAX: usize = 512;
+/// Column strides the row-buffer path handles (one buffer per phase).
+const MAX_PHASES: usize = 2;
+
+/// One plane straight from the input: per output row and tap, the range of outputs whose tap
+/// lies inside the input row (any stride and width).
+#[inline(always)]
+fn plane_in_place<T: Float>(x: &[T], k: &[T], rows: Axis, cols: Axis, y: &mut [T]) {
+    y.fill(T::ZERO);
+    for (oy, y_row) in y.chunks_exact_mut(cols.output).enumerate() {
+        for ky in 0..rows.taps {
+            let iy = (oy * rows.stride) as isize + rows.offset(ky);
+            if iy < 0 || iy >= rows.input as isize {
+                continue;
+            }
+            let x_row = &x[iy as usize * cols.input..][..cols.input];
+            for kx in 0..cols.taps {
+                let tap = k[ky * cols.taps + kx];
+                let offset = cols.offset(kx);
+                let valid = cols.valid(offset);
+                if valid.is_empty() {
+                    continue;
+                }
+                let first = (valid.start * cols.stride) as isize + offset;
+                let x_from = &x_row[first as usize..];
+                let y_part = &mut y_row[valid];
+                if cols.stride == 1 {
+                    for (o, &v) in y_part.iter_mut().zip(x_from) {
+                        *o += tap * v;
+                    }
+                } else {
+                    for (o, &v) in y_part.iter_mut().zip(x_from.iter().step_by(cols.stride)) {
+                        *o += tap * v;
+                    }
+                }
+            }
+        }
+    }
+}
