@@ -38,6 +38,12 @@ pub const Q4_K_BYTES: usize = 4 + 12 + QK_K / 2;
 pub const Q5_K_BYTES: usize = 4 + 12 + QK_K / 8 + QK_K / 2;
 pub const Q6_K_BYTES: usize = QK_K / 2 + QK_K / 4 + QK_K / 16 + 2;
 
+/// Dequantizes one block (`size_in_bytes()` bytes) into `block_size()` f32 values.
+pub type DequantizeBlock = fn(&[u8], &mut [f32]);
+
+/// Quantizes `block_size()` f32 values into one block.
+pub type QuantizeBlock = fn(&[f32], &mut [u8]);
+
 /// The f16 at `bytes[at..at + 2]`, as f32.
 #[inline(always)]
 pub fn f16_at(bytes: &[u8], at: usize) -> f32 {
@@ -69,11 +75,11 @@ pub fn dequantize_q4_1(block: &[u8], out: &mut [f32]) {
 /// The 5-bit values of a q5 block (before the -16 of q5_0), from its high-bit word and nibbles.
 #[inline(always)]
 fn q5_values(qh: u32, qs: &[u8], mut emit: impl FnMut(usize, u8)) {
-    for j in 0..QUANT_BLOCK / 2 {
+    for (j, &q) in qs[..QUANT_BLOCK / 2].iter().enumerate() {
         let hi0 = (((qh >> j) << 4) & 0x10) as u8;
         let hi1 = ((qh >> (j + 12)) & 0x10) as u8;
-        emit(j, (qs[j] & 0x0F) | hi0);
-        emit(j + 16, (qs[j] >> 4) | hi1);
+        emit(j, (q & 0x0F) | hi0);
+        emit(j + 16, (q >> 4) | hi1);
     }
 }
 
@@ -190,7 +196,7 @@ pub fn dequantize_q6_k(block: &[u8], out: &mut [f32]) {
 }
 
 /// The reference dequantizer of one block of a block-quantized dtype (`None` for plain types).
-pub fn block_dequantizer(dtype: DType) -> Option<fn(&[u8], &mut [f32])> {
+pub fn block_dequantizer(dtype: DType) -> Option<DequantizeBlock> {
     Some(match dtype {
         DType::Q4_0 => dequantize_q4_0,
         DType::Q4_1 => dequantize_q4_1,
@@ -298,9 +304,9 @@ fn min_max(x: &[f32]) -> (f32, f32) {
 /// Packs 32 five-bit values into a q5 block's high-bit word and nibbles.
 fn pack_q5(q: impl Fn(usize) -> u8, qh: &mut [u8], qs: &mut [u8]) {
     let mut high = 0u32;
-    for j in 0..16 {
+    for (j, nibbles) in qs.iter_mut().enumerate().take(16) {
         let (a, b) = (q(j), q(j + 16));
-        qs[j] = (a & 0x0F) | ((b & 0x0F) << 4);
+        *nibbles = (a & 0x0F) | ((b & 0x0F) << 4);
         high |= (((a & 0x10) >> 4) as u32) << j;
         high |= (((b & 0x10) >> 4) as u32) << (j + 16);
     }
@@ -334,7 +340,7 @@ pub fn quantize_q5_1(x: &[f32], block: &mut [u8]) {
 /// The reference quantizer of one block, for the formats that have a simple one (the legacy
 /// 32-element formats). The k-quants' quantizers search for scales and are not needed to read
 /// files; tests build k-quant blocks from random bytes.
-pub fn block_quantizer(dtype: DType) -> Option<fn(&[f32], &mut [u8])> {
+pub fn block_quantizer(dtype: DType) -> Option<QuantizeBlock> {
     Some(match dtype {
         DType::Q4_0 => quantize_q4_0,
         DType::Q4_1 => quantize_q4_1,
