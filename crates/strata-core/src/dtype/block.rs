@@ -493,6 +493,8 @@ mod tests {
     /// dequantized by the `gguf` Python package (llama.cpp's reference `gguf.quants.dequantize`):
     /// the sum and elements 0, 1, 17, 31, block-1, block+5 and 2·block-1.
     #[test]
+    // The expected values are exact (dyadic), printed in full by the reference.
+    #[allow(clippy::excessive_precision)]
     fn dequantization_matches_the_ggml_reference() {
         type Golden = (DType, &'static [(usize, f32)], f64, [f32; 7]);
         let golden: [Golden; 8] = [
