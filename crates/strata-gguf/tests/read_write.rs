@@ -4,7 +4,7 @@
 mod common;
 
 use common::{open_bytes, temp_path};
-use strata_core::dtype::block::dequantize_row;
+use strata_core::dtype::block::{dequantize_row, random_blocks};
 use strata_core::{DType, MemoryKind};
 use strata_gguf::{Array, GgufFile, GgufWriter, Value};
 
@@ -74,36 +74,7 @@ fn metadata_of_every_type_round_trips_in_v2_and_v3() {
 
 /// Random-looking bytes for a tensor of `dtype`, with every f16 scale a tame value.
 fn tensor_bytes(dtype: DType, numel: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed;
-    let mut bytes: Vec<u8> = (0..dtype.bytes_for(numel).unwrap())
-        .map(|_| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (state >> 33) as u8
-        })
-        .collect();
-    let scale = strata_core::f16::from_f32(0.01).to_le_bytes();
-    let scale_offsets: &[usize] = match dtype {
-        DType::F32 | DType::F16 | DType::BF16 => {
-            // Plain floats: keep values finite by clearing exponents' top bits.
-            let step = dtype.size_in_bytes();
-            for b in bytes.iter_mut().skip(step - 1).step_by(step) {
-                *b &= 0x3F;
-            }
-            &[]
-        }
-        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
-        DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
-        DType::Q6_K => &[208],
-        other => panic!("no GGUF dtype {other}"),
-    };
-    for block in bytes.chunks_mut(dtype.size_in_bytes()) {
-        for &at in scale_offsets {
-            block[at..at + 2].copy_from_slice(&scale);
-        }
-    }
-    bytes
+    random_blocks(dtype, numel, seed, 0.01).unwrap()
 }
 
 const EVERY_DTYPE: [DType; 11] = [

@@ -351,6 +351,45 @@ pub fn block_quantizer(dtype: DType) -> Option<QuantizeBlock> {
     })
 }
 
+/// Byte offsets of the f16 scale fields in one block of `dtype` (d, and dmin or m where present).
+pub fn scale_offsets(dtype: DType) -> &'static [usize] {
+    match dtype {
+        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
+        DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
+        DType::Q6_K => &[Q6_K_BYTES - 2],
+        _ => &[],
+    }
+}
+
+/// `numel` elements of `dtype` as pseudo-random bytes from `seed`, valid and finite: block
+/// scales are set to `scale`, plain floats kept to small exponents. For tests and benchmarks of
+/// the k-quants, which have no reference quantizer here.
+pub fn random_blocks(dtype: DType, numel: usize, seed: u64, scale: f32) -> Result<Vec<u8>> {
+    let mut state = seed;
+    let mut bytes: Vec<u8> = (0..dtype.bytes_for(numel)?)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 33) as u8
+        })
+        .collect();
+    if matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+        // The top byte holds the sign and the high exponent bits; clearing bit 6 keeps |v| < 2.
+        let step = dtype.size_in_bytes();
+        for b in bytes.iter_mut().skip(step - 1).step_by(step) {
+            *b &= 0xBF;
+        }
+    }
+    let scale = f16::from_f32(scale).to_le_bytes();
+    for block in bytes.chunks_mut(dtype.size_in_bytes()) {
+        for &at in scale_offsets(dtype) {
+            block[at..at + 2].copy_from_slice(&scale);
+        }
+    }
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
