@@ -59,22 +59,11 @@ pub fn ggml_type_id(dtype: DType) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use strata_core::dtype::block::GGUF_WEIGHT_TYPES;
 
     #[test]
     fn ids_round_trip_for_every_supported_type() {
-        for dtype in [
-            DType::F32,
-            DType::F16,
-            DType::BF16,
-            DType::Q4_0,
-            DType::Q4_1,
-            DType::Q5_0,
-            DType::Q5_1,
-            DType::Q8_0,
-            DType::Q4_K,
-            DType::Q5_K,
-            DType::Q6_K,
-        ] {
+        for dtype in GGUF_WEIGHT_TYPES {
             let id = ggml_type_id(dtype).unwrap();
             assert_eq!(ggml_type(id), Some(GgmlType::Supported(dtype)));
         }

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{open_bytes, temp_path};
-use strata_core::dtype::block::{dequantize_row, random_blocks};
+use strata_core::dtype::block::{dequantize_row, random_blocks, GGUF_WEIGHT_TYPES};
 use strata_core::{DType, MemoryKind};
 use strata_gguf::{Array, GgufFile, GgufWriter, Value};
 
@@ -77,26 +77,12 @@ fn tensor_bytes(dtype: DType, numel: usize, seed: u64) -> Vec<u8> {
     random_blocks(dtype, numel, seed, 0.01).unwrap()
 }
 
-const EVERY_DTYPE: [DType; 11] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::Q4_K,
-    DType::Q5_K,
-    DType::Q6_K,
-];
-
 #[test]
 fn tensors_of_every_dtype_are_read_in_place() {
     for alignment in [32, 64] {
         let mut w = GgufWriter::new().alignment(alignment);
         let mut expect = Vec::new();
-        for (i, dtype) in EVERY_DTYPE.into_iter().enumerate() {
+        for (i, dtype) in GGUF_WEIGHT_TYPES.into_iter().enumerate() {
             let dims = [3, 2 * dtype.block_size().max(8)];
             let bytes = tensor_bytes(dtype, dims[0] * dims[1], i as u64);
             w = w

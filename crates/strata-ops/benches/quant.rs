@@ -31,7 +31,9 @@ const TYPES: [DType; 9] = [
 ];
 
 fn activations(len: usize) -> Vec<f32> {
-    (0..len).map(|i| ((i * 7919 % 2001) as f32 - 1000.0) / 1000.0).collect()
+    (0..len)
+        .map(|i| ((i * 7919 % 2001) as f32 - 1000.0) / 1000.0)
+        .collect()
 }
 
 fn run(

@@ -28,6 +28,21 @@ pub const QUANT_BLOCK: usize = 32;
 /// Elements per super-block of the k-quants (q4_k, q5_k, q6_k).
 pub const QK_K: usize = 256;
 
+/// Every dtype GGUF language models store weights in: the floats and the block formats.
+pub const GGUF_WEIGHT_TYPES: [DType; 11] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+];
+
 /// Bytes of one block of each format.
 pub const Q4_0_BYTES: usize = 2 + QUANT_BLOCK / 2;
 pub const Q4_1_BYTES: usize = 4 + QUANT_BLOCK / 2;
@@ -128,6 +143,16 @@ pub fn k4_scale_min(j: usize, scales: &[u8]) -> (u8, u8) {
     }
 }
 
+/// The (scale, min) of the two 32-element sub-blocks of 64-element chunk `chunk` of a
+/// q4_k/q5_k super-block with super-scales `d` and `dmin`.
+#[inline(always)]
+fn k4_chunk_scales(chunk: usize, d: f32, dmin: f32, scales: &[u8]) -> [(f32, f32); 2] {
+    [2 * chunk, 2 * chunk + 1].map(|j| {
+        let (sc, m) = k4_scale_min(j, scales);
+        (d * sc as f32, dmin * m as f32)
+    })
+}
+
 /// Dequantizes one q4_k super-block into 256 values.
 #[inline(always)]
 pub fn dequantize_q4_k(block: &[u8], out: &mut [f32]) {
@@ -135,10 +160,7 @@ pub fn dequantize_q4_k(block: &[u8], out: &mut [f32]) {
     let scales = &block[4..16];
     let qs = &block[16..Q4_K_BYTES];
     for chunk in 0..QK_K / 64 {
-        let (sc0, m0) = k4_scale_min(2 * chunk, scales);
-        let (sc1, m1) = k4_scale_min(2 * chunk + 1, scales);
-        let (d0, min0) = (d * sc0 as f32, dmin * m0 as f32);
-        let (d1, min1) = (d * sc1 as f32, dmin * m1 as f32);
+        let [(d0, min0), (d1, min1)] = k4_chunk_scales(chunk, d, dmin, scales);
         let q = &qs[32 * chunk..32 * chunk + 32];
         let y = &mut out[64 * chunk..64 * chunk + 64];
         for l in 0..32 {
@@ -156,10 +178,7 @@ pub fn dequantize_q5_k(block: &[u8], out: &mut [f32]) {
     let qh = &block[16..48];
     let qs = &block[48..Q5_K_BYTES];
     for chunk in 0..QK_K / 64 {
-        let (sc0, m0) = k4_scale_min(2 * chunk, scales);
-        let (sc1, m1) = k4_scale_min(2 * chunk + 1, scales);
-        let (d0, min0) = (d * sc0 as f32, dmin * m0 as f32);
-        let (d1, min1) = (d * sc1 as f32, dmin * m1 as f32);
+        let [(d0, min0), (d1, min1)] = k4_chunk_scales(chunk, d, dmin, scales);
         let (bit0, bit1) = (1u8 << (2 * chunk), 1u8 << (2 * chunk + 1));
         let q = &qs[32 * chunk..32 * chunk + 32];
         let y = &mut out[64 * chunk..64 * chunk + 64];

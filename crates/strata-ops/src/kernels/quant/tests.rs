@@ -1,24 +1,10 @@
 //! Every quantized product against the f32 reference on dequantized weights, for every weight
 //! type, strategy, ISA and thread count; embedding lookup against row dequantization.
 
-use strata_core::dtype::block::{dequantize_row, random_blocks};
+use strata_core::dtype::block::{dequantize_row, random_blocks, GGUF_WEIGHT_TYPES};
 use strata_core::DType;
 
 use super::*;
-
-const TYPES: [DType; 11] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::Q4_K,
-    DType::Q5_K,
-    DType::Q6_K,
-];
 
 fn activations(len: usize, seed: u32) -> Vec<f32> {
     (0..len)
@@ -67,7 +53,7 @@ fn products_match_the_dequantized_reference() {
         .into_iter()
         .filter(|i| i.is_available())
         .collect();
-    for dtype in TYPES {
+    for dtype in GGUF_WEIGHT_TYPES {
         for (m, n, k) in [(1, 37, 256), (3, 5, 512), (7, 130, 768)] {
             let bytes = random_blocks(dtype, n * k, dtype as u64 + k as u64, 0.02).unwrap();
             let w = QuantMatrix::new(dtype, n, k, &bytes).unwrap();
@@ -126,11 +112,14 @@ fn the_default_entry_point_uses_its_scratch_and_checks_lengths() {
     assert!(QuantMatrix::new(DType::Q4_1, n, 48, &bytes).is_err());
     assert!(QuantMatrix::new(DType::I32, 1, 4, &[0; 16]).is_err());
     assert_eq!(quant_matmul_scratch_len(DType::Q6_K, m, k), 0);
+    assert_eq!(Strategy::best(DType::Q4_1, 1), Strategy::IntDot);
+    assert_eq!(Strategy::best(DType::Q4_1, 64), Strategy::Dequant);
+    assert_eq!(Strategy::best(DType::Q4_K, 1), Strategy::Dequant);
 }
 
 #[test]
 fn embedding_rows_are_dequantized_rows() {
-    for dtype in TYPES {
+    for dtype in GGUF_WEIGHT_TYPES {
         let (rows, cols) = (10, 256);
         let bytes = random_blocks(dtype, rows * cols, 5, 0.05).unwrap();
         let table = QuantMatrix::new(dtype, rows, cols, &bytes).unwrap();
