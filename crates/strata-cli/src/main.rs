@@ -6,6 +6,7 @@ mod conformance;
 mod export;
 mod inputs;
 mod inspect;
+mod inspect_gguf;
 mod model;
 mod report;
 mod run;
@@ -48,7 +49,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         None => run::run(&RunArgs::default()),
         Some(Command::Run(args)) => run::run(&args),
-        Some(Command::Inspect(args)) => inspect::inspect(&args),
+        Some(Command::Inspect(args)) => match &args.model.model {
+            Some(path) if inspect_gguf::is_gguf(path) => inspect_gguf::inspect(path, args.json),
+            _ => inspect::inspect(&args),
+        },
         Some(Command::Bench(args)) => bench::bench(&args),
         Some(Command::Export(args)) => export::export(&args.dir),
         Some(Command::Conformance(args)) => conformance::conformance(&args),

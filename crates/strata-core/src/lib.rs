@@ -19,7 +19,7 @@ pub mod tensor;
 pub use align::{align_up, DEFAULT_ALIGNMENT};
 pub use device::Device;
 pub use dtype::low_float::{decode_e8m0, encode_e8m0, E8m0Rounding, MiniFloat};
-pub use dtype::{DType, Element, QUANT_BLOCK};
+pub use dtype::{DType, Element, QK_K, QUANT_BLOCK};
 pub use error::{CoreError, Result};
 pub use memory::allocator::{Allocator, AllocatorStats};
 pub use memory::arena::WorkspaceArena;

@@ -65,7 +65,14 @@ pub fn dtype_to_onnx(dtype: DType) -> Option<i32> {
         DType::I2 => DataType::Int2,
         DType::U2 => DataType::Uint2,
         DType::String => DataType::String,
-        DType::Q8_0 | DType::Q4_0 => return None,
+        DType::Q8_0
+        | DType::Q4_0
+        | DType::Q4_1
+        | DType::Q5_0
+        | DType::Q5_1
+        | DType::Q4_K
+        | DType::Q5_K
+        | DType::Q6_K => return None,
     };
     Some(data_type as i32)
 }

@@ -467,6 +467,12 @@ fn from_typed_fields(
             DType::String
             | DType::Q8_0
             | DType::Q4_0
+            | DType::Q4_1
+            | DType::Q5_0
+            | DType::Q5_1
+            | DType::Q4_K
+            | DType::Q5_K
+            | DType::Q6_K
             | DType::F4E2M1
             | DType::I4
             | DType::U4

@@ -7,11 +7,16 @@ use half::{bf16, f16};
 mod byte_size;
 pub mod low_float;
 
+pub mod block;
+
+pub use block::{QK_K, QUANT_BLOCK};
+
 /// The element type of a tensor.
 ///
-/// Plain types store one element per `size_in_bytes()` bytes. Block-quantized types (`Q8_0`,
-/// `Q4_0`) store `block_size()` elements per block of `size_in_bytes()` bytes: an f16 scale followed
-/// by 32 signed 8-bit (q8_0) or 4-bit (q4_0) values, the layout GGML uses.
+/// Plain types store one element per `size_in_bytes()` bytes. Block-quantized types (GGML's
+/// `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0` of 32 elements and the k-quants `Q4_K`, `Q5_K`, `Q6_K`
+/// of 256) store `block_size()` elements per block of `size_in_bytes()` bytes, in GGML's layouts
+/// (see [`block`]).
 ///
 /// Low-precision ONNX types (opset 19+ float8, opset 21+ int4/uint4, opset 23+ float4, opset 24+
 /// float8e8m0, opset 25+ int2/uint2):
@@ -23,11 +28,13 @@ pub mod low_float;
 ///   works on them unchanged; packing (two or four elements per byte, low bits first) happens only
 ///   at the ONNX boundary, when TensorProtos are decoded and encoded.
 ///
-/// `Q8_0`/`Q4_0` remain the packed weight formats.
+/// The block-quantized types are packed weight formats, read by the quantized kernels.
 ///
 /// `String` tensors (UTF-8 text, as ONNX's STRING) hold their elements apart from byte storage,
 /// in a shared immutable [`StringBuffer`](crate::StringBuffer): they have no byte view, never live
 /// in an arena, and `size_in_bytes` is the footprint of one element handle.
+// The k-quant variants keep GGML's spelling (`Q4_K`), which rustc's camel-case lint rejects.
+#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
     F32,
@@ -45,6 +52,12 @@ pub enum DType {
     Bool,
     Q8_0,
     Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q4_K,
+    Q5_K,
+    Q6_K,
     F8E4M3FN,
     F8E4M3FNUZ,
     F8E5M2,
@@ -58,12 +71,9 @@ pub enum DType {
     String,
 }
 
-/// Elements per block of the block-quantized types.
-pub const QUANT_BLOCK: usize = 32;
-
 impl DType {
     /// Every dtype, in declaration order.
-    pub const ALL: [DType; 26] = [
+    pub const ALL: [DType; 32] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -79,6 +89,12 @@ impl DType {
         DType::Bool,
         DType::Q8_0,
         DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
         DType::F8E4M3FN,
         DType::F8E4M3FNUZ,
         DType::F8E5M2,
@@ -110,16 +126,24 @@ impl DType {
             DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F64 | DType::I64 | DType::U64 => 8,
-            DType::Q8_0 => 2 + QUANT_BLOCK,
-            DType::Q4_0 => 2 + QUANT_BLOCK / 2,
+            DType::Q8_0 => block::Q8_0_BYTES,
+            DType::Q4_0 => block::Q4_0_BYTES,
+            DType::Q4_1 => block::Q4_1_BYTES,
+            DType::Q5_0 => block::Q5_0_BYTES,
+            DType::Q5_1 => block::Q5_1_BYTES,
+            DType::Q4_K => block::Q4_K_BYTES,
+            DType::Q5_K => block::Q5_K_BYTES,
+            DType::Q6_K => block::Q6_K_BYTES,
             DType::String => std::mem::size_of::<Box<str>>(),
         }
     }
 
-    /// Elements per storage unit: 1 for plain types, 32 for q8_0 and q4_0.
+    /// Elements per storage unit: 1 for plain types, 32 for the legacy GGML block formats, 256
+    /// for the k-quants.
     pub const fn block_size(self) -> usize {
         match self {
-            DType::Q8_0 | DType::Q4_0 => QUANT_BLOCK,
+            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 => QUANT_BLOCK,
+            DType::Q4_K | DType::Q5_K | DType::Q6_K => QK_K,
             _ => 1,
         }
     }
@@ -182,6 +206,12 @@ impl DType {
             DType::Bool => "bool",
             DType::Q8_0 => "q8_0",
             DType::Q4_0 => "q4_0",
+            DType::Q4_1 => "q4_1",
+            DType::Q5_0 => "q5_0",
+            DType::Q5_1 => "q5_1",
+            DType::Q4_K => "q4_k",
+            DType::Q5_K => "q5_k",
+            DType::Q6_K => "q6_k",
             DType::F8E4M3FN => "f8e4m3fn",
             DType::F8E4M3FNUZ => "f8e4m3fnuz",
             DType::F8E5M2 => "f8e5m2",

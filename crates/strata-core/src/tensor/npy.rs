@@ -38,6 +38,12 @@ fn descr(dtype: DType) -> Option<&'static str> {
         DType::String
         | DType::Q8_0
         | DType::Q4_0
+        | DType::Q4_1
+        | DType::Q5_0
+        | DType::Q5_1
+        | DType::Q4_K
+        | DType::Q5_K
+        | DType::Q6_K
         | DType::F8E4M3FN
         | DType::F8E4M3FNUZ
         | DType::F8E5M2

@@ -13,6 +13,7 @@ pub mod error;
 pub mod float;
 pub mod gemm;
 pub mod matmul;
+pub mod quant;
 pub(crate) mod simd;
 pub(crate) mod spatial;
 

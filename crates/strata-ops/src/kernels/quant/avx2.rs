@@ -1,0 +1,167 @@
+//! AVX2 block dots: the legacy weight formats against [`Q8Block`] activations with 8-bit
+//! integer products (`vpmaddubsw` then `vpmaddwd`, llama.cpp's scheme), and an FMA float dot for
+//! the dequantized path. Every function requires AVX2 and FMA, checked by the caller at run time.
+
+use std::arch::x86_64::*;
+
+use strata_core::dtype::block::{
+    f16_at, Q4_0_BYTES, Q4_1_BYTES, Q5_0_BYTES, Q5_1_BYTES, Q8_0_BYTES,
+};
+
+use super::q8::Q8Block;
+
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    _mm_cvtss_f32(s)
+}
+
+/// 16 bytes of nibbles as 32 bytes 0..16: low nibbles in bytes 0..16, high in 16..32 (element
+/// order of the legacy formats).
+///
+/// # Safety
+/// `p` must point at 16 readable bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn nibbles(p: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees 16 readable bytes; unaligned loads are allowed.
+    let b = unsafe { _mm_loadu_si128(p.cast()) };
+    let both = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
+    _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
+}
+
+/// Byte j = 0x10 where bit j of `qh` is set, else 0 (the fifth bit of the q5 formats).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn fifth_bits(qh: u32) -> __m256i {
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(qh as i32),
+        _mm256_setr_epi8(
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3,
+            3, 3, 3,
+        ),
+    );
+    let select = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
+    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+}
+
+/// Σ x·y over 32 byte pairs, x unsigned (≤ 128) and y signed, as eight f32 partial sums.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn dot_u8_i8(x: __m256i, y: __m256i) -> __m256 {
+    let pairs = _mm256_maddubs_epi16(x, y);
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+}
+
+/// Σ x·y over 32 signed byte pairs: |x| times y with x's sign moved onto y.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn dot_i8_i8(x: __m256i, y: __m256i) -> __m256 {
+    dot_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+}
+
+/// # Safety
+/// `y` must be a live block (32 readable bytes of `qs`).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn load_q8(y: &Q8Block) -> __m256i {
+    // SAFETY: `qs` is 32 bytes inside `y`.
+    unsafe { _mm256_loadu_si256(y.qs.as_ptr().cast()) }
+}
+
+/// Generates a row dot: `$bytes` per block, `$body(block, y)` gives (integer-dot vector, scale,
+/// offset term) for one block.
+macro_rules! row_dot {
+    ($(#[$doc:meta])* $name:ident, $bytes:expr, |$b:ident, $y:ident| $body:block) => {
+        $(#[$doc])*
+        /// # Safety
+        /// The CPU must have AVX2 and FMA.
+        #[target_feature(enable = "avx2,fma")]
+        pub unsafe fn $name(row: &[u8], ys: &[Q8Block]) -> f32 {
+            let mut acc = _mm256_setzero_ps();
+            let mut offset = 0.0f32;
+            for ($b, $y) in row.chunks_exact($bytes).zip(ys) {
+                // SAFETY: `$b` is one whole block (`chunks_exact`), so every load in the body
+                // stays inside it; `$y` is a live block.
+                let (dot, scale, off): (__m256, f32, f32) = unsafe { $body };
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(scale), dot, acc);
+                offset += off;
+            }
+            hsum(acc) + offset
+        }
+    };
+}
+
+row_dot!(
+    /// q4_0 weights: (nibble - 8) · d.
+    q4_0, Q4_0_BYTES, |b, y| {
+        let x = _mm256_sub_epi8(nibbles(b.as_ptr().add(2)), _mm256_set1_epi8(8));
+        (dot_i8_i8(x, load_q8(y)), f16_at(b, 0) * y.d, 0.0)
+    }
+);
+
+row_dot!(
+    /// q4_1 weights: nibble · d + m.
+    q4_1, Q4_1_BYTES, |b, y| {
+        let x = nibbles(b.as_ptr().add(4));
+        (dot_u8_i8(x, load_q8(y)), f16_at(b, 0) * y.d, f16_at(b, 2) * y.s)
+    }
+);
+
+row_dot!(
+    /// q5_0 weights: (5-bit value - 16) · d.
+    q5_0, Q5_0_BYTES, |b, y| {
+        let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+        let x = _mm256_or_si256(nibbles(b.as_ptr().add(6)), fifth_bits(qh));
+        let x = _mm256_sub_epi8(x, _mm256_set1_epi8(16));
+        (dot_i8_i8(x, load_q8(y)), f16_at(b, 0) * y.d, 0.0)
+    }
+);
+
+row_dot!(
+    /// q5_1 weights: 5-bit value · d + m.
+    q5_1, Q5_1_BYTES, |b, y| {
+        let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        let x = _mm256_or_si256(nibbles(b.as_ptr().add(8)), fifth_bits(qh));
+        (dot_u8_i8(x, load_q8(y)), f16_at(b, 0) * y.d, f16_at(b, 2) * y.s)
+    }
+);
+
+row_dot!(
+    /// q8_0 weights: q · d.
+    q8_0, Q8_0_BYTES, |b, y| {
+        let x = _mm256_loadu_si256(b.as_ptr().add(2).cast());
+        (dot_i8_i8(x, load_q8(y)), f16_at(b, 0) * y.d, 0.0)
+    }
+);
+
+/// `Σ a·b` with FMA, 32 lanes in flight.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 32 <= n {
+        for (l, lane) in acc.iter_mut().enumerate() {
+            // SAFETY: i + 8l + 8 <= n, inside both slices.
+            let (x, y) = unsafe {
+                (
+                    _mm256_loadu_ps(a.as_ptr().add(i + 8 * l)),
+                    _mm256_loadu_ps(b.as_ptr().add(i + 8 * l)),
+                )
+            };
+            *lane = _mm256_fmadd_ps(x, y, *lane);
+        }
+        i += 32;
+    }
+    let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let tail: f32 = a[i..n].iter().zip(&b[i..n]).map(|(x, y)| x * y).sum();
+    hsum(sum) + tail
+}
