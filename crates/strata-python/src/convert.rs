@@ -1,0 +1,333 @@
+//! numpy arrays in, numpy arrays out. A feed must already have the input's dtype (as in
+//! onnxruntime); Python lists and scalars are first made arrays of that dtype. Strided arrays are
+//! copied in logical order. Strings travel as object arrays of `str`.
+
+use numpy::ndarray::{ArrayViewD, IxDyn};
+use numpy::{
+    dtype, Element, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray,
+    PyUntypedArrayMethods, ToPyArray,
+};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyList, PyString};
+use strata_core::{DType, Tensor};
+use strata_runtime::{IoInfo, OutputView};
+
+use crate::errors::{raise, Kind};
+
+/// onnxruntime's name for a tensor type: `tensor(float)`, `tensor(int64)`, `tensor(string)` …
+pub fn onnx_type_name(dtype: DType) -> String {
+    let element = match dtype {
+        DType::F32 => "float",
+        DType::F16 => "float16",
+        DType::BF16 => "bfloat16",
+        DType::F64 => "double",
+        DType::I8 => "int8",
+        DType::I16 => "int16",
+        DType::I32 => "int32",
+        DType::I64 => "int64",
+        DType::U8 => "uint8",
+        DType::U16 => "uint16",
+        DType::U32 => "uint32",
+        DType::U64 => "uint64",
+        DType::Bool => "bool",
+        DType::String => "string",
+        DType::F8E4M3FN => "float8e4m3fn",
+        DType::F8E4M3FNUZ => "float8e4m3fnuz",
+        DType::F8E5M2 => "float8e5m2",
+        DType::F8E5M2FNUZ => "float8e5m2fnuz",
+        DType::F8E8M0 => "float8e8m0",
+        DType::F4E2M1 => "float4e2m1",
+        DType::I4 => "int4",
+        DType::U4 => "uint4",
+        DType::I2 => "int2",
+        DType::U2 => "uint2",
+        DType::Q8_0 => "q8_0",
+        DType::Q4_0 => "q4_0",
+    };
+    format!("tensor({element})")
+}
+
+/// The numpy dtype name of a strata dtype, for the types numpy (or ml_dtypes) has.
+pub fn numpy_name(dtype: DType) -> Option<&'static str> {
+    Some(match dtype {
+        DType::F32 => "float32",
+        DType::F16 => "float16",
+        DType::BF16 => "bfloat16",
+        DType::F64 => "float64",
+        DType::I8 => "int8",
+        DType::I16 => "int16",
+        DType::I32 => "int32",
+        DType::I64 => "int64",
+        DType::U8 => "uint8",
+        DType::U16 => "uint16",
+        DType::U32 => "uint32",
+        DType::U64 => "uint64",
+        DType::Bool => "bool",
+        DType::String => "object",
+        _ => return None,
+    })
+}
+
+/// Calls `$body` with `$t` bound to the Rust element type of `$dtype` (the plain numeric types
+/// numpy shares with strata), or evaluates `$other`.
+macro_rules! with_element {
+    ($dtype:expr, $t:ident => $body:expr, _ => $other:expr) => {
+        match $dtype {
+            DType::F32 => {
+                type $t = f32;
+                $body
+            }
+            DType::F16 => {
+                type $t = half::f16;
+                $body
+            }
+            DType::BF16 => {
+                type $t = half::bf16;
+                $body
+            }
+            DType::F64 => {
+                type $t = f64;
+                $body
+            }
+            DType::I8 => {
+                type $t = i8;
+                $body
+            }
+            DType::I16 => {
+                type $t = i16;
+                $body
+            }
+            DType::I32 => {
+                type $t = i32;
+                $body
+            }
+            DType::I64 => {
+                type $t = i64;
+                $body
+            }
+            DType::U8 => {
+                type $t = u8;
+                $body
+            }
+            DType::U16 => {
+                type $t = u16;
+                $body
+            }
+            DType::U32 => {
+                type $t = u32;
+                $body
+            }
+            DType::U64 => {
+                type $t = u64;
+                $body
+            }
+            _ => $other,
+        }
+    };
+}
+
+/// The tensor for `value` fed to `input`.
+pub fn feed_to_tensor(value: &Bound<'_, PyAny>, input: &IoInfo) -> PyResult<Tensor> {
+    let py = value.py();
+    let array = as_array(value, input)?;
+    let result = match input.dtype {
+        DType::String => strings_to_tensor(&array, input),
+        DType::Bool => {
+            let typed = typed_array::<bool>(&array, input)?;
+            let data = typed.readonly();
+            let view = data.as_array();
+            let values: Vec<bool> = match view.as_slice() {
+                Some(s) => s.to_vec(),
+                None => view.iter().copied().collect(),
+            };
+            Ok(
+                Tensor::from_bools(&values, view.shape())
+                    .map_err(|e| bad_feed(input, &array, e))?,
+            )
+        }
+        dtype => with_element!(dtype, T => {
+            let typed = typed_array::<T>(&array, input)?;
+            let data = typed.readonly();
+            let view = data.as_array();
+            let tensor = match view.as_slice() {
+                Some(s) => Tensor::from_slice(s, view.shape()),
+                None => Tensor::from_slice(&view.iter().copied().collect::<Vec<T>>(), view.shape()),
+            };
+            tensor.map_err(|e| bad_feed(input, &array, e))
+        }, _ => Err(raise(Kind::NotImplemented, format!(
+            "input {:?}: strata's Python binding cannot feed {} ({})",
+            input.name, input.dtype, onnx_type_name(input.dtype)
+        )))),
+    };
+    let _ = py;
+    result
+}
+
+/// `value` as a numpy array; lists, tuples and scalars become arrays of the input's dtype.
+fn as_array<'py>(
+    value: &Bound<'py, PyAny>,
+    input: &IoInfo,
+) -> PyResult<Bound<'py, PyUntypedArray>> {
+    if let Ok(array) = value.cast::<PyUntypedArray>() {
+        return Ok(array.clone());
+    }
+    let py = value.py();
+    let name = numpy_name(input.dtype).unwrap_or("object");
+    let converted = numpy(py)?
+        .call_method1("asarray", (value, name))
+        .map_err(|e| {
+            raise(
+                Kind::InvalidArgument,
+                format!(
+                    "input {:?}: cannot make a {name} array ({}) of the {} given: {e}",
+                    input.name,
+                    onnx_type_name(input.dtype),
+                    value
+                        .get_type()
+                        .name()
+                        .map(|n| n.to_string())
+                        .unwrap_or_default()
+                ),
+            )
+        })?;
+    Ok(converted.cast_into::<PyUntypedArray>()?)
+}
+
+fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+    static NUMPY: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    Ok(NUMPY
+        .get_or_try_init(py, || PyModule::import(py, "numpy").map(Bound::unbind))?
+        .bind(py))
+}
+
+/// `array` as an array of `T`, or an `InvalidArgument` naming the input, both dtypes and the
+/// shape.
+fn typed_array<'py, T: Element>(
+    array: &Bound<'py, PyUntypedArray>,
+    input: &IoInfo,
+) -> PyResult<Bound<'py, PyArrayDyn<T>>> {
+    array.cast::<PyArrayDyn<T>>().cloned().map_err(|_| {
+        let expected = dtype::<T>(array.py());
+        raise(
+            Kind::InvalidArgument,
+            format!(
+                "input {:?}: got a {} array of shape {:?}, expected dtype {} ({})",
+                input.name,
+                describe_dtype(array),
+                array.shape(),
+                expected,
+                onnx_type_name(input.dtype)
+            ),
+        )
+    })
+}
+
+fn describe_dtype(array: &Bound<'_, PyUntypedArray>) -> String {
+    array.dtype().to_string()
+}
+
+fn bad_feed(
+    input: &IoInfo,
+    array: &Bound<'_, PyUntypedArray>,
+    err: strata_core::CoreError,
+) -> PyErr {
+    raise(
+        Kind::InvalidArgument,
+        format!(
+            "input {:?} ({} array of shape {:?}): {err}",
+            input.name,
+            describe_dtype(array),
+            array.shape()
+        ),
+    )
+}
+
+/// Text from an array of `str` (object or unicode) or `bytes` (decoded as UTF-8).
+fn strings_to_tensor(array: &Bound<'_, PyUntypedArray>, input: &IoInfo) -> PyResult<Tensor> {
+    let kind = array.dtype().kind();
+    if !matches!(kind, b'O' | b'U' | b'S') {
+        return Err(raise(
+            Kind::InvalidArgument,
+            format!(
+                "input {:?}: got a {} array of shape {:?}, expected strings (tensor(string)): an object array of str, or a str/bytes array",
+                input.name,
+                describe_dtype(array),
+                array.shape()
+            ),
+        ));
+    }
+    let flat = array.call_method0("ravel")?.call_method0("tolist")?;
+    let list = flat.cast::<PyList>()?;
+    let mut elements: Vec<Box<str>> = Vec::with_capacity(list.len());
+    for (index, item) in list.iter().enumerate() {
+        let text: Box<str> = if let Ok(s) = item.cast::<PyString>() {
+            s.to_cow()?.into()
+        } else if let Ok(b) = item.cast::<PyBytes>() {
+            std::str::from_utf8(b.as_bytes())
+                .map_err(|e| {
+                    raise(
+                        Kind::InvalidArgument,
+                        format!("input {:?}: element {index} is not UTF-8: {e}", input.name),
+                    )
+                })?
+                .into()
+        } else {
+            return Err(raise(
+                Kind::InvalidArgument,
+                format!(
+                    "input {:?}: element {index} is a {}, expected str",
+                    input.name,
+                    item.get_type().name()?
+                ),
+            ));
+        };
+        elements.push(text);
+    }
+    Tensor::from_strings(array.shape(), elements).map_err(|e| bad_feed(input, array, e))
+}
+
+/// A numpy array holding a copy of `output`.
+pub fn output_to_numpy<'py>(
+    py: Python<'py>,
+    output: &OutputView<'_>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let dims = output.dims();
+    let failed = |e: strata_runtime::RuntimeError| {
+        raise(Kind::Fail, format!("output {:?}: {e}", output.name()))
+    };
+    match output.dtype() {
+        DType::String => {
+            let strings = output.strings().map_err(failed)?;
+            let list = PyList::new(py, strings)?;
+            numpy(py)?
+                .call_method1("array", (list, "object"))?
+                .call_method1("reshape", (dims.to_vec(),))
+        }
+        DType::Bool => {
+            let guard = output.read::<u8>().map_err(failed)?;
+            let values: Vec<bool> = guard.to_vec().into_iter().map(|b| b != 0).collect();
+            Ok(shaped(py, &values, dims)?.into_any())
+        }
+        dtype => with_element!(dtype, T => {
+            let guard = output.read::<T>().map_err(failed)?;
+            match guard.as_slice() {
+                Some(s) => Ok(shaped(py, s, dims)?.into_any()),
+                None => Ok(shaped(py, &guard.to_vec(), dims)?.into_any()),
+            }
+        }, _ => Err(raise(Kind::NotImplemented, format!(
+            "output {:?}: strata's Python binding cannot return {} ({})",
+            output.name(), dtype, onnx_type_name(dtype)
+        )))),
+    }
+}
+
+fn shaped<'py, T: Element + Clone>(
+    py: Python<'py>,
+    data: &[T],
+    dims: &[usize],
+) -> PyResult<Bound<'py, PyArrayDyn<T>>> {
+    let view = ArrayViewD::from_shape(IxDyn(dims), data)
+        .map_err(|e| raise(Kind::Fail, format!("output of shape {dims:?}: {e}")))?;
+    Ok(view.to_pyarray(py))
+}
