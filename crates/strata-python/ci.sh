@@ -17,9 +17,6 @@ python3 -m venv "$venv"
 echo "== pip install ./crates/strata-python"
 "$venv/bin/pip" install --quiet ./crates/strata-python
 
-models="$(dirname "$venv")/models"
-cargo run --quiet --release -p strata-cli -- export "$models" >/dev/null
-
 echo "== pytest crates/strata-python/tests"
 cd "$here/tests"
-STRATA_BUILTIN_MODELS="$models" "$venv/bin/python" -m pytest -q -p no:cacheprovider .
+"$venv/bin/python" -m pytest -q -p no:cacheprovider .

@@ -129,9 +129,8 @@ macro_rules! with_element {
 
 /// The tensor for `value` fed to `input`.
 pub fn feed_to_tensor(value: &Bound<'_, PyAny>, input: &IoInfo) -> PyResult<Tensor> {
-    let py = value.py();
     let array = as_array(value, input)?;
-    let result = match input.dtype {
+    match input.dtype {
         DType::String => strings_to_tensor(&array, input),
         DType::Bool => {
             let typed = typed_array::<bool>(&array, input)?;
@@ -159,9 +158,7 @@ pub fn feed_to_tensor(value: &Bound<'_, PyAny>, input: &IoInfo) -> PyResult<Tens
             "input {:?}: strata's Python binding cannot feed {} ({})",
             input.name, input.dtype, onnx_type_name(input.dtype)
         )))),
-    };
-    let _ = py;
-    result
+    }
 }
 
 /// `value` as a numpy array; lists, tuples and scalars become arrays of the input's dtype.

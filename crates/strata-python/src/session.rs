@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use strata_core::Tensor;
 use strata_ops::Dim;
-use strata_runtime::{InferencePlan, IoInfo, OptimizationProfile, PlanConfig};
+use strata_runtime::{InferencePlan, IoInfo, OptimizationProfile, PlanConfig, RuntimeError};
 
 use crate::convert::{feed_to_tensor, onnx_type_name, output_to_numpy};
 use crate::errors::{self, raise, Kind};
@@ -118,15 +118,23 @@ impl Session {
         let fetch = output_indices(plan, output_names)?;
         let feeds = collect_feeds(plan, feed)?;
         let mut ctx = self.pool.take().map_err(|e| errors::runtime(&e))?;
-        let ran = py.detach(|| -> Result<(), strata_runtime::RuntimeError> {
+        // A rejected feed leaves the context as it was; a failed run may not.
+        let ran = py.detach(|| -> Result<Result<(), RuntimeError>, RuntimeError> {
             for (index, tensor) in &feeds {
                 ctx.set_input_at(*index, tensor)?;
             }
-            ctx.execute()
+            Ok(ctx.execute())
         });
-        if let Err(err) = ran {
-            self.pool.discard(ctx);
-            return Err(errors::runtime(&err));
+        match ran {
+            Err(rejected) => {
+                self.pool.give(ctx);
+                return Err(errors::runtime(&rejected));
+            }
+            Ok(Err(failed)) => {
+                self.pool.discard(ctx);
+                return Err(errors::runtime(&failed));
+            }
+            Ok(Ok(())) => {}
         }
         let outputs = fetch
             .iter()
@@ -207,9 +215,14 @@ fn io_list<'py>(py: Python<'py>, list: &[IoInfo]) -> PyResult<Bound<'py, PyList>
     let rows = PyList::empty(py);
     for info in list {
         let shape = PyList::empty(py);
-        for dim in &info.dims {
+        for (axis, dim) in info.dims.iter().enumerate() {
             match dim {
                 Dim::Known(d) => shape.append(*d)?,
+                // The importer names a dim the model left blank `{input}_dim{axis}`;
+                // onnxruntime reports those as None.
+                Dim::Sym(name) if *name == format!("{}_dim{axis}", info.name) => {
+                    shape.append(py.None())?
+                }
                 Dim::Sym(name) => shape.append(name)?,
                 Dim::Unknown => shape.append(py.None())?,
             }
@@ -229,7 +242,7 @@ fn output_indices(plan: &InferencePlan, names: Option<Vec<String>>) -> PyResult<
             .iter()
             .map(|name| {
                 outputs.iter().position(|o| &o.name == name).ok_or_else(|| {
-                    errors::runtime(&strata_runtime::RuntimeError::UnknownOutput {
+                    errors::runtime(&RuntimeError::UnknownOutput {
                         name: name.clone(),
                         available: outputs.iter().map(|o| o.name.clone()).collect(),
                     })
@@ -247,7 +260,7 @@ fn collect_feeds(plan: &InferencePlan, feed: &Bound<'_, PyDict>) -> PyResult<Vec
     for (key, value) in feed.iter() {
         let name: String = key.extract()?;
         let index = inputs.iter().position(|i| i.name == name).ok_or_else(|| {
-            errors::runtime(&strata_runtime::RuntimeError::UnknownInput {
+            errors::runtime(&RuntimeError::UnknownInput {
                 name: name.clone(),
                 available: inputs.iter().map(|i| i.name.clone()).collect(),
             })
@@ -268,8 +281,18 @@ fn collect_feeds(plan: &InferencePlan, feed: &Bound<'_, PyDict>) -> PyResult<Vec
             .collect();
         return Err(raise(
             Kind::MissingInput,
-            format!("Required inputs ({missing:?}) are missing from input feed ({given:?})"),
+            format!(
+                "Required inputs ({}) are missing from input feed ({})",
+                python_list(&missing),
+                python_list(&given)
+            ),
         ));
     }
     Ok(feeds)
+}
+
+/// `['a', 'b']`, as Python prints a list of names.
+fn python_list<S: AsRef<str>>(names: &[S]) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("'{}'", n.as_ref())).collect();
+    format!("[{}]", quoted.join(", "))
 }

@@ -3,12 +3,13 @@ onnx.helper, and the ONNX backend-test cases under ../shared/onnx-tests."""
 
 import os
 import pathlib
-import subprocess
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+
+import strata
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 ONNX_TESTS = pathlib.Path(os.environ.get("STRATA_ONNX_TESTS", REPO.parent / "shared" / "onnx-tests"))
@@ -16,18 +17,10 @@ ONNX_TESTS = pathlib.Path(os.environ.get("STRATA_ONNX_TESTS", REPO.parent / "sha
 
 @pytest.fixture(scope="session")
 def builtin_models(tmp_path_factory):
-    """The directory `strata export` wrote the built-in models to ($STRATA_BUILTIN_MODELS, or
-    exported now through cargo)."""
-    given = os.environ.get("STRATA_BUILTIN_MODELS")
-    if given:
-        return pathlib.Path(given)
+    """The directory holding strata's built-in models, as `strata export` writes them."""
     out = tmp_path_factory.mktemp("builtin")
-    subprocess.run(
-        ["cargo", "run", "--quiet", "--release", "-p", "strata-cli", "--", "export", str(out)],
-        cwd=REPO,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
+    written = strata.export_builtin_models(str(out))
+    assert len(written) == 4, written
     return out
 
 

@@ -21,7 +21,7 @@ from ._options import (
     SessionOptions,
 )
 from ._session import InferenceSession, ModelMetadata, NodeArg
-from ._strata import __version__
+from ._strata import __version__, export_builtin_models
 
 __all__ = [
     "InferenceSession",
@@ -32,6 +32,7 @@ __all__ = [
     "ExecutionOrder",
     "NodeArg",
     "ModelMetadata",
+    "export_builtin_models",
     "get_device",
     "get_available_providers",
     "get_all_providers",
