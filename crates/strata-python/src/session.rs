@@ -17,6 +17,9 @@ use crate::model::{Metadata, Options, Source};
 use crate::pool::ContextPool;
 use crate::report;
 
+/// An input's `(min, opt, max)` dims, as `SessionOptions.set_optimization_profile` stores them.
+type DimRange = (Vec<usize>, Vec<usize>, Vec<usize>);
+
 /// A loaded model, runnable from many threads at once.
 #[pyclass(module = "strata._strata", frozen)]
 pub struct Session {
@@ -42,7 +45,7 @@ impl Session {
         threads: usize,
         optimize: bool,
         profiling: bool,
-        profile: Option<BTreeMap<String, (Vec<usize>, Vec<usize>, Vec<usize>)>>,
+        profile: Option<BTreeMap<String, DimRange>>,
         dim_overrides: Option<BTreeMap<String, usize>>,
     ) -> PyResult<Self> {
         let source = if let Ok(bytes) = model.cast::<PyBytes>() {
