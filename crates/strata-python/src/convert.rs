@@ -15,116 +15,42 @@ use strata_runtime::{IoInfo, OutputView};
 
 use crate::errors::{raise, Kind};
 
+/// onnxruntime's element name (as in `tensor(float)`) and numpy's dtype name, where numpy (or
+/// ml_dtypes) has one.
+fn names(dtype: DType) -> (&'static str, Option<&'static str>) {
+    match dtype {
+        DType::F32 => ("float", Some("float32")),
+        DType::F16 => ("float16", Some("float16")),
+        DType::BF16 => ("bfloat16", Some("bfloat16")),
+        DType::F64 => ("double", Some("float64")),
+        DType::I8 => ("int8", Some("int8")),
+        DType::I16 => ("int16", Some("int16")),
+        DType::I32 => ("int32", Some("int32")),
+        DType::I64 => ("int64", Some("int64")),
+        DType::U8 => ("uint8", Some("uint8")),
+        DType::U16 => ("uint16", Some("uint16")),
+        DType::U32 => ("uint32", Some("uint32")),
+        DType::U64 => ("uint64", Some("uint64")),
+        DType::Bool => ("bool", Some("bool")),
+        DType::String => ("string", Some("object")),
+        DType::F8E4M3FN => ("float8e4m3fn", None),
+        DType::F8E4M3FNUZ => ("float8e4m3fnuz", None),
+        DType::F8E5M2 => ("float8e5m2", None),
+        DType::F8E5M2FNUZ => ("float8e5m2fnuz", None),
+        DType::F8E8M0 => ("float8e8m0", None),
+        DType::F4E2M1 => ("float4e2m1", None),
+        DType::I4 => ("int4", None),
+        DType::U4 => ("uint4", None),
+        DType::I2 => ("int2", None),
+        DType::U2 => ("uint2", None),
+        DType::Q8_0 => ("q8_0", None),
+        DType::Q4_0 => ("q4_0", None),
+    }
+}
+
 /// onnxruntime's name for a tensor type: `tensor(float)`, `tensor(int64)`, `tensor(string)` …
 pub fn onnx_type_name(dtype: DType) -> String {
-    let element = match dtype {
-        DType::F32 => "float",
-        DType::F16 => "float16",
-        DType::BF16 => "bfloat16",
-        DType::F64 => "double",
-        DType::I8 => "int8",
-        DType::I16 => "int16",
-        DType::I32 => "int32",
-        DType::I64 => "int64",
-        DType::U8 => "uint8",
-        DType::U16 => "uint16",
-        DType::U32 => "uint32",
-        DType::U64 => "uint64",
-        DType::Bool => "bool",
-        DType::String => "string",
-        DType::F8E4M3FN => "float8e4m3fn",
-        DType::F8E4M3FNUZ => "float8e4m3fnuz",
-        DType::F8E5M2 => "float8e5m2",
-        DType::F8E5M2FNUZ => "float8e5m2fnuz",
-        DType::F8E8M0 => "float8e8m0",
-        DType::F4E2M1 => "float4e2m1",
-        DType::I4 => "int4",
-        DType::U4 => "uint4",
-        DType::I2 => "int2",
-        DType::U2 => "uint2",
-        DType::Q8_0 => "q8_0",
-        DType::Q4_0 => "q4_0",
-    };
-    format!("tensor({element})")
-}
-
-/// The numpy dtype name of a strata dtype, for the types numpy (or ml_dtypes) has.
-pub fn numpy_name(dtype: DType) -> Option<&'static str> {
-    Some(match dtype {
-        DType::F32 => "float32",
-        DType::F16 => "float16",
-        DType::BF16 => "bfloat16",
-        DType::F64 => "float64",
-        DType::I8 => "int8",
-        DType::I16 => "int16",
-        DType::I32 => "int32",
-        DType::I64 => "int64",
-        DType::U8 => "uint8",
-        DType::U16 => "uint16",
-        DType::U32 => "uint32",
-        DType::U64 => "uint64",
-        DType::Bool => "bool",
-        DType::String => "object",
-        _ => return None,
-    })
-}
-
-/// Calls `$body` with `$t` bound to the Rust element type of `$dtype` (the plain numeric types
-/// numpy shares with strata), or evaluates `$other`.
-macro_rules! with_element {
-    ($dtype:expr, $t:ident => $body:expr, _ => $other:expr) => {
-        match $dtype {
-            DType::F32 => {
-                type $t = f32;
-                $body
-            }
-            DType::F16 => {
-                type $t = half::f16;
-                $body
-            }
-            DType::BF16 => {
-                type $t = half::bf16;
-                $body
-            }
-            DType::F64 => {
-                type $t = f64;
-                $body
-            }
-            DType::I8 => {
-                type $t = i8;
-                $body
-            }
-            DType::I16 => {
-                type $t = i16;
-                $body
-            }
-            DType::I32 => {
-                type $t = i32;
-                $body
-            }
-            DType::I64 => {
-                type $t = i64;
-                $body
-            }
-            DType::U8 => {
-                type $t = u8;
-                $body
-            }
-            DType::U16 => {
-                type $t = u16;
-                $body
-            }
-            DType::U32 => {
-                type $t = u32;
-                $body
-            }
-            DType::U64 => {
-                type $t = u64;
-                $body
-            }
-            _ => $other,
-        }
-    };
+    format!("tensor({})", names(dtype).0)
 }
 
 /// The tensor for `value` fed to `input`.
@@ -145,7 +71,7 @@ pub fn feed_to_tensor(value: &Bound<'_, PyAny>, input: &IoInfo) -> PyResult<Tens
                     .map_err(|e| bad_feed(input, &array, e))?,
             )
         }
-        dtype => with_element!(dtype, T => {
+        dtype => strata_ops::dispatch_arith!(dtype, T => {
             let typed = typed_array::<T>(&array, input)?;
             let data = typed.readonly();
             let view = data.as_array();
@@ -170,7 +96,7 @@ fn as_array<'py>(
         return Ok(array.clone());
     }
     let py = value.py();
-    let name = numpy_name(input.dtype).unwrap_or("object");
+    let name = names(input.dtype).1.unwrap_or("object");
     let converted = numpy(py)?
         .call_method1("asarray", (value, name))
         .map_err(|e| {
@@ -306,7 +232,7 @@ pub fn output_to_numpy<'py>(
             let values: Vec<bool> = guard.to_vec().into_iter().map(|b| b != 0).collect();
             Ok(shaped(py, &values, dims)?.into_any())
         }
-        dtype => with_element!(dtype, T => {
+        dtype => strata_ops::dispatch_arith!(dtype, T => {
             let guard = output.read::<T>().map_err(failed)?;
             match guard.as_slice() {
                 Some(s) => Ok(shaped(py, s, dims)?.into_any()),

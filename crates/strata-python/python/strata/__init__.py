@@ -13,6 +13,7 @@ strata's own extras: ``InferenceSession.memory_plan()``, ``InferenceSession.prof
 
 from . import capi  # noqa: F401
 from ._errors import *  # noqa: F401,F403
+from ._errors import __all__ as _error_names
 from ._options import (
     ExecutionMode,
     ExecutionOrder,
@@ -41,16 +42,8 @@ __all__ = [
     "set_default_logger_severity",
     "set_default_logger_verbosity",
     "set_seed",
-    "StrataError",
-    "Fail",
-    "InvalidArgument",
-    "MissingInput",
-    "NoSuchFile",
-    "InvalidProtobuf",
-    "InvalidGraph",
-    "NotImplemented",
     "__version__",
-]
+] + list(_error_names)
 
 version = __version__
 package_name = "strata"

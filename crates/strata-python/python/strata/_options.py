@@ -36,7 +36,23 @@ class ExecutionOrder(enum.IntEnum):
     MEMORY_EFFICIENT = 2
 
 
-class SessionOptions:
+class _ConfigEntries:
+    """onnxruntime's free-form key/value config entries: stored, readable, otherwise unused."""
+
+    def _entries(self):
+        return self.__dict__.setdefault("_config_entries", {})
+
+    def _add_entry(self, key, value):
+        self._entries()[str(key)] = str(value)
+
+    def _get_entry(self, key):
+        try:
+            return self._entries()[key]
+        except KeyError:
+            raise InvalidArgument(f"{type(self).__name__} has no config entry {key!r}") from None
+
+
+class SessionOptions(_ConfigEntries):
     """How an :class:`InferenceSession` is built.
 
     Honoured:
@@ -80,7 +96,6 @@ class SessionOptions:
         self.use_deterministic_compute = False
         self.use_per_session_threads = True
         self.optimization_profile = {}
-        self._config_entries = {}
         self._dim_overrides = {}
 
     # -- strata's own ---------------------------------------------------------------------------
@@ -108,13 +123,10 @@ class SessionOptions:
         )
 
     def add_session_config_entry(self, key, value):
-        self._config_entries[str(key)] = str(value)
+        self._add_entry(key, value)
 
     def get_session_config_entry(self, key):
-        try:
-            return self._config_entries[key]
-        except KeyError:
-            raise InvalidArgument(f"SessionOptions has no config entry {key!r}") from None
+        return self._get_entry(key)
 
     def add_initializer(self, name, value):
         raise NotImplemented("strata does not take initializers from outside the model")
@@ -138,7 +150,7 @@ class SessionOptions:
         }
 
 
-class RunOptions:
+class RunOptions(_ConfigEntries):
     """Per-call options. ``terminate`` set to True makes ``run`` raise ``Fail`` before running;
     the log fields, ``only_execute_path_to_fetches`` (strata always runs the whole plan) and run
     config entries are accepted and ignored."""
@@ -149,13 +161,9 @@ class RunOptions:
         self.logid = ""
         self.only_execute_path_to_fetches = False
         self.terminate = False
-        self._config_entries = {}
 
     def add_run_config_entry(self, key, value):
-        self._config_entries[str(key)] = str(value)
+        self._add_entry(key, value)
 
     def get_run_config_entry(self, key):
-        try:
-            return self._config_entries[key]
-        except KeyError:
-            raise InvalidArgument(f"RunOptions has no config entry {key!r}") from None
+        return self._get_entry(key)
