@@ -65,7 +65,6 @@ pub struct NodeTime {
 pub struct Timed {
     pub latencies_ms: Vec<f64>,
     pub nodes: Vec<NodeTime>,
-    pub warmup: usize,
 }
 
 /// Runs `feeds` `warmup + runs` times on a new context of `plan` (which must time its nodes).
@@ -82,6 +81,8 @@ pub fn time_runs(
     for _ in 0..warmup {
         ctx.execute()?;
     }
+    // Node times accumulate per context: subtract the warm-up runs' share.
+    let before: Vec<Duration> = ctx.node_timings().iter().map(|t| t.time).collect();
     let mut latencies_ms = Vec::with_capacity(runs);
     for _ in 0..runs {
         let start = Instant::now();
@@ -91,22 +92,21 @@ pub fn time_runs(
     let nodes = ctx
         .node_timings()
         .into_iter()
-        .map(|t| NodeTime {
+        .zip(before)
+        .map(|(t, warm)| NodeTime {
             node: t.node.to_string(),
             op: t.op.to_string(),
-            time: t.time,
+            time: t.time.saturating_sub(warm),
         })
         .collect();
     Ok(Timed {
         latencies_ms,
         nodes,
-        warmup,
     })
 }
 
 /// `{"runs", "mean_ms", "median_ms", "p90_ms", "min_ms", "by_op": {op: {"ms", "nodes"}},
-/// "by_node": [{"node", "op", "ms"}]}`, times per run (warm-up runs included in the
-/// per-node sums are divided out).
+/// "by_node": [{"node", "op", "ms"}]}`, times per timed run (warm-up runs excluded).
 pub fn profile_dict<'py>(py: Python<'py>, timed: &Timed) -> PyResult<Bound<'py, PyDict>> {
     let mut sorted = timed.latencies_ms.clone();
     sorted.sort_by(f64::total_cmp);
@@ -117,8 +117,8 @@ pub fn profile_dict<'py>(py: Python<'py>, timed: &Timed) -> PyResult<Bound<'py, 
     dict.set_item("median_ms", pct(0.5))?;
     dict.set_item("p90_ms", pct(0.9))?;
     dict.set_item("min_ms", sorted[0])?;
-    let total_runs = (sorted.len() + timed.warmup) as f64;
-    let per_run = |d: Duration| d.as_secs_f64() * 1e3 / total_runs;
+    let runs = sorted.len() as f64;
+    let per_run = |d: Duration| d.as_secs_f64() * 1e3 / runs;
     dict.set_item("by_op", by_op(py, &timed.nodes, per_run)?)?;
     let by_node = PyList::empty(py);
     for t in &timed.nodes {
