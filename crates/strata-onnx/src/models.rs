@@ -174,6 +174,20 @@ pub fn default_model() -> ModelBuilder {
     resnet_like(Dim::Known(1), 64, 32, 3, 10, 42)
 }
 
+/// The built-in models by file name, as `strata export` writes them (and the Python package's
+/// `strata.export_builtin_models`), for side-by-side runs with other runtimes.
+pub fn builtin() -> Vec<(&'static str, ModelBuilder)> {
+    vec![
+        ("resnet_like.onnx", default_model()),
+        (
+            "resnet_like_batch.onnx",
+            resnet_like(Dim::sym("N"), 64, 32, 3, 10, 42),
+        ),
+        ("mlp.onnx", mlp(Dim::sym("N"), 256, 512, 10, 7)),
+        ("transformer_like.onnx", transformer_like(64, 128, 256, 11)),
+    ]
+}
+
 /// A two-layer perceptron `[N, inputs] → hidden (Relu) → outputs (Softmax)`.
 pub fn mlp(batch: Dim, inputs: usize, hidden: usize, outputs: usize, seed: u64) -> ModelBuilder {
     ModelBuilder::new("strata-mlp")

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds the strata Python package into a fresh venv and runs its pytest suite against
+# onnxruntime. Called by .ci/run after the Rust tests (the release build of the workspace is then
+# already there, and maturin builds into the same target directory).
+#   bash crates/strata-python/ci.sh
+# STRATA_CASE_STRIDE=N runs every N-th ONNX test case instead of all of them.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+cd "$repo"
+
+venv="$(mktemp -d)/venv"
+trap 'rm -rf "$(dirname "$venv")"' EXIT
+python3 -m venv "$venv"
+"$venv/bin/pip" install --quiet --upgrade pip
+"$venv/bin/pip" install --quiet numpy onnx onnxruntime pytest
+echo "== pip install ./crates/strata-python"
+"$venv/bin/pip" install --quiet ./crates/strata-python
+
+echo "== pytest crates/strata-python/tests"
+cd "$here/tests"
+"$venv/bin/python" -m pytest -q -p no:cacheprovider .

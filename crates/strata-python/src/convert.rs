@@ -1,0 +1,262 @@
+//! numpy arrays in, numpy arrays out. A feed must already have the input's dtype (as in
+//! onnxruntime); Python lists and scalars are first made arrays of that dtype. Strided arrays are
+//! copied in logical order. Strings travel as object arrays of `str`.
+
+use numpy::ndarray::{ArrayViewD, IxDyn};
+use numpy::{
+    dtype, Element, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray,
+    PyUntypedArrayMethods, ToPyArray,
+};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyList, PyString};
+use strata_core::{DType, Tensor};
+use strata_runtime::{IoInfo, OutputView};
+
+use crate::errors::{raise, Kind};
+
+/// onnxruntime's element name (as in `tensor(float)`) and numpy's dtype name, where numpy (or
+/// ml_dtypes) has one.
+fn names(dtype: DType) -> (&'static str, Option<&'static str>) {
+    match dtype {
+        DType::F32 => ("float", Some("float32")),
+        DType::F16 => ("float16", Some("float16")),
+        DType::BF16 => ("bfloat16", Some("bfloat16")),
+        DType::F64 => ("double", Some("float64")),
+        DType::I8 => ("int8", Some("int8")),
+        DType::I16 => ("int16", Some("int16")),
+        DType::I32 => ("int32", Some("int32")),
+        DType::I64 => ("int64", Some("int64")),
+        DType::U8 => ("uint8", Some("uint8")),
+        DType::U16 => ("uint16", Some("uint16")),
+        DType::U32 => ("uint32", Some("uint32")),
+        DType::U64 => ("uint64", Some("uint64")),
+        DType::Bool => ("bool", Some("bool")),
+        DType::String => ("string", Some("object")),
+        DType::F8E4M3FN => ("float8e4m3fn", None),
+        DType::F8E4M3FNUZ => ("float8e4m3fnuz", None),
+        DType::F8E5M2 => ("float8e5m2", None),
+        DType::F8E5M2FNUZ => ("float8e5m2fnuz", None),
+        DType::F8E8M0 => ("float8e8m0", None),
+        DType::F4E2M1 => ("float4e2m1", None),
+        DType::I4 => ("int4", None),
+        DType::U4 => ("uint4", None),
+        DType::I2 => ("int2", None),
+        DType::U2 => ("uint2", None),
+        DType::Q8_0 => ("q8_0", None),
+        DType::Q4_0 => ("q4_0", None),
+        DType::Q4_1 => ("q4_1", None),
+        DType::Q5_0 => ("q5_0", None),
+        DType::Q5_1 => ("q5_1", None),
+        DType::Q4_K => ("q4_k", None),
+        DType::Q5_K => ("q5_k", None),
+        DType::Q6_K => ("q6_k", None),
+    }
+}
+
+/// onnxruntime's name for a tensor type: `tensor(float)`, `tensor(int64)`, `tensor(string)` …
+pub fn onnx_type_name(dtype: DType) -> String {
+    format!("tensor({})", names(dtype).0)
+}
+
+/// The tensor for `value` fed to `input`.
+pub fn feed_to_tensor(value: &Bound<'_, PyAny>, input: &IoInfo) -> PyResult<Tensor> {
+    let array = as_array(value, input)?;
+    match input.dtype {
+        DType::String => strings_to_tensor(&array, input),
+        DType::Bool => {
+            let typed = typed_array::<bool>(&array, input)?;
+            let data = typed.readonly();
+            let view = data.as_array();
+            let values: Vec<bool> = match view.as_slice() {
+                Some(s) => s.to_vec(),
+                None => view.iter().copied().collect(),
+            };
+            Ok(
+                Tensor::from_bools(&values, view.shape())
+                    .map_err(|e| bad_feed(input, &array, e))?,
+            )
+        }
+        dtype => strata_ops::dispatch_arith!(dtype, T => {
+            let typed = typed_array::<T>(&array, input)?;
+            let data = typed.readonly();
+            let view = data.as_array();
+            let tensor = match view.as_slice() {
+                Some(s) => Tensor::from_slice(s, view.shape()),
+                None => Tensor::from_slice(&view.iter().copied().collect::<Vec<T>>(), view.shape()),
+            };
+            tensor.map_err(|e| bad_feed(input, &array, e))
+        }, _ => Err(raise(Kind::NotImplemented, format!(
+            "input {:?}: strata's Python binding cannot feed {} ({})",
+            input.name, input.dtype, onnx_type_name(input.dtype)
+        )))),
+    }
+}
+
+/// `value` as a numpy array; lists, tuples and scalars become arrays of the input's dtype.
+fn as_array<'py>(
+    value: &Bound<'py, PyAny>,
+    input: &IoInfo,
+) -> PyResult<Bound<'py, PyUntypedArray>> {
+    if let Ok(array) = value.cast::<PyUntypedArray>() {
+        return Ok(array.clone());
+    }
+    let py = value.py();
+    let name = names(input.dtype).1.unwrap_or("object");
+    let converted = numpy(py)?
+        .call_method1("asarray", (value, name))
+        .map_err(|e| {
+            raise(
+                Kind::InvalidArgument,
+                format!(
+                    "input {:?}: cannot make a {name} array ({}) of the {} given: {e}",
+                    input.name,
+                    onnx_type_name(input.dtype),
+                    value
+                        .get_type()
+                        .name()
+                        .map(|n| n.to_string())
+                        .unwrap_or_default()
+                ),
+            )
+        })?;
+    Ok(converted.cast_into::<PyUntypedArray>()?)
+}
+
+fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+    static NUMPY: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    Ok(NUMPY
+        .get_or_try_init(py, || PyModule::import(py, "numpy").map(Bound::unbind))?
+        .bind(py))
+}
+
+/// `array` as an array of `T`, or an `InvalidArgument` naming the input, both dtypes and the
+/// shape.
+fn typed_array<'py, T: Element>(
+    array: &Bound<'py, PyUntypedArray>,
+    input: &IoInfo,
+) -> PyResult<Bound<'py, PyArrayDyn<T>>> {
+    array.cast::<PyArrayDyn<T>>().cloned().map_err(|_| {
+        let expected = dtype::<T>(array.py());
+        raise(
+            Kind::InvalidArgument,
+            format!(
+                "input {:?}: got a {} array of shape {:?}, expected dtype {} ({})",
+                input.name,
+                describe_dtype(array),
+                array.shape(),
+                expected,
+                onnx_type_name(input.dtype)
+            ),
+        )
+    })
+}
+
+fn describe_dtype(array: &Bound<'_, PyUntypedArray>) -> String {
+    array.dtype().to_string()
+}
+
+fn bad_feed(
+    input: &IoInfo,
+    array: &Bound<'_, PyUntypedArray>,
+    err: strata_core::CoreError,
+) -> PyErr {
+    raise(
+        Kind::InvalidArgument,
+        format!(
+            "input {:?} ({} array of shape {:?}): {err}",
+            input.name,
+            describe_dtype(array),
+            array.shape()
+        ),
+    )
+}
+
+/// Text from an array of `str` (object or unicode) or `bytes` (decoded as UTF-8).
+fn strings_to_tensor(array: &Bound<'_, PyUntypedArray>, input: &IoInfo) -> PyResult<Tensor> {
+    let kind = array.dtype().kind();
+    if !matches!(kind, b'O' | b'U' | b'S') {
+        return Err(raise(
+            Kind::InvalidArgument,
+            format!(
+                "input {:?}: got a {} array of shape {:?}, expected strings (tensor(string)): an object array of str, or a str/bytes array",
+                input.name,
+                describe_dtype(array),
+                array.shape()
+            ),
+        ));
+    }
+    let flat = array.call_method0("ravel")?.call_method0("tolist")?;
+    let list = flat.cast::<PyList>()?;
+    let mut elements: Vec<Box<str>> = Vec::with_capacity(list.len());
+    for (index, item) in list.iter().enumerate() {
+        let text: Box<str> = if let Ok(s) = item.cast::<PyString>() {
+            s.to_cow()?.into()
+        } else if let Ok(b) = item.cast::<PyBytes>() {
+            std::str::from_utf8(b.as_bytes())
+                .map_err(|e| {
+                    raise(
+                        Kind::InvalidArgument,
+                        format!("input {:?}: element {index} is not UTF-8: {e}", input.name),
+                    )
+                })?
+                .into()
+        } else {
+            return Err(raise(
+                Kind::InvalidArgument,
+                format!(
+                    "input {:?}: element {index} is a {}, expected str",
+                    input.name,
+                    item.get_type().name()?
+                ),
+            ));
+        };
+        elements.push(text);
+    }
+    Tensor::from_strings(array.shape(), elements).map_err(|e| bad_feed(input, array, e))
+}
+
+/// A numpy array holding a copy of `output`.
+pub fn output_to_numpy<'py>(
+    py: Python<'py>,
+    output: &OutputView<'_>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let dims = output.dims();
+    let failed = |e: strata_runtime::RuntimeError| {
+        raise(Kind::Fail, format!("output {:?}: {e}", output.name()))
+    };
+    match output.dtype() {
+        DType::String => {
+            let strings = output.strings().map_err(failed)?;
+            let list = PyList::new(py, strings)?;
+            numpy(py)?
+                .call_method1("array", (list, "object"))?
+                .call_method1("reshape", (dims.to_vec(),))
+        }
+        DType::Bool => {
+            let guard = output.read::<u8>().map_err(failed)?;
+            let values: Vec<bool> = guard.to_vec().into_iter().map(|b| b != 0).collect();
+            Ok(shaped(py, &values, dims)?.into_any())
+        }
+        dtype => strata_ops::dispatch_arith!(dtype, T => {
+            let guard = output.read::<T>().map_err(failed)?;
+            match guard.as_slice() {
+                Some(s) => Ok(shaped(py, s, dims)?.into_any()),
+                None => Ok(shaped(py, &guard.to_vec(), dims)?.into_any()),
+            }
+        }, _ => Err(raise(Kind::NotImplemented, format!(
+            "output {:?}: strata's Python binding cannot return {} ({})",
+            output.name(), dtype, onnx_type_name(dtype)
+        )))),
+    }
+}
+
+fn shaped<'py, T: Element + Clone>(
+    py: Python<'py>,
+    data: &[T],
+    dims: &[usize],
+) -> PyResult<Bound<'py, PyArrayDyn<T>>> {
+    let view = ArrayViewD::from_shape(IxDyn(dims), data)
+        .map_err(|e| raise(Kind::Fail, format!("output of shape {dims:?}: {e}")))?;
+    Ok(view.to_pyarray(py))
+}

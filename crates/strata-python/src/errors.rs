@@ -1,0 +1,101 @@
+//! strata's typed errors as the Python exceptions of `strata._errors` (named after onnxruntime's:
+//! `InvalidArgument`, `NoSuchFile`, `InvalidProtobuf`, `InvalidGraph`, `NotImplemented`, `Fail`).
+
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyType;
+use strata_onnx::OnnxError;
+use strata_ops::OpError;
+use strata_runtime::RuntimeError;
+
+/// The exception classes, defined in Python so that they can also derive from builtins
+/// (`MissingInput` is a `ValueError`, as onnxruntime's missing-input error is).
+#[derive(Clone, Copy, Debug)]
+pub enum Kind {
+    Fail,
+    InvalidArgument,
+    MissingInput,
+    NoSuchFile,
+    InvalidProtobuf,
+    InvalidGraph,
+    NotImplemented,
+}
+
+impl Kind {
+    fn class_name(self) -> &'static str {
+        match self {
+            Kind::Fail => "Fail",
+            Kind::InvalidArgument => "InvalidArgument",
+            Kind::MissingInput => "MissingInput",
+            Kind::NoSuchFile => "NoSuchFile",
+            Kind::InvalidProtobuf => "InvalidProtobuf",
+            Kind::InvalidGraph => "InvalidGraph",
+            Kind::NotImplemented => "NotImplemented",
+        }
+    }
+}
+
+/// A Python exception of `kind` carrying `message`.
+pub fn raise(kind: Kind, message: impl Into<String>) -> PyErr {
+    let message = message.into();
+    Python::attach(|py| match exception_class(py, kind) {
+        Ok(class) => PyErr::from_type(class, message),
+        Err(err) => err,
+    })
+}
+
+fn exception_class(py: Python<'_>, kind: Kind) -> PyResult<Bound<'_, PyType>> {
+    static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    let module = MODULE.get_or_try_init(py, || {
+        PyModule::import(py, "strata._errors").map(Bound::unbind)
+    })?;
+    Ok(module.bind(py).getattr(kind.class_name())?.cast_into()?)
+}
+
+/// The exception for a runtime error: bad feeds are `InvalidArgument`, unsupported operators
+/// `NotImplemented`, anything that failed while running `Fail`.
+pub fn runtime(err: &RuntimeError) -> PyErr {
+    let kind = match err {
+        RuntimeError::UnknownInput { .. }
+        | RuntimeError::UnknownOutput { .. }
+        | RuntimeError::InputIndex { .. }
+        | RuntimeError::OutputIndex { .. }
+        | RuntimeError::InputDType { .. }
+        | RuntimeError::InputRank { .. }
+        | RuntimeError::InputDim { .. }
+        | RuntimeError::OutsideProfile { .. }
+        | RuntimeError::Profile(_) => Kind::InvalidArgument,
+        RuntimeError::InputNotSet { .. } => Kind::MissingInput,
+        RuntimeError::Op(OpError::Unsupported { .. }) => Kind::NotImplemented,
+        RuntimeError::DuplicateValue { .. }
+        | RuntimeError::UndefinedValue { .. }
+        | RuntimeError::ReadsOwnOutput { .. }
+        | RuntimeError::ReadsRemovedValue { .. }
+        | RuntimeError::Cycle { .. }
+        | RuntimeError::UndefinedOutput { .. }
+        | RuntimeError::NoOutputs => Kind::InvalidGraph,
+        _ => Kind::Fail,
+    };
+    raise(kind, err.to_string())
+}
+
+/// The exception for a load error.
+pub fn onnx(err: &OnnxError) -> PyErr {
+    let kind = match err {
+        OnnxError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            Kind::NoSuchFile
+        }
+        OnnxError::Decode { .. } => Kind::InvalidProtobuf,
+        OnnxError::UnsupportedOperators { .. } | OnnxError::UnsupportedDataType { .. } => {
+            Kind::NotImplemented
+        }
+        OnnxError::Model { .. }
+        | OnnxError::Node { .. }
+        | OnnxError::Operator(_)
+        | OnnxError::InvalidTensor { .. }
+        | OnnxError::ExternalData { .. } => Kind::InvalidGraph,
+        OnnxError::Runtime(inner) => return runtime(inner),
+        _ => Kind::Fail,
+    };
+    raise(kind, err.to_string())
+}
