@@ -6,6 +6,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 use crate::error::{Result, TokenizerError};
+use crate::symbols::{live, merge_right, split_chars, Symbol};
 
 /// Merge ranks over interned symbol texts: every token text and every merge half gets an id.
 #[derive(Debug)]
@@ -66,15 +67,6 @@ impl MergeTable {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Symbol {
-    start: usize,
-    len: usize,
-    prev: Option<usize>,
-    next: Option<usize>,
-    id: Option<u32>,
-}
-
 /// Candidate merge, ordered so the heap pops the lowest rank, then the leftmost pair.
 type Candidate = Reverse<(u32, usize, usize, usize)>;
 
@@ -82,6 +74,8 @@ type Candidate = Reverse<(u32, usize, usize, usize)>;
 #[derive(Debug, Default)]
 pub(crate) struct BpeScratch {
     symbols: Vec<Symbol>,
+    /// The interned id of each symbol's text, if it has one (only those can merge further).
+    ids: Vec<Option<u32>>,
     heap: BinaryHeap<Candidate>,
 }
 
@@ -92,32 +86,22 @@ pub(crate) fn merge_word(
     scratch: &mut BpeScratch,
     mut emit: impl FnMut(&str),
 ) {
-    let BpeScratch { symbols, heap } = scratch;
-    symbols.clear();
+    let BpeScratch { symbols, ids, heap } = scratch;
+    split_chars(word, symbols);
+    ids.clear();
+    ids.extend(symbols.iter().map(|s| table.symbol(s.text(word))));
     heap.clear();
-    for (start, ch) in word.char_indices() {
-        let index = symbols.len();
-        let len = ch.len_utf8();
-        symbols.push(Symbol {
-            start,
-            len,
-            prev: index.checked_sub(1),
-            next: None,
-            id: table.symbol(&word[start..start + len]),
-        });
-        if index > 0 {
-            symbols[index - 1].next = Some(index);
+    let push_pair = |symbols: &[Symbol],
+                     ids: &[Option<u32>],
+                     heap: &mut BinaryHeap<Candidate>,
+                     left: usize,
+                     right: usize| {
+        if let Some(rank) = table.rank(ids[left], ids[right]) {
+            heap.push(Reverse((rank, left, symbols[left].len, symbols[right].len)));
         }
-    }
-    let push_pair =
-        |symbols: &[Symbol], heap: &mut BinaryHeap<Candidate>, left: usize, right: usize| {
-            let (l, r) = (symbols[left], symbols[right]);
-            if let Some(rank) = table.rank(l.id, r.id) {
-                heap.push(Reverse((rank, left, l.len, r.len)));
-            }
-        };
+    };
     for i in 1..symbols.len() {
-        push_pair(symbols, heap, i - 1, i);
+        push_pair(symbols, ids, heap, i - 1, i);
     }
     while let Some(Reverse((_, left, left_len, right_len))) = heap.pop() {
         let Some(right) = symbols[left].next else {
@@ -127,26 +111,17 @@ pub(crate) fn merge_word(
         if symbols[left].len != left_len || symbols[right].len != right_len || right_len == 0 {
             continue;
         }
-        let merged_len = left_len + right_len;
-        let start = symbols[left].start;
-        symbols[left].len = merged_len;
-        symbols[left].id = table.symbol(&word[start..start + merged_len]);
-        symbols[right].len = 0;
-        let after = symbols[right].next;
-        symbols[left].next = after;
+        let after = merge_right(symbols, left, right);
+        ids[left] = table.symbol(symbols[left].text(word));
         if let Some(after) = after {
-            symbols[after].prev = Some(left);
-            push_pair(symbols, heap, left, after);
+            push_pair(symbols, ids, heap, left, after);
         }
         if let Some(before) = symbols[left].prev {
-            push_pair(symbols, heap, before, left);
+            push_pair(symbols, ids, heap, before, left);
         }
     }
-    let mut at = if symbols.is_empty() { None } else { Some(0) };
-    while let Some(i) = at {
-        let s = symbols[i];
-        emit(&word[s.start..s.start + s.len]);
-        at = s.next;
+    for symbol in live(symbols) {
+        emit(symbol.text(word));
     }
 }
 

@@ -106,56 +106,22 @@ fn write_json(
     depth: usize,
     out: &mut String,
 ) -> std::result::Result<(), Error> {
-    let newline = |out: &mut String, depth: usize| {
-        if let Some(width) = indent {
-            out.push('\n');
-            out.extend(std::iter::repeat_n(' ', width * depth));
-        }
-    };
-    let separator = if indent.is_some() { "," } else { ", " };
     match value.kind() {
         ValueKind::Undefined | ValueKind::None => out.push_str("null"),
         ValueKind::Bool => out.push_str(if value.is_true() { "true" } else { "false" }),
         ValueKind::Number => out.push_str(&number_json(value)),
         ValueKind::String => write_json_string(value.as_str().unwrap_or_default(), out),
         ValueKind::Seq | ValueKind::Iterable => {
-            let items: Vec<Value> = value.try_iter()?.collect();
-            if items.is_empty() {
-                out.push_str("[]");
-                return Ok(());
-            }
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(separator);
-                }
-                newline(out, depth + 1);
-                write_json(item, indent, depth + 1, out)?;
-            }
-            newline(out, depth);
-            out.push(']');
+            let items: Vec<(Option<Value>, Value)> =
+                value.try_iter()?.map(|item| (None, item)).collect();
+            write_json_container(('[', ']'), &items, indent, depth, out)?;
         }
         ValueKind::Map => {
-            let keys: Vec<Value> = value.try_iter()?.collect();
-            if keys.is_empty() {
-                out.push_str("{}");
-                return Ok(());
-            }
-            out.push('{');
-            for (i, key) in keys.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(separator);
-                }
-                newline(out, depth + 1);
-                match key.as_str() {
-                    Some(k) => write_json_string(k, out),
-                    None => write_json_string(&key.to_string(), out),
-                }
-                out.push_str(": ");
-                write_json(&value.get_item(key)?, indent, depth + 1, out)?;
-            }
-            newline(out, depth);
-            out.push('}');
+            let entries = value
+                .try_iter()?
+                .map(|key| Ok((Some(key.clone()), value.get_item(&key)?)))
+                .collect::<std::result::Result<Vec<_>, Error>>()?;
+            write_json_container(('{', '}'), &entries, indent, depth, out)?;
         }
         _ => {
             return Err(Error::new(
@@ -164,6 +130,42 @@ fn write_json(
             ))
         }
     }
+    Ok(())
+}
+
+/// A JSON array (entries without keys) or object, with Python's separators and indentation.
+fn write_json_container(
+    (open, close): (char, char),
+    entries: &[(Option<Value>, Value)],
+    indent: Option<usize>,
+    depth: usize,
+    out: &mut String,
+) -> std::result::Result<(), Error> {
+    let newline = |out: &mut String, depth: usize| {
+        if let Some(width) = indent {
+            out.push('\n');
+            out.extend(std::iter::repeat_n(' ', width * depth));
+        }
+    };
+    out.push(open);
+    for (i, (key, item)) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push_str(if indent.is_some() { "," } else { ", " });
+        }
+        newline(out, depth + 1);
+        if let Some(key) = key {
+            write_json_string(
+                &key.as_str().map_or_else(|| key.to_string(), str::to_string),
+                out,
+            );
+            out.push_str(": ");
+        }
+        write_json(item, indent, depth + 1, out)?;
+    }
+    if !entries.is_empty() {
+        newline(out, depth);
+    }
+    out.push(close);
     Ok(())
 }
 

@@ -19,6 +19,7 @@ pub mod sampling;
 mod special;
 mod spm;
 mod stream;
+mod symbols;
 mod tokenizer;
 mod vocab;
 

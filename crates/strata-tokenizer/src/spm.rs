@@ -5,18 +5,11 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
+use crate::symbols::{live, merge_right, split_chars, Symbol};
 use crate::vocab::Vocabulary;
 
 /// SentencePiece's word-boundary mark, which stands for a space in token texts.
 pub(crate) const SPACE_MARK: &str = "\u{2581}";
-
-#[derive(Clone, Copy, Debug)]
-struct Symbol {
-    start: usize,
-    len: usize,
-    prev: Option<usize>,
-    next: Option<usize>,
-}
 
 /// A candidate merge: highest score first, then the leftmost pair.
 #[derive(Clone, Copy, Debug)]
@@ -57,20 +50,8 @@ pub(crate) struct SpmScratch {
 /// Bytes with no `<0xXX>` token (nor a one-character token) become `unk` if there is one.
 pub(crate) fn encode(vocab: &Vocabulary, text: &str, scratch: &mut SpmScratch, out: &mut Vec<u32>) {
     let SpmScratch { symbols, heap } = scratch;
-    symbols.clear();
+    split_chars(text, symbols);
     heap.clear();
-    for (start, ch) in text.char_indices() {
-        let index = symbols.len();
-        symbols.push(Symbol {
-            start,
-            len: ch.len_utf8(),
-            prev: index.checked_sub(1),
-            next: None,
-        });
-        if index > 0 {
-            symbols[index - 1].next = Some(index);
-        }
-    }
     let try_pair = |symbols: &[Symbol],
                     heap: &mut BinaryHeap<Bigram>,
                     left: Option<usize>,
@@ -98,19 +79,12 @@ pub(crate) fn encode(vocab: &Vocabulary, text: &str, scratch: &mut SpmScratch, o
         if l.len == 0 || r.len == 0 || l.len + r.len != bigram.len {
             continue;
         }
-        symbols[bigram.left].len = bigram.len;
-        symbols[bigram.right].len = 0;
-        symbols[bigram.left].next = r.next;
-        if let Some(after) = r.next {
-            symbols[after].prev = Some(bigram.left);
-        }
+        let after = merge_right(symbols, bigram.left, bigram.right);
         try_pair(symbols, heap, symbols[bigram.left].prev, Some(bigram.left));
-        try_pair(symbols, heap, Some(bigram.left), symbols[bigram.left].next);
+        try_pair(symbols, heap, Some(bigram.left), after);
     }
-    let mut at = if symbols.is_empty() { None } else { Some(0) };
-    while let Some(i) = at {
-        let s = symbols[i];
-        let piece = &text[s.start..s.start + s.len];
+    for symbol in live(symbols) {
+        let piece = symbol.text(text);
         match vocab.token_id(piece) {
             Some(id) => out.push(id),
             None => {
@@ -121,7 +95,6 @@ pub(crate) fn encode(vocab: &Vocabulary, text: &str, scratch: &mut SpmScratch, o
                 }
             }
         }
-        at = s.next;
     }
 }
 
