@@ -3,7 +3,9 @@
 //! by rank keeps this O(n log n) per piece; stale candidates are skipped when popped.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
+
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::error::{Result, TokenizerError};
 use crate::symbols::{live, merge_right, split_chars, Symbol};
@@ -35,7 +37,7 @@ impl MergeTable {
             symbols.insert(text.to_string(), id);
             id
         };
-        let mut ranks = HashMap::with_capacity(merges.len());
+        let mut ranks = HashMap::with_capacity_and_hasher(merges.len(), Default::default());
         for (index, merge) in merges.iter().enumerate() {
             // llama.cpp splits at the first space after the first byte.
             let split = merge
@@ -165,7 +167,7 @@ mod tests {
 
     #[test]
     fn malformed_merge_is_a_typed_error() {
-        let ids = HashMap::new();
+        let ids = HashMap::default();
         let err = MergeTable::new(&["nospace".to_string()], &ids, 0).unwrap_err();
         assert!(matches!(
             err,

@@ -1,7 +1,7 @@
 //! The vocabulary: token texts, types and scores, the text → id index, and the special ids with
 //! the defaults llama.cpp applies when the description leaves them out.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::description::{ModelKind, TokenType, VocabularyDescription};
 use crate::error::{Result, TokenizerError};
@@ -26,6 +26,30 @@ const END_OF_TURN_TEXTS: [&str; 7] = [
     "<|endoftext|>",
     "<EOT>",
     "<｜end▁of▁sentence｜>",
+];
+
+/// Fill-in-the-middle roles (prefix, suffix, middle, pad, repo, file separator) and the texts
+/// llama.cpp recognises for each; the first present text of a role is forced to a control token,
+/// and the `bool` says whether that token also ends generation.
+const FILL_IN_MIDDLE_ROLES: [(&[&str], bool); 6] = [
+    (
+        &["<|fim_prefix|>", "<fim-prefix>", "<｜fim▁begin｜>", "<PRE>"],
+        false,
+    ),
+    (
+        &["<|fim_suffix|>", "<fim-suffix>", "<｜fim▁hole｜>", "<SUF>"],
+        false,
+    ),
+    (
+        &["<|fim_middle|>", "<fim-middle>", "<｜fim▁end｜>", "<MID>"],
+        false,
+    ),
+    (&["<|fim_pad|>", "<fim-pad>", "<PAD>"], true),
+    (
+        &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>"],
+        true,
+    ),
+    (&["<|file_sep|>"], true),
 ];
 
 /// The ids of the tokens with a role.
@@ -108,7 +132,7 @@ impl Vocabulary {
                 }
             })
             .collect();
-        let mut ids = HashMap::with_capacity(n);
+        let mut ids = HashMap::with_capacity_and_hasher(n, Default::default());
         for (id, text) in texts.iter().enumerate() {
             ids.insert(text.clone(), id as u32);
         }
@@ -177,25 +201,37 @@ impl Vocabulary {
         add_eos = desc.add_eos.unwrap_or(add_eos);
         add_space_prefix = desc.add_space_prefix.unwrap_or(add_space_prefix);
 
+        // Tokens llama.cpp recognises by their text are forced to be control tokens.
+        let mut recognised: Vec<u32> = Vec::new();
         if special.eot.is_none() {
             special.eot = END_OF_TURN_TEXTS.iter().find_map(|t| ids.get(*t).copied());
+            recognised.extend(special.eot);
         }
         if special.eom.is_none() {
             special.eom = ids.get("<|eom_id|>").copied();
+            recognised.extend(special.eom);
         }
         let mut end_of_generation: Vec<u32> = END_OF_GENERATION_TEXTS
             .iter()
             .filter_map(|t| ids.get(*t).copied())
             .collect();
+        recognised.extend(&end_of_generation);
+        for (texts, ends) in FILL_IN_MIDDLE_ROLES {
+            if let Some(id) = texts.iter().find_map(|t| ids.get(*t).copied()) {
+                recognised.push(id);
+                if ends {
+                    end_of_generation.push(id);
+                }
+            }
+        }
+        for &id in &recognised {
+            types[id as usize] = TokenType::Control;
+        }
         end_of_generation.extend(
             [special.eos, special.eot, special.eom]
                 .into_iter()
                 .flatten(),
         );
-        // llama.cpp forces the end-of-generation tokens to be control tokens.
-        for &id in &end_of_generation {
-            types[id as usize] = TokenType::Control;
-        }
         end_of_generation.sort_unstable();
         end_of_generation.dedup();
 
