@@ -10,7 +10,9 @@ use strata_tokenizer::sampling::{Sampler, SamplerConfig, StopChecker};
 use strata_tokenizer::{EncodeOptions, Tokenizer, VocabularyDescription};
 
 fn logits(step: usize, n: usize) -> Vec<f32> {
-    (0..n).map(|i| ((i * 31 + step * 17) % 97) as f32 * 0.1).collect()
+    (0..n)
+        .map(|i| ((i * 31 + step * 17) % 97) as f32 * 0.1)
+        .collect()
 }
 
 #[test]
@@ -26,7 +28,14 @@ fn sampling_allocates_nothing_per_token() {
         repetition_window: 8,
         seed: 42,
     };
-    for config in [config, SamplerConfig::greedy(), SamplerConfig { top_p: 0.5, ..SamplerConfig::default() }] {
+    for config in [
+        config,
+        SamplerConfig::greedy(),
+        SamplerConfig {
+            top_p: 0.5,
+            ..SamplerConfig::default()
+        },
+    ] {
         let mut sampler = Sampler::new(config, n).unwrap();
         let count = allocations_during(|| {
             for step in &steps {
@@ -42,12 +51,21 @@ fn streaming_decode_and_stop_checks_allocate_nothing_once_warm() {
     let mut tokens: Vec<String> = (0..=255u8)
         .map(|b| {
             let printable = matches!(b, 0x21..=0x7E | 0xA1..=0xAC | 0xAE..=0xFF);
-            let n = (0..b).filter(|&x| !matches!(x, 0x21..=0x7E | 0xA1..=0xAC | 0xAE..=0xFF)).count() as u32;
-            if printable { char::from(b) } else { char::from_u32(256 + n).unwrap() }.to_string()
+            let n = (0..b)
+                .filter(|&x| !matches!(x, 0x21..=0x7E | 0xA1..=0xAC | 0xAE..=0xFF))
+                .count() as u32;
+            if printable {
+                char::from(b)
+            } else {
+                char::from_u32(256 + n).unwrap()
+            }
+            .to_string()
         })
         .collect();
     tokens.push("<end>".into());
-    let types = (0..tokens.len()).map(|i| if i == 256 { 3 } else { 1 }).collect();
+    let types = (0..tokens.len())
+        .map(|i| if i == 256 { 3 } else { 1 })
+        .collect();
     let desc = VocabularyDescription {
         model: "gpt2".into(),
         pre: Some("gpt-2".into()),
@@ -57,7 +75,15 @@ fn streaming_decode_and_stop_checks_allocate_nothing_once_warm() {
         ..Default::default()
     };
     let t = Tokenizer::new(&desc).unwrap();
-    let ids = t.encode("héllo wörld 😀 ", EncodeOptions { add_special: false, parse_special: false }).unwrap();
+    let ids = t
+        .encode(
+            "héllo wörld 😀 ",
+            EncodeOptions {
+                add_special: false,
+                parse_special: false,
+            },
+        )
+        .unwrap();
     let mut decoder = t.stream_decoder(false);
     let mut stop = StopChecker::new(t.end_of_generation_ids(), &["STOP"]);
     // Warm up: the buffers grow to their working size.
