@@ -11,21 +11,31 @@ use support::{description, ids, load_json};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
-fn smollm2() -> (Tokenizer, Value) {
-    let desc = description(&load_json(&format!("{FIXTURES}/smollm2_vocab.json.gz")));
-    assert_eq!(desc.tokens.len(), 49152);
-    assert_eq!(desc.merges.len(), 48900);
-    (
-        Tokenizer::new(&desc).unwrap(),
-        load_json(&format!("{FIXTURES}/smollm2_ids.json")),
-    )
+/// The tokenizer and reference of `{stem}_ids.json`: its vocabulary fixture with the recorded
+/// overrides (another `pre`, or `add_bos` left to the model's default) applied.
+fn reference(stem: &str) -> (Tokenizer, Value) {
+    let reference = load_json(&format!("{FIXTURES}/{stem}_ids.json"));
+    let vocabulary = reference["vocabulary"].as_str().unwrap();
+    let mut desc = description(&load_json(&format!("{FIXTURES}/{vocabulary}")));
+    let overrides = reference["overrides"].as_object().unwrap();
+    if let Some(pre) = overrides.get("pre") {
+        desc.pre = pre.as_str().map(str::to_string);
+    }
+    if let Some(add_bos) = overrides.get("add_bos") {
+        desc.add_bos = add_bos.as_bool();
+    }
+    (Tokenizer::new(&desc).unwrap(), reference)
 }
 
-#[test]
-fn smollm2_ids_match_llama_cpp_for_every_text_and_option() {
-    let (t, reference) = smollm2();
+/// Our ids for every text and option against llama.cpp's; returns how many encodings compared.
+fn assert_same_ids(stem: &str) -> usize {
+    let (t, reference) = reference(stem);
     let cases = reference["cases"].as_array().unwrap();
-    assert!(cases.len() >= 30, "the fixture has {} texts", cases.len());
+    assert!(
+        cases.len() >= 30,
+        "{stem}: the fixture has {} texts",
+        cases.len()
+    );
     let options = [
         (
             "ids",
@@ -66,15 +76,16 @@ fn smollm2_ids_match_llama_cpp_for_every_text_and_option() {
     }
     assert!(
         mismatches.is_empty(),
-        "{} of {compared} encodings differ from llama.cpp:\n{}",
+        "{stem}: {} of {compared} encodings differ from llama.cpp:\n{}",
         mismatches.len(),
         mismatches.join("\n")
     );
+    compared
 }
 
-#[test]
-fn smollm2_decoding_round_trips_and_matches_llama_cpp_bytes() {
-    let (t, reference) = smollm2();
+/// decode(encode(text)) == text, streamed or not, and the pieces match llama.cpp's bytes.
+fn assert_decoding(stem: &str) {
+    let (t, reference) = reference(stem);
     for case in reference["cases"].as_array().unwrap() {
         let text = case["text"].as_str().unwrap();
         let plain = t
@@ -89,7 +100,7 @@ fn smollm2_decoding_round_trips_and_matches_llama_cpp_bytes() {
         assert_eq!(
             t.decode(&plain, false).unwrap(),
             text,
-            "decode(encode(text)) for {text:?}"
+            "{stem}: decode(encode(text)) for {text:?}"
         );
 
         let mut stream = t.stream_decoder(false);
@@ -98,9 +109,9 @@ fn smollm2_decoding_round_trips_and_matches_llama_cpp_bytes() {
             streamed.push_str(stream.push(id).unwrap());
         }
         streamed.push_str(stream.finish());
-        assert_eq!(streamed, text, "streamed decode of {text:?}");
+        assert_eq!(streamed, text, "{stem}: streamed decode of {text:?}");
 
-        // llama.cpp's detokenize(special=True) of the special-parsed ids, byte for byte.
+        // llama-cpp-python's detokenize(special=True): every token's piece, back to back.
         let parsed = ids(&case["ids_parse_special"]);
         let expected = case["detokenized_hex"].as_str().unwrap();
         let ours: String = parsed
@@ -108,13 +119,45 @@ fn smollm2_decoding_round_trips_and_matches_llama_cpp_bytes() {
             .flat_map(|&id| t.token_bytes(id, true).unwrap().to_vec())
             .map(|b| format!("{b:02x}"))
             .collect();
-        assert_eq!(ours, expected, "detokenized bytes of {text:?}");
+        assert_eq!(ours, expected, "{stem}: detokenized bytes of {text:?}");
+    }
+}
+
+#[test]
+fn smollm2_ids_match_llama_cpp() {
+    assert_same_ids("smollm2");
+}
+
+#[test]
+fn llama_bpe_pre_tokenizer_ids_match_llama_cpp() {
+    assert_same_ids("smollm2_llama_bpe");
+}
+
+#[test]
+fn qwen2_pre_tokenizer_ids_match_llama_cpp() {
+    assert_same_ids("smollm2_qwen2");
+}
+
+#[test]
+fn gpt2_pre_tokenizer_ids_match_llama_cpp() {
+    assert_same_ids("smollm2_gpt_2");
+}
+
+#[test]
+fn sentence_piece_ids_match_llama_cpp() {
+    assert_same_ids("spm");
+}
+
+#[test]
+fn decoding_round_trips_and_matches_llama_cpp_bytes() {
+    for stem in ["smollm2", "smollm2_llama_bpe", "spm"] {
+        assert_decoding(stem);
     }
 }
 
 #[test]
 fn smollm2_chat_template_renders_like_jinja2() {
-    let (t, reference) = smollm2();
+    let (t, reference) = reference("smollm2");
     let template = t.chat_template().unwrap();
     for chat in reference["chats"].as_array().unwrap() {
         let messages: Vec<ChatMessage> = chat["messages"]
@@ -146,7 +189,7 @@ fn smollm2_chat_template_renders_like_jinja2() {
 
 #[test]
 fn smollm2_end_of_generation_tokens() {
-    let (t, _) = smollm2();
+    let (t, _) = reference("smollm2");
     let special = t.special_tokens();
     assert_eq!((special.bos, special.eos), (Some(1), Some(2)));
     assert!(!t.adds_bos(), "SmolLM2's file sets add_bos_token = false");
