@@ -1,12 +1,14 @@
 //! Chat templates: `tokenizer.chat_template` is Jinja, rendered with minijinja the way Hugging
 //! Face's `apply_chat_template` renders it (trim_blocks, lstrip_blocks, loop controls,
-//! `raise_exception`, Python string methods, and a `tojson` that prints like Python's
-//! `json.dumps`).
+//! `raise_exception`, `strftime_now`, Python string methods, and a `tojson` that prints like
+//! Python's `json.dumps`).
 
 use minijinja::value::{Kwargs, ValueKind};
 use minijinja::{context, Environment, Error, ErrorKind, Value};
 
 use crate::error::{Result, TokenizerError};
+
+mod clock;
 
 const TEMPLATE_NAME: &str = "chat_template";
 
@@ -43,6 +45,7 @@ impl ChatTemplate {
         env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", clock::strftime_now);
         env.add_filter("tojson", tojson);
         env.add_template_owned(TEMPLATE_NAME, source.to_string())
             .map_err(template_error)?;
@@ -241,6 +244,27 @@ mod tests {
         assert!(
             matches!(&err, TokenizerError::ChatTemplate(m) if m.contains("need a system turn")),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn llama3_style_template_features_render() {
+        // namespace, whitespace control, slicing, `is defined`, loop variables, strftime_now.
+        let src = "{{- bos_token }}\n{%- set ns = namespace(n=0) %}\n{%- if messages[0]['role'] == 'system' %}{%- set system = messages[0]['content']|trim %}{%- set messages = messages[1:] %}{%- else %}{%- set system = '' %}{%- endif %}\n{%- if date_string is not defined %}{%- set date_string = strftime_now('%d %b %Y') %}{%- endif %}\n[{{ system }}|{{ date_string|length > 9 }}]\n{%- for m in messages %}{%- set ns.n = ns.n + 1 %}<{{ m.role }}:{{ m.content }}:{{ loop.index0 }}{{ ':last' if loop.last }}>{%- endfor %}\n{{- ns.n }}";
+        let t = ChatTemplate::new(src, "<|begin_of_text|>", "").unwrap();
+        let out = t
+            .render(
+                &[
+                    ChatMessage::new("system", " Be brief. "),
+                    ChatMessage::new("user", "a"),
+                    ChatMessage::new("assistant", "b"),
+                ],
+                false,
+            )
+            .unwrap();
+        assert_eq!(
+            out,
+            "<|begin_of_text|>[Be brief.|True]<user:a:0><assistant:b:1:last>2"
         );
     }
 
