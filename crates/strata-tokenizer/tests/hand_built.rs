@@ -278,3 +278,18 @@ fn sentence_piece_falls_back_to_bytes_then_unk() {
         .collect();
     assert_eq!(shown, ["", "", "", "€", "!", ""]);
 }
+
+#[test]
+fn tokenizer_is_shareable_across_threads() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<Tokenizer>();
+    let t = std::sync::Arc::new(Tokenizer::new(&byte_level(&[], &[], "qwen2")).unwrap());
+    let handles: Vec<_> = (0..2)
+        .map(|i| {
+            let t = t.clone();
+            std::thread::spawn(move || t.encode(&format!("thread {i}"), PLAIN).unwrap())
+        })
+        .collect();
+    let results: Vec<Vec<u32>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(t.decode(&results[1], false).unwrap(), "thread 1");
+}
