@@ -11,8 +11,9 @@ crates/strata-tokenizer/tests/fixtures/:
   `Llama.tokenize` with add_bos off/on and special off/on), the bytes it detokenizes them to, and
   the chat template rendered by Jinja2 the way Hugging Face's apply_chat_template renders it;
 - the same ids for the file's vocabulary under other pre-tokenizers (`llama-bpe`, `qwen2`,
-  `gpt-2`): vocab-only GGUF copies with `tokenizer.ggml.pre` changed (the ids file records the
-  change), so every regex path is checked against llama.cpp;
+  `gpt-2`): vocab-only GGUF copies with `tokenizer.ggml.pre` changed and tokens and merges for
+  all 2- and 3-digit strings added (the ids file records the changes), so every regex path is
+  checked against llama.cpp;
 - spm_vocab.json.gz and spm_ids.json: a SentencePiece (`llama`) vocabulary derived from the
   file's tokens (text of each normal token with spaces as U+2581, score = minus its index, the
   256 `<0xXX>` byte tokens, <unk>/<s>/</s>), written as a vocab-only GGUF and tokenized by
@@ -260,9 +261,18 @@ def main():
 
     with tempfile.TemporaryDirectory() as tmp:
         # The same vocabulary under the other pre-tokenizers; add_bos left to llama.cpp's default.
+        # SmolLM2's vocabulary has no multi-digit tokens, so digit splits would not show in its
+        # ids: the variants add tokens and merges for every 2- and 3-digit string.
+        digits = "0123456789"
+        pairs = [a + b for a in digits for b in digits]
+        triples = [p + c for p in pairs for c in digits]
+        extra_tokens = [t for t in pairs + triples if t not in set(desc["tokens"])]
+        extra_merges = [f"{p[0]} {p[1]}" for p in pairs] + [f"{t[:2]} {t[2]}" for t in triples]
         for pre in ("llama-bpe", "qwen2", "gpt-2"):
-            overrides = {"pre": pre, "add_bos": None}
-            variant = dict(desc, **overrides)
+            overrides = {"pre": pre, "add_bos": None, "extra_tokens": extra_tokens, "extra_merges": extra_merges}
+            variant = dict(desc, pre=pre, add_bos=None, tokens=desc["tokens"] + extra_tokens,
+                           token_types=desc["token_types"] + [1] * len(extra_tokens),
+                           merges=desc["merges"] + extra_merges)
             path = os.path.join(tmp, f"{pre}.gguf")
             write_vocab_gguf(path, base, variant)
             _, cases = tokenize_cases(path)

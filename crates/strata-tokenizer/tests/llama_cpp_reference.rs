@@ -12,7 +12,7 @@ use support::{description, ids, load_json};
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
 /// The tokenizer and reference of `{stem}_ids.json`: its vocabulary fixture with the recorded
-/// overrides (another `pre`, or `add_bos` left to the model's default) applied.
+/// overrides (another `pre`, `add_bos` left to the model's default, added tokens and merges).
 fn reference(stem: &str) -> (Tokenizer, Value) {
     let reference = load_json(&format!("{FIXTURES}/{stem}_ids.json"));
     let vocabulary = reference["vocabulary"].as_str().unwrap();
@@ -23,6 +23,21 @@ fn reference(stem: &str) -> (Tokenizer, Value) {
     }
     if let Some(add_bos) = overrides.get("add_bos") {
         desc.add_bos = add_bos.as_bool();
+    }
+    if let Some(extra) = overrides.get("extra_tokens") {
+        for token in extra.as_array().unwrap() {
+            desc.tokens.push(token.as_str().unwrap().to_string());
+            desc.token_types.push(1);
+        }
+    }
+    if let Some(extra) = overrides.get("extra_merges") {
+        desc.merges.extend(
+            extra
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m.as_str().unwrap().to_string()),
+        );
     }
     (Tokenizer::new(&desc).unwrap(), reference)
 }
