@@ -42,7 +42,7 @@ def test_builtin_model_matches_onnxruntime(builtin_models, name):
 
 def passing_cases():
     """The cases of the conformance gate's list, or every STRATA_CASE_STRIDE-th of them."""
-    listing = REPO / "crates" / "strata-onnx" / "tests" / "conformance_passing.txt"
+    listing = REPO / "crates" / "strata-conformance" / "tests" / "conformance_passing.txt"
     names = [
         line.strip()
         for line in listing.read_text().splitlines()

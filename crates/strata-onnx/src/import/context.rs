@@ -52,25 +52,51 @@ pub(crate) fn defined_names(g: &GraphProto) -> HashSet<String> {
         .collect()
 }
 
-/// Opset version per domain ("" for the default ONNX domain; opset 1 when none is declared).
-pub(crate) fn opset_versions(model: &ModelProto) -> HashMap<String, i64> {
-    let mut opsets: HashMap<String, i64> = model
-        .opset_import
-        .iter()
-        .map(|o| {
-            let domain = o.domain.clone().unwrap_or_default();
-            (
-                if domain == "ai.onnx" {
-                    String::new()
-                } else {
-                    domain
-                },
-                o.version.unwrap_or(1),
-            )
-        })
-        .collect();
+/// The newest opset strata knows per domain; a model importing a newer one (or any version below
+/// 1) is refused rather than run under rules it does not follow. Domains not listed here (vendor
+/// ones such as `com.microsoft`) only need a version of at least 1: their operators are checked
+/// one by one.
+const NEWEST_OPSETS: &[(&str, i64)] = &[
+    ("", 28),
+    ("ai.onnx.ml", 5),
+    ("ai.onnx.preview", 1),
+    ("ai.onnx.preview.training", 1),
+];
+
+/// Opset version per domain ("" for the default ONNX domain; opset 1 when none is declared), or
+/// a message naming the domain and version strata does not know.
+pub(crate) fn opset_versions(model: &ModelProto) -> Result<HashMap<String, i64>, String> {
+    let mut opsets: HashMap<String, i64> = HashMap::new();
+    for o in &model.opset_import {
+        let declared = o.domain.clone().unwrap_or_default();
+        let domain = if declared == "ai.onnx" {
+            String::new()
+        } else {
+            declared
+        };
+        let version = o.version.unwrap_or(1);
+        let newest = NEWEST_OPSETS
+            .iter()
+            .find(|(d, _)| *d == domain)
+            .map(|&(_, newest)| newest);
+        let shown = if domain.is_empty() {
+            "ai.onnx"
+        } else {
+            domain.as_str()
+        };
+        if version < 1 || newest.is_some_and(|newest| version > newest) {
+            let known = match newest {
+                Some(newest) => format!("strata knows versions 1 to {newest}"),
+                None => "versions start at 1".to_string(),
+            };
+            return Err(format!(
+                "the model imports opset {version} of domain '{shown}'; {known}"
+            ));
+        }
+        opsets.insert(domain, version);
+    }
     opsets.entry(String::new()).or_insert(1);
-    opsets
+    Ok(opsets)
 }
 
 pub(crate) fn node_domain(node: &NodeProto) -> &str {
@@ -110,4 +136,47 @@ pub(crate) fn input_type(
         })
         .collect();
     Ok((dtype, dims))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::OperatorSetIdProto;
+
+    fn model(opsets: &[(&str, i64)]) -> ModelProto {
+        ModelProto {
+            opset_import: opsets
+                .iter()
+                .map(|&(domain, version)| OperatorSetIdProto {
+                    domain: Some(domain.into()),
+                    version: Some(version),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn known_opsets_are_read() {
+        let opsets = opset_versions(&model(&[("ai.onnx", 17), ("com.microsoft", 1)])).unwrap();
+        assert_eq!(opsets[""], 17);
+        assert_eq!(opsets["com.microsoft"], 1);
+        assert_eq!(opset_versions(&model(&[])).unwrap()[""], 1);
+    }
+
+    #[test]
+    fn unknown_opsets_name_domain_and_version() {
+        for (domain, version, shown) in [
+            ("", 0, "ai.onnx"),
+            ("", 999, "ai.onnx"),
+            ("ai.onnx.ml", 6, "ai.onnx.ml"),
+            ("com.microsoft", -1, "com.microsoft"),
+        ] {
+            let message = opset_versions(&model(&[(domain, version)])).unwrap_err();
+            assert!(
+                message.contains(&format!("opset {version} of domain '{shown}'")),
+                "{message}"
+            );
+        }
+    }
 }

@@ -34,7 +34,7 @@ pub fn import_model(model: &ModelProto, weights: &WeightSource, source: &str) ->
         path: source.to_string(),
         message,
     };
-    let opsets = opset_versions(model);
+    let opsets = opset_versions(model).map_err(model_err)?;
     let graph_proto = model
         .graph
         .as_ref()
