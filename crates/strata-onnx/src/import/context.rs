@@ -52,10 +52,10 @@ pub(crate) fn defined_names(g: &GraphProto) -> HashSet<String> {
         .collect()
 }
 
-/// The newest opset strata knows per domain; a model importing a newer one (or any version below
-/// 1) is refused rather than run under rules it does not follow. Domains not listed here (vendor
-/// ones such as `com.microsoft`) only need a version of at least 1: their operators are checked
-/// one by one.
+/// The newest opset strata knows per domain. A model importing a newer one, or any version
+/// below one, is refused rather than run under rules strata does not follow. Domains not listed
+/// here (vendor ones such as `com.microsoft`) only need a positive version: their operators are
+/// checked one by one.
 const NEWEST_OPSETS: &[(&str, i64)] = &[
     ("", 28),
     ("ai.onnx.ml", 5),
