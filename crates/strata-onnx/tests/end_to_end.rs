@@ -9,6 +9,13 @@ use strata_core::{AllocatorRegistry, Device, MemoryKind, Tensor};
 use strata_onnx::{models, Attrs, Dim, ModelBuilder, OnnxError};
 use strata_runtime::{InferencePlan, OptimizationProfile, PlanConfig, RuntimeError};
 
+/// Tests in this binary run one at a time: `nonzero_takes_the_dynamic_path` reads the global
+/// registry's Workspace counters, which another test's contexts would move meanwhile.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("strata-e2e-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -76,6 +83,7 @@ fn mlp_reference(x: &[f32], n: usize, sizes: (usize, usize, usize), seed: u64) -
 
 #[test]
 fn mlp_from_file_matches_naive_reference() {
+    let _serial = serial();
     let sizes = (24, 40, 7);
     let path = save(
         &models::mlp(Dim::sym("N"), sizes.0, sizes.1, sizes.2, 3),
@@ -91,6 +99,7 @@ fn mlp_from_file_matches_naive_reference() {
 
 #[test]
 fn weights_are_used_in_place_from_the_mapped_file() {
+    let _serial = serial();
     let path = save(
         &models::resnet_like(Dim::Known(1), 16, 8, 1, 4, 1),
         "mapped",
@@ -113,6 +122,7 @@ fn weights_are_used_in_place_from_the_mapped_file() {
 
 #[test]
 fn cnn_batch_equals_images_one_by_one() {
+    let _serial = serial();
     let builder = models::resnet_like(Dim::sym("N"), 32, 16, 2, 10, 8);
     let path = save(&builder, "cnn");
     let profile = OptimizationProfile::new()
@@ -152,6 +162,7 @@ fn cnn_batch_equals_images_one_by_one() {
 
 #[test]
 fn many_threads_share_one_plan_bit_identically() {
+    let _serial = serial();
     let path = save(
         &models::resnet_like(Dim::Known(1), 16, 8, 1, 10, 4),
         "threads",
@@ -192,6 +203,7 @@ fn many_threads_share_one_plan_bit_identically() {
 
 #[test]
 fn nonzero_takes_the_dynamic_path() {
+    let _serial = serial();
     // y = Transpose(NonZero(x)): its size is only known once x's values are.
     let builder = ModelBuilder::new("nonzero")
         .opset(17)
@@ -241,6 +253,7 @@ fn nonzero_takes_the_dynamic_path() {
 
 #[test]
 fn broken_and_unsupported_models_are_typed_errors() {
+    let _serial = serial();
     let dir = temp_dir("broken");
     let good = models::mlp(Dim::Known(1), 4, 4, 2, 1).to_bytes().unwrap();
     for cut in [1, good.len() / 3, good.len() / 2, good.len() - 1] {
@@ -298,6 +311,7 @@ fn broken_and_unsupported_models_are_typed_errors() {
 
 #[test]
 fn wrong_inputs_are_typed_errors() {
+    let _serial = serial();
     let plan = strata_onnx::load(
         save(&models::mlp(Dim::Known(2), 4, 4, 2, 1), "inputs"),
         PlanConfig::default(),
