@@ -10,7 +10,7 @@ pub struct ConformanceArgs {
     #[arg(required = true)]
     pub dirs: Vec<PathBuf>,
     /// Cases run at once (default: all cores).
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one)]
     pub threads: Option<usize>,
     /// Print only the passing cases' names, as conformance_passing.txt (summary to stderr).
     #[arg(long)]
@@ -32,8 +32,17 @@ pub struct ModelArgs {
     #[arg(long = "shape", value_name = "NAME=D0,D1,...")]
     pub shapes: Vec<String>,
     /// Intra-op threads (default: all cores).
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one)]
     pub threads: Option<usize>,
+}
+
+/// A thread count: a whole number of at least 1 (`--threads 0` is an error, not "all cores").
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(err) => Err(format!("'{text}' is not a thread count: {err}")),
+    }
 }
 
 #[derive(Args, Default)]
@@ -80,4 +89,17 @@ pub struct BenchArgs {
     /// Print a JSON report instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_counts_are_positive_numbers() {
+        assert_eq!(at_least_one("2"), Ok(2));
+        assert!(at_least_one("0").unwrap_err().contains("at least 1"));
+        assert!(at_least_one("-1").unwrap_err().contains("'-1'"));
+        assert!(at_least_one("many").is_err());
+    }
 }

@@ -57,10 +57,16 @@ pub fn open_tensor(path: impl AsRef<Path>) -> Result<TensorProto> {
 /// The whole file at `path` as `Bytes` that own a read-only memory map of it.
 pub fn map_file(path: &Path) -> Result<Bytes> {
     let file = File::open(path).map_err(|err| OnnxError::io(path, err))?;
-    let len = file
-        .metadata()
-        .map_err(|err| OnnxError::io(path, err))?
-        .len();
+    let metadata = file.metadata().map_err(|err| OnnxError::io(path, err))?;
+    if metadata.is_dir() {
+        // Mapping a directory fails with "No such device", which says nothing useful.
+        let err = std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "is a directory, not a model file",
+        );
+        return Err(OnnxError::io(path, err));
+    }
+    let len = metadata.len();
     // An empty file cannot be mapped; it simply has no bytes (and decodes to an error).
     if len == 0 {
         return Ok(Bytes::new());
@@ -77,4 +83,17 @@ fn decode_message<M: Message + Default>(bytes: Bytes, source: &str) -> Result<M>
         path: source.to_string(),
         message: err.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_is_named_as_one() {
+        let dir = std::env::temp_dir();
+        let message = map_file(&dir).unwrap_err().to_string();
+        assert!(message.contains("is a directory"), "{message}");
+        assert!(message.contains(&dir.display().to_string()), "{message}");
+    }
 }
