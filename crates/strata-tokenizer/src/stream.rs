@@ -19,7 +19,8 @@ pub struct StreamDecoder<'a> {
 }
 
 impl<'a> StreamDecoder<'a> {
-    pub(crate) fn new(tokenizer: &'a Tokenizer, render_special: bool) -> Self {
+    /// A streaming decoder over `tokenizer`'s vocabulary.
+    pub fn new(tokenizer: &'a Tokenizer, render_special: bool) -> Self {
         Self {
             tokenizer,
             render_special,

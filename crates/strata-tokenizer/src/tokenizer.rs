@@ -11,7 +11,6 @@ use crate::error::{Result, TokenizerError};
 use crate::pretokenize::PreTokenizer;
 use crate::special::{partition, Fragment};
 use crate::spm::{self, SpmScratch, SPACE_MARK};
-use crate::stream::StreamDecoder;
 use crate::vocab::{SpecialTokens, Vocabulary};
 
 /// How to encode.
@@ -317,11 +316,6 @@ impl Tokenizer {
             Ok(text) => text,
             Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
         })
-    }
-
-    /// A streaming decoder that yields text as soon as it is valid UTF-8.
-    pub fn stream_decoder(&self, render_special: bool) -> StreamDecoder<'_> {
-        StreamDecoder::new(self, render_special)
     }
 
     /// The chat template from the description, with this vocabulary's bos/eos texts.

@@ -1,6 +1,7 @@
 //! Tokenizers over small hand-built vocabularies: merge order, special tokens, add_bos, byte
 //! fallback, decoding and streaming decoding of UTF-8 split across tokens.
 
+use strata_tokenizer::StreamDecoder;
 use strata_tokenizer::{EncodeOptions, Tokenizer, TokenizerError, VocabularyDescription};
 
 const PLAIN: EncodeOptions = EncodeOptions {
@@ -117,7 +118,7 @@ fn multibyte_text_round_trips_and_streams_without_splitting_characters() {
     let ids = t.encode(text, PLAIN).unwrap();
     assert_eq!(ids.len(), text.len(), "no merges: one token per byte");
     assert_eq!(t.decode(&ids, false).unwrap(), text);
-    let mut stream = t.stream_decoder(false);
+    let mut stream = StreamDecoder::new(&t, false);
     let mut pieces = Vec::new();
     for &id in &ids {
         let piece = stream.push(id).unwrap();
@@ -138,13 +139,13 @@ fn streaming_decoder_flushes_a_cut_sequence_as_replacement() {
     let t = Tokenizer::new(&byte_level(&[], &[], "gpt-2")).unwrap();
     let ids = t.encode("€", PLAIN).unwrap();
     assert_eq!(ids.len(), 3);
-    let mut stream = t.stream_decoder(false);
+    let mut stream = StreamDecoder::new(&t, false);
     assert_eq!(stream.push(ids[0]).unwrap(), "");
     assert_eq!(stream.push(ids[1]).unwrap(), "");
     assert!(stream.has_pending());
     assert_eq!(stream.finish(), "\u{FFFD}");
     // A stray continuation byte can never become valid: replaced at once, the rest goes on.
-    let mut stream = t.stream_decoder(false);
+    let mut stream = StreamDecoder::new(&t, false);
     assert_eq!(stream.push(ids[2]).unwrap(), "\u{FFFD}");
     let a = t.encode("a", PLAIN).unwrap()[0];
     assert_eq!(stream.push(a).unwrap(), "a");
@@ -271,7 +272,7 @@ fn sentence_piece_falls_back_to_bytes_then_unk() {
         texts(&t, &ids),
         ["▁", "<0xE2>", "<0x82>", "<0xAC>", "<0x21>", "<unk>"]
     );
-    let mut stream = t.stream_decoder(false);
+    let mut stream = StreamDecoder::new(&t, false);
     let shown: Vec<String> = ids
         .iter()
         .map(|&id| stream.push(id).unwrap().to_string())

@@ -6,6 +6,7 @@
 mod support;
 
 use serde_json::Value;
+use strata_tokenizer::StreamDecoder;
 use strata_tokenizer::{ChatMessage, EncodeOptions, Tokenizer};
 use support::{description, ids, load_json};
 
@@ -118,7 +119,7 @@ fn assert_decoding(stem: &str) {
             "{stem}: decode(encode(text)) for {text:?}"
         );
 
-        let mut stream = t.stream_decoder(false);
+        let mut stream = StreamDecoder::new(&t, false);
         let mut streamed = String::new();
         for &id in &plain {
             streamed.push_str(stream.push(id).unwrap());

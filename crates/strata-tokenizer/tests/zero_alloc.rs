@@ -7,6 +7,7 @@ mod alloc_counter;
 
 use alloc_counter::allocations_during;
 use strata_tokenizer::sampling::{Sampler, SamplerConfig, StopChecker};
+use strata_tokenizer::StreamDecoder;
 use strata_tokenizer::{EncodeOptions, Tokenizer, VocabularyDescription};
 
 fn logits(step: usize, n: usize) -> Vec<f32> {
@@ -84,7 +85,7 @@ fn streaming_decode_and_stop_checks_allocate_nothing_once_warm() {
             },
         )
         .unwrap();
-    let mut decoder = t.stream_decoder(false);
+    let mut decoder = StreamDecoder::new(&t, false);
     let mut stop = StopChecker::new(t.end_of_generation_ids(), &["STOP"]);
     // Warm up: the buffers grow to their working size.
     for &id in &ids {

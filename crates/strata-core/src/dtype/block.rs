@@ -19,14 +19,9 @@
 
 use half::f16;
 
+pub use super::block_bytes::*;
 use super::DType;
 use crate::{CoreError, Result};
-
-/// Elements per block of the legacy formats (q4_0 … q8_0).
-pub const QUANT_BLOCK: usize = 32;
-
-/// Elements per super-block of the k-quants (q4_k, q5_k, q6_k).
-pub const QK_K: usize = 256;
 
 /// Every dtype GGUF language models store weights in: the floats and the block formats.
 pub const GGUF_WEIGHT_TYPES: [DType; 11] = [
@@ -42,16 +37,6 @@ pub const GGUF_WEIGHT_TYPES: [DType; 11] = [
     DType::Q5_K,
     DType::Q6_K,
 ];
-
-/// Bytes of one block of each format.
-pub const Q4_0_BYTES: usize = 2 + QUANT_BLOCK / 2;
-pub const Q4_1_BYTES: usize = 4 + QUANT_BLOCK / 2;
-pub const Q5_0_BYTES: usize = 2 + 4 + QUANT_BLOCK / 2;
-pub const Q5_1_BYTES: usize = 4 + 4 + QUANT_BLOCK / 2;
-pub const Q8_0_BYTES: usize = 2 + QUANT_BLOCK;
-pub const Q4_K_BYTES: usize = 4 + 12 + QK_K / 2;
-pub const Q5_K_BYTES: usize = 4 + 12 + QK_K / 8 + QK_K / 2;
-pub const Q6_K_BYTES: usize = QK_K / 2 + QK_K / 4 + QK_K / 16 + 2;
 
 /// Dequantizes one block (`size_in_bytes()` bytes) into `block_size()` f32 values.
 pub type DequantizeBlock = fn(&[u8], &mut [f32]);

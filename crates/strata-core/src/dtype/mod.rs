@@ -8,8 +8,9 @@ mod byte_size;
 pub mod low_float;
 
 pub mod block;
+pub mod block_bytes;
 
-pub use block::{QK_K, QUANT_BLOCK};
+pub use block_bytes::{QK_K, QUANT_BLOCK};
 
 /// The element type of a tensor.
 ///
@@ -126,14 +127,14 @@ impl DType {
             DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F64 | DType::I64 | DType::U64 => 8,
-            DType::Q8_0 => block::Q8_0_BYTES,
-            DType::Q4_0 => block::Q4_0_BYTES,
-            DType::Q4_1 => block::Q4_1_BYTES,
-            DType::Q5_0 => block::Q5_0_BYTES,
-            DType::Q5_1 => block::Q5_1_BYTES,
-            DType::Q4_K => block::Q4_K_BYTES,
-            DType::Q5_K => block::Q5_K_BYTES,
-            DType::Q6_K => block::Q6_K_BYTES,
+            DType::Q8_0 => block_bytes::Q8_0_BYTES,
+            DType::Q4_0 => block_bytes::Q4_0_BYTES,
+            DType::Q4_1 => block_bytes::Q4_1_BYTES,
+            DType::Q5_0 => block_bytes::Q5_0_BYTES,
+            DType::Q5_1 => block_bytes::Q5_1_BYTES,
+            DType::Q4_K => block_bytes::Q4_K_BYTES,
+            DType::Q5_K => block_bytes::Q5_K_BYTES,
+            DType::Q6_K => block_bytes::Q6_K_BYTES,
             DType::String => std::mem::size_of::<Box<str>>(),
         }
     }
