@@ -34,6 +34,32 @@ pub struct ModelArgs {
     /// Intra-op threads (default: all cores).
     #[arg(long, value_parser = at_least_one)]
     pub threads: Option<usize>,
+    /// Fail with a "timed out" error when loading, or any one run, takes longer than SECONDS.
+    #[arg(long, value_name = "SECONDS", value_parser = positive_seconds)]
+    pub timeout: Option<std::time::Duration>,
+    /// Fail a run when one Loop has taken more than N trips (an endless loop is an error).
+    #[arg(long, value_name = "N", value_parser = at_least_one_trip)]
+    pub max_loop_iterations: Option<u64>,
+}
+
+/// A timeout: a positive number of seconds, fractions allowed.
+fn positive_seconds(text: &str) -> Result<std::time::Duration, String> {
+    let seconds: f64 = text
+        .parse()
+        .map_err(|err| format!("'{text}' is not a number of seconds: {err}"))?;
+    if seconds.is_nan() || seconds <= 0.0 {
+        return Err("must be more than 0 seconds".into());
+    }
+    std::time::Duration::try_from_secs_f64(seconds).map_err(|err| format!("'{text}': {err}"))
+}
+
+/// A loop-trip bound: at least 1.
+fn at_least_one_trip(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(err) => Err(format!("'{text}' is not a trip count: {err}")),
+    }
 }
 
 /// A thread count: a whole number of at least 1 (`--threads 0` is an error, not "all cores").
@@ -101,5 +127,18 @@ mod tests {
         assert!(at_least_one("0").unwrap_err().contains("at least 1"));
         assert!(at_least_one("-1").unwrap_err().contains("'-1'"));
         assert!(at_least_one("many").is_err());
+    }
+
+    #[test]
+    fn timeouts_are_positive_seconds_and_trip_bounds_positive_counts() {
+        assert_eq!(
+            positive_seconds("0.5"),
+            Ok(std::time::Duration::from_millis(500))
+        );
+        for bad in ["0", "-1", "NaN", "soon", "1e300"] {
+            assert!(positive_seconds(bad).is_err(), "{bad}");
+        }
+        assert_eq!(at_least_one_trip("10"), Ok(10));
+        assert!(at_least_one_trip("0").is_err());
     }
 }

@@ -13,7 +13,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
     let config = strata_runtime::PlanConfig::default().with_profiling(args.profile);
     let (plan, source) = load_with(&args.model, config)?;
     let shapes = parse_shapes(&args.model.shapes)?;
-    let mut ctx = plan.create_context().map_err(|e| e.to_string())?;
+    let mut ctx = crate::model::context(&plan, &args.model)?;
     let mut notes = Vec::new();
     for (i, info) in plan.inputs().iter().enumerate() {
         let t = random_tensor(

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use strata_core::{DType, Tensor};
+use strata_core::{DType, Device, Element, MemoryKind, Tensor};
 
 /// Reads an input file: `.npy`, or an ONNX `.pb` TensorProto.
 pub fn read_input(path: &Path) -> Result<Tensor, String> {
@@ -14,39 +14,39 @@ pub fn read_input(path: &Path) -> Result<Tensor, String> {
 }
 
 /// A tensor of seeded pseudo-random data: floats in [-1, 1), integers in [0, 4), bools 0/1.
+/// The tensor is allocated first, through the registry, so impossible dims are an out-of-memory
+/// or size error rather than an abort; then it is filled in place.
 pub fn random_tensor(dtype: DType, dims: &[usize], seed: u64) -> Result<Tensor, String> {
-    let n: usize = dims.iter().product();
-    let unit = strata_onnx::models::seeded_values(n, seed, 1.0);
-    let small = || unit.iter().map(|v| ((v + 1.0) * 2.0) as i64 % 4);
-    let t = match dtype {
-        DType::F32 => Tensor::from_slice(&unit, dims),
-        DType::F64 => Tensor::from_slice(&unit.iter().map(|&v| v as f64).collect::<Vec<_>>(), dims),
-        DType::F16 => Tensor::from_slice(
-            &unit
-                .iter()
-                .map(|&v| strata_core::f16::from_f32(v))
-                .collect::<Vec<_>>(),
-            dims,
-        ),
-        DType::BF16 => Tensor::from_slice(
-            &unit
-                .iter()
-                .map(|&v| strata_core::bf16::from_f32(v))
-                .collect::<Vec<_>>(),
-            dims,
-        ),
-        DType::I64 => Tensor::from_slice(&small().collect::<Vec<_>>(), dims),
-        DType::I32 => Tensor::from_slice(&small().map(|v| v as i32).collect::<Vec<_>>(), dims),
-        DType::I16 => Tensor::from_slice(&small().map(|v| v as i16).collect::<Vec<_>>(), dims),
-        DType::I8 => Tensor::from_slice(&small().map(|v| v as i8).collect::<Vec<_>>(), dims),
-        DType::U8 => Tensor::from_slice(&small().map(|v| v as u8).collect::<Vec<_>>(), dims),
-        DType::U16 => Tensor::from_slice(&small().map(|v| v as u16).collect::<Vec<_>>(), dims),
-        DType::U32 => Tensor::from_slice(&small().map(|v| v as u32).collect::<Vec<_>>(), dims),
-        DType::U64 => Tensor::from_slice(&small().map(|v| v as u64).collect::<Vec<_>>(), dims),
-        DType::Bool => Tensor::from_bools(&unit.iter().map(|&v| v > 0.0).collect::<Vec<_>>(), dims),
+    let t = Tensor::empty(dims, dtype, Device::Cpu, MemoryKind::Default)
+        .map_err(|e| format!("cannot make random {dtype} data of dims {dims:?}: {e}"))?;
+    let unit = || strata_onnx::models::seeded_stream(seed, 1.0);
+    let small = || unit().map(|v| ((v + 1.0) * 2.0) as i64 % 4);
+    fn fill<T: Element>(t: &Tensor, values: impl Iterator<Item = T>) -> strata_core::Result<()> {
+        let n = t.numel();
+        let mut w = t.write::<T>()?;
+        // A fresh tensor is contiguous from the start of its storage.
+        let slots = w.storage_data().iter_mut().take(n);
+        slots.zip(values).for_each(|(slot, v)| *slot = v);
+        Ok(())
+    }
+    match dtype {
+        DType::F32 => fill(&t, unit()),
+        DType::F64 => fill(&t, unit().map(f64::from)),
+        DType::F16 => fill(&t, unit().map(strata_core::f16::from_f32)),
+        DType::BF16 => fill(&t, unit().map(strata_core::bf16::from_f32)),
+        DType::I64 => fill(&t, small()),
+        DType::I32 => fill(&t, small().map(|v| v as i32)),
+        DType::I16 => fill(&t, small().map(|v| v as i16)),
+        DType::I8 => fill(&t, small().map(|v| v as i8)),
+        DType::U8 => fill(&t, small().map(|v| v as u8)),
+        DType::U16 => fill(&t, small().map(|v| v as u16)),
+        DType::U32 => fill(&t, small().map(|v| v as u32)),
+        DType::U64 => fill(&t, small().map(|v| v as u64)),
+        DType::Bool => fill(&t, unit().map(|v| u8::from(v > 0.0))),
         other => return Err(format!("cannot generate random {other} data")),
-    };
-    t.map_err(|e| e.to_string())
+    }
+    .map_err(|e| e.to_string())?;
+    Ok(t)
 }
 
 /// `NAME` with every character outside `[A-Za-z0-9._-]` replaced by `_`, for file names.

@@ -6,10 +6,22 @@ use crate::args::InspectArgs;
 use crate::model::load;
 use crate::report::{bytes, memory_json, memory_text};
 
+/// Dims as a JSON array, as `run --json` gives them: numbers where known, the name of a symbolic
+/// dim as a string, `null` where nothing is known.
+fn dims_json(dims: &[strata_ops::Dim]) -> Vec<serde_json::Value> {
+    dims.iter()
+        .map(|d| match d {
+            strata_ops::Dim::Known(n) => json!(n),
+            strata_ops::Dim::Sym(name) => json!(name),
+            strata_ops::Dim::Unknown => serde_json::Value::Null,
+        })
+        .collect()
+}
+
 pub fn inspect(args: &InspectArgs) -> Result<(), String> {
     let (plan, source) = load(&args.model)?;
     let io = |list: &[strata_runtime::IoInfo]| {
-        list.iter().map(|i| json!({ "name": i.name, "dtype": i.dtype.to_string(), "dims": format!("{:?}", i.dims) })).collect::<Vec<_>>()
+        list.iter().map(|i| json!({ "name": i.name, "dtype": i.dtype.to_string(), "dims": dims_json(&i.dims) })).collect::<Vec<_>>()
     };
     let weights = plan.weight_bytes();
     let ops = plan.op_counts();

@@ -45,7 +45,13 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // With --json a script reads stdout as JSON: failures are JSON objects there too.
+    let json = std::env::args().skip(1).any(|a| a == "--json");
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) if json && err.use_stderr() => return json_error(&err.to_string(), "usage", 2),
+        Err(err) => err.exit(),
+    };
     let result = match cli.command {
         None => run::run(&RunArgs::default()),
         Some(Command::Run(args)) => run::run(&args),
@@ -59,9 +65,22 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(message) if json => json_error(&message, "error", 1),
         Err(message) => {
             eprintln!("error: {message}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Prints `{"error": {"message", "kind", "exit_code"}}` on stdout (and the message on stderr, for
+/// people) and exits with `code`: `kind` is "usage" for bad arguments (exit 2), else "error".
+fn json_error(message: &str, kind: &str, code: u8) -> ExitCode {
+    let message = message.trim().trim_start_matches("error: ");
+    eprintln!("error: {message}");
+    let value = serde_json::json!({
+        "error": { "message": message, "kind": kind, "exit_code": code },
+    });
+    println!("{value}");
+    ExitCode::from(code)
 }

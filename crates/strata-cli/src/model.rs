@@ -3,8 +3,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use std::time::Instant;
+
+use strata_ops::run_control::RunControl;
 use strata_ops::Dim;
-use strata_runtime::{InferencePlan, OptimizationProfile, PlanConfig};
+use strata_runtime::{ExecutionContext, InferencePlan, OptimizationProfile, PlanConfig};
 
 use crate::args::ModelArgs;
 
@@ -50,6 +53,9 @@ pub fn load_with(
     if let Some(threads) = args.threads {
         config = config.with_threads(threads);
     }
+    if let Some(trips) = args.max_loop_iterations {
+        config.max_loop_iterations = trips;
+    }
     let shapes = parse_shapes(&args.shapes)?;
     if !shapes.is_empty() {
         let mut profile = OptimizationProfile::new();
@@ -60,6 +66,23 @@ pub fn load_with(
         }
         config = config.with_profile(profile);
     }
+    // Loading folds constants, which may run a Loop: the timeout and loop bound hold there too.
+    let control = RunControl {
+        deadline: args.timeout.map(|t| (Instant::now() + t, t)),
+        max_loop_iterations: config.max_loop_iterations,
+        ..RunControl::default()
+    };
+    control.install(|| build(args, config))
+}
+
+/// A context for `plan` that obeys `--timeout` on every run.
+pub fn context(plan: &Arc<InferencePlan>, args: &ModelArgs) -> Result<ExecutionContext, String> {
+    let mut ctx = plan.create_context().map_err(|e| e.to_string())?;
+    ctx.set_timeout(args.timeout);
+    Ok(ctx)
+}
+
+fn build(args: &ModelArgs, config: PlanConfig) -> Result<(Arc<InferencePlan>, String), String> {
     match &args.model {
         Some(path) => {
             let plan = strata_onnx::load(path, config).map_err(|e| e.to_string())?;

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use crate::args::RunArgs;
 use crate::inputs::{random_tensor, read_input, sanitize};
-use crate::model::{input_dims, load, parse_assignment, parse_shapes};
+use crate::model::{context, input_dims, load, parse_assignment, parse_shapes};
 use crate::report::{
     memory_by_kind_json, memory_by_kind_text, memory_json, memory_text, summarize,
 };
@@ -20,7 +20,11 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
     let mut files = BTreeMap::new();
     for text in &args.inputs {
         let (name, path) = parse_assignment(text, "--input")?;
-        files.insert(name, path);
+        if let Some(first) = files.insert(name.clone(), path) {
+            return Err(format!(
+                "--input {name:?} is given twice (first as {first:?}); give each input once"
+            ));
+        }
     }
     for name in files.keys() {
         if !plan.inputs().iter().any(|i| &i.name == name) {
@@ -30,16 +34,21 @@ pub fn run(args: &RunArgs) -> Result<(), String> {
             ));
         }
     }
-    let mut ctx = plan.create_context().map_err(|e| e.to_string())?;
+    let mut ctx = context(&plan, &args.model)?;
     let mut notes = Vec::new();
     for (i, info) in plan.inputs().iter().enumerate() {
         let tensor = match files.get(&info.name) {
             Some(path) => read_input(path.as_ref())?,
-            None => random_tensor(
-                info.dtype,
-                &input_dims(&info.name, &info.dims, &shapes, &mut notes),
-                args.seed.wrapping_add(i as u64),
-            )?,
+            None => {
+                let seed = args.seed.wrapping_add(i as u64);
+                let dims = input_dims(&info.name, &info.dims, &shapes, &mut notes);
+                notes.push(format!(
+                    "input {:?}: no --input given, filled with seeded random {} data of dims \
+                     {dims:?} (seed {seed})",
+                    info.name, info.dtype
+                ));
+                random_tensor(info.dtype, &dims, seed)?
+            }
         };
         ctx.set_input(&info.name, &tensor)
             .map_err(|e| e.to_string())?;

@@ -27,13 +27,14 @@ pub use memory::block::MemoryBlock;
 pub use memory::caching::CachingAllocator;
 pub use memory::cpu::CpuAllocator;
 pub use memory::external::MappedFile;
+pub use memory::host_vec::{try_collect, try_vec_filled, try_vec_with_capacity};
 pub use memory::kind::MemoryKind;
 pub use memory::ledger::KindStats;
 pub use memory::mode::InferenceMode;
 pub use memory::pinned::PinnedAllocator;
 pub use memory::registry::AllocatorRegistry;
 pub use memory::storage::Storage;
-pub use shape::{Shape, Strides};
+pub use shape::{Shape, Strides, MAX_RANK};
 pub use tensor::{BytesRead, BytesWrite, Layout, ReadGuard, StringBuffer, Tensor, WriteGuard};
 
 pub use half::{bf16, f16};

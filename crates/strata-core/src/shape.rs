@@ -8,6 +8,11 @@ use smallvec::SmallVec;
 
 use crate::{CoreError, DType, Result};
 
+/// The most dims a tensor may have. ONNX sets no bound, but a rank is often read from the length
+/// of a shape-carrying input, and a model may declare that length as 2^62; every rank taken from
+/// data is checked against this before anything is sized by it. (numpy's bound is the same.)
+pub const MAX_RANK: usize = 64;
+
 /// Dims stored inline before spilling to the heap.
 pub const INLINE_DIMS: usize = 5;
 

@@ -704,7 +704,7 @@ fn readers_share_and_block_writers() {
     let r1 = t.read::<f32>().unwrap();
     let r2 = view.read::<f32>().unwrap();
     let r3 = t.read_bytes("test").unwrap();
-    assert_eq!(r2.to_vec(), vec![1.0, 2.0]);
+    assert_eq!(r2.to_vec().unwrap(), vec![1.0, 2.0]);
     let v = t.version();
     assert!(is_conflict(view.write::<f32>(), "for reading"));
     assert!(is_conflict(t.fill(0.0f32), "for reading"));

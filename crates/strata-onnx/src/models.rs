@@ -7,16 +7,20 @@ use crate::{Attrs, Dim, ModelBuilder};
 
 /// Deterministic weights: xorshift64* mapped to `[-scale, scale)`.
 pub fn seeded_values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    seeded_stream(seed, scale).take(n).collect()
+}
+
+/// The endless stream [`seeded_values`] takes its first `n` values from, for filling memory that
+/// is already allocated.
+pub fn seeded_stream(seed: u64, scale: f32) -> impl Iterator<Item = f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s >> 12;
-            s ^= s << 25;
-            s ^= s >> 27;
-            let r = s.wrapping_mul(0x2545_F491_4F6C_DD1D);
-            ((r >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-        })
-        .collect()
+    std::iter::repeat_with(move || {
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        let r = s.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        ((r >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+    })
 }
 
 /// A ResNet-style CNN on `[N, 3, size, size]` images: a 3×3 stem with BatchNorm and Relu, a max

@@ -59,6 +59,17 @@ pub enum OpError {
         source: Box<dyn std::error::Error + Send + Sync>,
     },
 
+    /// The run was cancelled through its [`crate::run_control::CancelFlag`].
+    #[error("{op}: the run was cancelled")]
+    Cancelled { op: String },
+
+    /// The run passed its deadline.
+    #[error("{op}: the run timed out (its limit is {timeout:?})")]
+    TimedOut {
+        op: String,
+        timeout: std::time::Duration,
+    },
+
     #[error(transparent)]
     Compute(#[from] crate::kernels::KernelError),
 

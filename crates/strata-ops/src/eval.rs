@@ -78,6 +78,9 @@ pub fn run_operator(
             Ok(Tensor::empty(&dims, f.dtype, options.device, options.kind)?)
         })
         .collect::<OpResult<Vec<Tensor>>>()?;
+    if outputs_are_empty(&made) {
+        return Ok(made);
+    }
     let scratch_bytes = op.scratch_bytes(&fact_refs, &out_refs)?;
     let scratch = (scratch_bytes > 0)
         .then(|| {
@@ -98,6 +101,13 @@ pub fn run_operator(
         threads: options.threads,
     })?;
     Ok(made)
+}
+
+/// Whether a node has outputs and every one of them holds no elements: then there is nothing to
+/// compute, and the kernel is not run (kernels need not guard against the zero-length rows and
+/// chunks such nodes would hand them).
+pub fn outputs_are_empty(outputs: &[Tensor]) -> bool {
+    !outputs.is_empty() && outputs.iter().all(|t| t.is_defined() && t.numel() == 0)
 }
 
 /// The fact of a concrete input: its value, or absent for an omitted optional input.

@@ -12,6 +12,7 @@ pub mod kernels;
 pub mod operator;
 pub mod ops;
 mod registry;
+pub mod run_control;
 pub mod support;
 
 pub use attributes::{Attr, Attributes};

@@ -235,15 +235,18 @@ pub fn output_to_numpy<'py>(
         }
         DType::Bool => {
             let guard = output.read::<u8>().map_err(failed)?;
-            let values: Vec<bool> = guard.to_vec().into_iter().map(|b| b != 0).collect();
+            let values: Vec<bool> = guard
+                .elements()
+                .map_err(|e| failed(e.into()))?
+                .iter()
+                .map(|&b| b != 0)
+                .collect();
             Ok(shaped(py, &values, dims)?.into_any())
         }
         dtype => strata_ops::dispatch_arith!(dtype, T => {
             let guard = output.read::<T>().map_err(failed)?;
-            match guard.as_slice() {
-                Some(s) => Ok(shaped(py, s, dims)?.into_any()),
-                None => Ok(shaped(py, &guard.to_vec(), dims)?.into_any()),
-            }
+            let values = guard.elements().map_err(|e| failed(e.into()))?;
+            Ok(shaped(py, &values, dims)?.into_any())
         }, _ => Err(raise(Kind::NotImplemented, format!(
             "output {:?}: strata's Python binding cannot return {} ({})",
             output.name(), dtype, onnx_type_name(dtype)

@@ -19,6 +19,9 @@ pub struct PlanConfig {
     pub profiling: bool,
     /// Run graph optimizations (constant folding, dead-node removal).
     pub optimize: bool,
+    /// Most trips one Loop may run before the run fails (an endless loop is an error, not a
+    /// hang); [`strata_ops::run_control::DEFAULT_MAX_LOOP_ITERATIONS`] by default.
+    pub max_loop_iterations: u64,
 }
 
 impl Default for PlanConfig {
@@ -30,6 +33,7 @@ impl Default for PlanConfig {
             profile: None,
             profiling: false,
             optimize: true,
+            max_loop_iterations: strata_ops::run_control::DEFAULT_MAX_LOOP_ITERATIONS,
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod caching;
 pub mod cpu;
 mod cuda_host;
 pub mod external;
+pub mod host_vec;
 pub mod kind;
 pub mod ledger;
 pub mod mode;

@@ -68,16 +68,27 @@ impl<'a, T: bytemuck::Pod> ReadGuard<'a, T> {
         Ok(self.data[self.layout.position(index)?])
     }
 
-    /// The elements in logical row-major order.
-    pub fn to_vec(&self) -> Vec<T> {
-        if let Some(slice) = self.as_slice() {
-            return slice.to_vec();
+    /// The elements in logical order: borrowed when the view is contiguous (the usual case),
+    /// else copied (fallibly, as [`ReadGuard::to_vec`]).
+    pub fn elements(&self) -> Result<std::borrow::Cow<'_, [T]>> {
+        match self.as_slice() {
+            Some(slice) => Ok(std::borrow::Cow::Borrowed(slice)),
+            None => self.to_vec().map(std::borrow::Cow::Owned),
         }
-        let mut out = Vec::with_capacity(self.layout.numel());
+    }
+
+    /// The elements in logical row-major order. A broadcast view can name far more elements
+    /// than its storage holds, so the copy is reserved fallibly.
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        let mut out = crate::try_vec_with_capacity(self.layout.numel())?;
+        if let Some(slice) = self.as_slice() {
+            out.extend_from_slice(slice);
+            return Ok(out);
+        }
         for_each_position(self.layout, self.layout, |s, _| {
             out.push(self.data[s as usize])
         });
-        out
+        Ok(out)
     }
 }
 
@@ -298,7 +309,7 @@ impl Tensor {
 
     /// The elements in logical order (a copy), dtype-checked.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
-        Ok(self.read::<T>()?.to_vec())
+        self.read::<T>()?.to_vec()
     }
 
     /// The elements of a bool tensor; any byte other than 0 or 1 is an error.
@@ -311,7 +322,7 @@ impl Tensor {
             });
         }
         self.read::<u8>()?
-            .to_vec()
+            .to_vec()?
             .into_iter()
             .enumerate()
             .map(|(index, value)| match value {

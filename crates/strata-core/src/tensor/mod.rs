@@ -83,7 +83,10 @@ impl Tensor {
             })?;
         if dtype.is_string() {
             // Text never lives in device memory blocks: "unspecified contents" are empty strings.
-            return Tensor::from_strings(dims, vec![String::new(); shape.numel()]);
+            return Tensor::from_strings(
+                dims,
+                crate::try_vec_filled(shape.numel(), String::new())?,
+            );
         }
         let block = registry.allocate(device, kind, bytes, DEFAULT_ALIGNMENT)?;
         Ok(Tensor {

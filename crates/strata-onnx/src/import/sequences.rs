@@ -16,6 +16,9 @@ use super::graph_builder::GraphBuilder;
 use crate::proto::NodeProto;
 use crate::{OnnxError, Result};
 
+/// The most tensors one sequence value may unroll into.
+const MAX_SEQUENCE_PARTS: usize = 4096;
+
 /// Sequence op types of the default domain resolved here.
 pub(crate) fn is_sequence_op(op_type: &str) -> bool {
     matches!(
@@ -201,12 +204,24 @@ pub(crate) fn lower_sequence_op(
                 == 1;
             let dim = b.dim(x, axis as usize);
             let split = input(1);
+            // Every part becomes a value of the graph: bound the count before sizing by it.
+            let bounded = |n: usize| {
+                if n > MAX_SEQUENCE_PARTS {
+                    Err(err(format!(
+                        "splits into {n} parts; sequences are unrolled while importing, into at \
+                         most {MAX_SEQUENCE_PARTS} tensors"
+                    )))
+                } else {
+                    Ok(n)
+                }
+            };
             let (count, sizes, split_input): (usize, Option<Vec<i64>>, Option<ValueId>) =
                 match split {
                     None => {
                         let d = dim.ok_or_else(|| {
                             unsupported("splitting along a dim known only at run time")
                         })?;
+                        let d = bounded(d)?;
                         (d, Some(vec![1; d]), None)
                     }
                     Some(s) => match b.constant(s) {
@@ -226,7 +241,7 @@ pub(crate) fn lower_sequence_op(
                                     usize::try_from(v[0]).ok().filter(|&c| c > 0).ok_or_else(
                                         || err(format!("split size {} is not positive", v[0])),
                                     )?;
-                                let n = d.div_ceil(chunk);
+                                let n = bounded(d.div_ceil(chunk))?;
                                 let sizes =
                                     (0..n).map(|i| chunk.min(d - i * chunk) as i64).collect();
                                 (n, Some(sizes), None)
@@ -239,7 +254,7 @@ pub(crate) fn lower_sequence_op(
                                 err(format!("reads {s:?}, which nothing produces"))
                             })?;
                             let n = match b.graph.value(id).fact.dims.as_slice() {
-                                [Dim::Known(n)] => *n,
+                                [Dim::Known(n)] => bounded(*n)?,
                                 _ => {
                                     return Err(unsupported(
                                         "a run-time split whose length is not declared",

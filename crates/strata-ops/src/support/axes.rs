@@ -3,7 +3,7 @@
 //! the input is a constant, read from the tensor at run time otherwise).
 
 use smallvec::SmallVec;
-use strata_core::{DType, Tensor};
+use strata_core::{DType, Tensor, MAX_RANK};
 
 use crate::support::inputs::optional;
 use crate::{int_values, Fact, OpError, OpResult};
@@ -90,6 +90,21 @@ pub(crate) fn input_len(inputs: &[&Fact], index: usize) -> Option<usize> {
     })
 }
 
+/// The length of a 1-D input that lists one entry per dim of a tensor (a shape, axes, image
+/// dims), when known: a count of dims, so more than [`MAX_RANK`] is an error naming the input
+/// (a model may declare the length as 2^62 before any value exists).
+pub(crate) fn dims_input_len(op: &str, inputs: &[&Fact], index: usize) -> OpResult<Option<usize>> {
+    match input_len(inputs, index) {
+        Some(n) if n > MAX_RANK => Err(OpError::shape(
+            op,
+            format!(
+                "input {index} lists {n} dims; strata handles tensors of at most {MAX_RANK} dims"
+            ),
+        )),
+        n => Ok(n),
+    }
+}
+
 /// Reads an int32/int64 tensor (any layout) at run time without allocating for up to 8 values.
 pub(crate) fn read_ints(op: &str, tensor: &Tensor) -> OpResult<Ints> {
     let dtype_err = || {
@@ -104,14 +119,14 @@ pub(crate) fn read_ints(op: &str, tensor: &Tensor) -> OpResult<Ints> {
             let r = tensor.read::<i64>()?;
             match r.as_slice() {
                 Some(s) => out.extend_from_slice(s),
-                None => out.extend(r.to_vec()),
+                None => out.extend(r.to_vec()?),
             }
         }
         DType::I32 => {
             let r = tensor.read::<i32>()?;
             match r.as_slice() {
                 Some(s) => out.extend(s.iter().map(|&v| i64::from(v))),
-                None => out.extend(r.to_vec().into_iter().map(i64::from)),
+                None => out.extend(r.to_vec()?.into_iter().map(i64::from)),
             }
         }
         _ => return Err(dtype_err()),

@@ -8,7 +8,9 @@
 //! ([`arena`]) and handing out outputs and timings ([`outputs`]).
 
 mod arena;
+mod control;
 mod inputs;
+mod limits;
 mod outputs;
 mod respecialize;
 mod run;

@@ -6,6 +6,7 @@ use std::time::Instant;
 use smallvec::SmallVec;
 use strata_core::{MemoryKind, Tensor};
 use strata_ops::eval::EvalOptions;
+use strata_ops::run_control::{self, RunControl};
 use strata_ops::KernelIo;
 
 use super::arena::set_value;
@@ -38,17 +39,29 @@ impl ExecutionContext {
             }
         }
         let plan = self.plan.clone();
-        plan.pool().run(|| self.run_nodes(&plan, &planned))?;
+        // A subgraph's run (inside a Loop or If) obeys the run it is part of.
+        let control = run_control::current().unwrap_or_else(|| self.limits.for_run());
+        let result = plan
+            .pool()
+            .run(|| control.install(|| self.run_nodes(&plan, &planned, &control)));
+        self.limits.after_run(&result);
+        result?;
         self.stats.runs += 1;
         Ok(())
     }
 
     /// Runs every node in order (on the plan's pool, see [`crate::pool`]).
-    fn run_nodes(&mut self, plan: &InferencePlan, planned: &Planned) -> Result<()> {
+    fn run_nodes(
+        &mut self,
+        plan: &InferencePlan,
+        planned: &Planned,
+        control: &RunControl,
+    ) -> Result<()> {
         for i in 0..plan.graph().nodes.len() {
             if planned.spec.skip[i] {
                 continue;
             }
+            control.check(&plan.graph().nodes[i].name)?;
             let started = (!self.timings.is_empty()).then(Instant::now);
             if planned.spec.dynamic[i] {
                 self.run_dynamic(i)?;
@@ -77,6 +90,9 @@ impl ExecutionContext {
             .collect();
         let outputs: SmallVec<[&Tensor; 4]> =
             node.outputs.iter().map(|id| &self.values[id.0]).collect();
+        if !outputs.is_empty() && outputs.iter().all(|t| t.is_defined() && t.numel() == 0) {
+            return Ok(()); // nothing to write: see strata_ops::eval::outputs_are_empty
+        }
         let scratch = &self.scratch[i];
         let io = KernelIo {
             inputs: &inputs,

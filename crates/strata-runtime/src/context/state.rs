@@ -36,6 +36,8 @@ pub struct ExecutionContext {
     pub(super) input_set: Vec<bool>,
     pub(super) timings: Vec<Duration>,
     pub(super) stats: ContextStats,
+    /// Cancellation flag, timeout and loop bound of this context's runs.
+    pub(super) limits: super::limits::RunLimits,
 }
 
 impl InferencePlan {
@@ -59,6 +61,7 @@ impl ExecutionContext {
             input_set: vec![false; n_inputs],
             timings: vec![Duration::ZERO; if plan.config().profiling { n_nodes } else { 0 }],
             stats: ContextStats::default(),
+            limits: super::limits::RunLimits::new(plan.config()),
             plan,
         };
         if let Some(base) = ctx.plan.base().cloned() {

@@ -4,6 +4,7 @@
 //! values that the node stacks along a new first axis.
 
 use strata_core::{DType, Device, Tensor};
+use strata_ops::run_control;
 use strata_ops::{
     Dim, Fact, Kernel, KernelCapabilities, KernelIo, MakesOutputs, OpError, OpResult, Operator,
 };
@@ -154,7 +155,18 @@ impl LoopKernel {
         let captures = inputs.get(2 + self.carried..).unwrap_or(&[]);
         let mut scans: Vec<Vec<Tensor>> = vec![Vec::new(); self.scan_facts.len()];
         let mut trip = 0i64;
+        let bound = run_control::max_loop_iterations();
         while trip < max_trips && cond {
+            run_control::check("Loop")?;
+            if trip as u64 >= bound {
+                return Err(OpError::shape(
+                    "Loop",
+                    format!(
+                        "still running after {trip} iterations, the bound on loop trips \
+                         (PlanConfig::max_loop_iterations)"
+                    ),
+                ));
+            }
             let iteration = Tensor::scalar(trip)?;
             let cond_in = Tensor::from_bools(&[cond], &[])?;
             let mut args: Vec<&Tensor> = vec![&iteration, &cond_in];

@@ -177,7 +177,7 @@ impl Operator for Col2Im {
                 dims
             }
             _ => {
-                let r = crate::support::axes::input_len(inputs, 1)
+                let r = crate::support::axes::dims_input_len(OP, inputs, 1)?
                     .ok_or_else(|| OpError::shape(OP, "image_shape has unknown length"))?;
                 let mut dims = vec![x.dims[0].clone()];
                 dims.extend(std::iter::repeat_n(Dim::Unknown, r + 1));

@@ -4,7 +4,7 @@
 
 use strata_core::{DType, Device};
 
-use crate::support::axes::{check_int_input, input_len, known_ints, read_ints};
+use crate::support::axes::{check_int_input, dims_input_len, known_ints, read_ints};
 use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_plain;
 use crate::support::scalar::ScalarBytes;
@@ -64,7 +64,7 @@ impl Operator for ConstantOfShape {
         let dims = match known_ints("ConstantOfShape", inputs, 0)? {
             Some(s) => dims_of(&s)?.into_iter().map(Dim::Known).collect(),
             None => {
-                let n = input_len(inputs, 0).ok_or_else(|| {
+                let n = dims_input_len("ConstantOfShape", inputs, 0)?.ok_or_else(|| {
                     OpError::shape("ConstantOfShape", "the shape input has unknown length")
                 })?;
                 vec![Dim::Unknown; n]

@@ -31,7 +31,7 @@ enum Bounds {
 fn first_f64<T: Accumulate>(t: &Tensor) -> OpResult<f64> {
     let r = t.read::<T>()?;
     let v = r
-        .to_vec()
+        .elements()?
         .first()
         .copied()
         .ok_or_else(|| OpError::kernel("Range", "an input is empty"))?;
@@ -47,11 +47,11 @@ fn scalar(t: &Tensor) -> OpResult<(bool, f64, i128)> {
     }
     Ok(match t.dtype() {
         DType::I64 => {
-            let v = t.read::<i64>()?.to_vec()[0];
+            let v = t.read::<i64>()?.elements()?[0];
             (true, v as f64, v as i128)
         }
         DType::U64 => {
-            let v = t.read::<u64>()?.to_vec()[0];
+            let v = t.read::<u64>()?.elements()?[0];
             (true, v as f64, v as i128)
         }
         d => {

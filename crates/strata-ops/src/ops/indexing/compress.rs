@@ -55,7 +55,7 @@ fn selected(condition: &[u8], n: usize) -> OpResult<usize> {
 }
 
 fn condition_bytes(t: &Tensor) -> OpResult<Vec<u8>> {
-    Ok(t.read::<u8>()?.to_vec())
+    Ok(t.read::<u8>()?.to_vec()?)
 }
 
 impl Operator for Compress {

@@ -34,25 +34,25 @@ fn nonzero_mask(t: &Tensor) -> OpResult<Vec<bool>> {
             .collect(),
         DType::I8 | DType::U8 | DType::Bool => t
             .read_raw::<u8>("NonZero")?
-            .to_vec()
+            .to_vec()?
             .into_iter()
             .map(|v| v != 0)
             .collect(),
         DType::I16 | DType::U16 => t
             .read_raw::<u16>("NonZero")?
-            .to_vec()
+            .to_vec()?
             .into_iter()
             .map(|v| v != 0)
             .collect(),
         DType::I32 | DType::U32 => t
             .read_raw::<u32>("NonZero")?
-            .to_vec()
+            .to_vec()?
             .into_iter()
             .map(|v| v != 0)
             .collect(),
         DType::I64 | DType::U64 => t
             .read_raw::<u64>("NonZero")?
-            .to_vec()
+            .to_vec()?
             .into_iter()
             .map(|v| v != 0)
             .collect(),

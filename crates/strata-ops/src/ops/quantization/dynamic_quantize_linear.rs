@@ -5,7 +5,7 @@
 
 use strata_core::{DType, Device};
 
-use crate::ops::quantization::values::{elements, write_quantized, QuantTarget};
+use crate::ops::quantization::values::{write_quantized, QuantTarget};
 use crate::support::inputs::exact_inputs;
 use crate::support::kernel_choice::cpu_only;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
@@ -65,7 +65,7 @@ fn scale_and_zero_point(min: f32, max: f32) -> (f32, f32) {
 impl Kernel for DynamicQuantizeLinear {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
         let read = io.input(0).read::<f32>()?;
-        let xs = elements(&read);
+        let xs = read.elements()?;
         let (min, max) = xs
             .iter()
             .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {

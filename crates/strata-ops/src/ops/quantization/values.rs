@@ -6,10 +6,8 @@
 //! ([`read_f64_into`]), which holds every quantized value, scale and 32-bit accumulator exactly;
 //! scalar parameters are read without a buffer ([`read_scalar`]).
 
-use std::borrow::Cow;
-
 use num_traits::AsPrimitive;
-use strata_core::{decode_e8m0, BytesWrite, DType, Element, MiniFloat, ReadGuard, Tensor};
+use strata_core::{decode_e8m0, BytesWrite, DType, Element, MiniFloat, Tensor};
 
 use crate::{dispatch_plain, KernelIo, OpError, OpResult};
 
@@ -108,21 +106,13 @@ pub(crate) fn read_scalar(op: &str, what: &str, tensor: &Tensor) -> OpResult<f64
     Ok(value[0])
 }
 
-/// The elements under `guard`: borrowed when contiguous (the usual case), else copied.
-pub(crate) fn elements<'g, T: Element>(guard: &'g ReadGuard<'_, T>) -> Cow<'g, [T]> {
-    match guard.as_slice() {
-        Some(slice) => Cow::Borrowed(slice),
-        None => Cow::Owned(guard.to_vec()),
-    }
-}
-
 fn convert<T: Element>(
     tensor: &Tensor,
     dst: &mut [f64],
     to_f64: impl Fn(T) -> f64,
 ) -> OpResult<()> {
     let read = tensor.read::<T>()?;
-    for (d, &v) in dst.iter_mut().zip(elements(&read).iter()) {
+    for (d, &v) in dst.iter_mut().zip(read.elements()?.iter()) {
         *d = to_f64(v);
     }
     Ok(())

@@ -4,8 +4,6 @@
 //! with a `sequence_lens` value shorter than the sequence stops updating after its length
 //! (reverse directions start from its last valid step) and its later `Y` rows stay zero.
 
-use std::borrow::Cow;
-
 use strata_core::{DType, Device, ReadGuard, Tensor, WriteGuard};
 
 use super::activation::RecurrentFloat;
@@ -74,14 +72,6 @@ impl Geometry {
             (t * self.dirs + d) * self.batch + b
         };
         slot * self.hidden
-    }
-}
-
-/// An input's elements in order: borrowed when it is contiguous (the usual case), else copied.
-fn values<'g, T: strata_core::Element>(guard: &'g ReadGuard<'_, T>) -> Cow<'g, [T]> {
-    match guard.as_slice() {
-        Some(slice) => Cow::Borrowed(slice),
-        None => Cow::Owned(guard.to_vec()),
     }
 }
 
@@ -236,13 +226,13 @@ impl SequenceKernel {
         match t.dtype() {
             DType::I32 => {
                 let read = t.read::<i32>()?;
-                for (slot, &l) in lens.iter_mut().zip(values(&read).iter()) {
+                for (slot, &l) in lens.iter_mut().zip(read.elements()?.iter()) {
                     *slot = check(i64::from(l))?;
                 }
             }
             DType::I64 => {
                 let read = t.read::<i64>()?;
-                for (slot, &l) in lens.iter_mut().zip(values(&read).iter()) {
+                for (slot, &l) in lens.iter_mut().zip(read.elements()?.iter()) {
                     *slot = check(l)?;
                 }
             }
@@ -270,16 +260,16 @@ impl SequenceKernel {
         let work = Work::<T>::carve(op, guard.bytes(), &g, batch_major)?;
         self.lengths(io.input(4), &g, work.lens)?;
         let (x_read, w_read, r_read) = (x_t.read::<T>()?, w_t.read::<T>()?, r_t.read::<T>()?);
-        let (x, w, r) = (values(&x_read), values(&w_read), values(&r_read));
+        let (x, w, r) = (x_read.elements()?, w_read.elements()?, r_read.elements()?);
         let bias = optional_read::<T>(op, io.input(3), "B", &[g.dirs, 2 * gw])?;
-        let bias = bias.as_ref().map(values);
+        let bias = bias.as_ref().map(|g| g.elements()).transpose()?;
         let state_dims = if batch_major {
             [g.batch, g.dirs, hs]
         } else {
             [g.dirs, g.batch, hs]
         };
         let h0 = optional_read::<T>(op, io.input(5), "initial_h", &state_dims)?;
-        let h0 = h0.as_ref().map(values);
+        let h0 = h0.as_ref().map(|g| g.elements()).transpose()?;
         let is_lstm = matches!(self.op.cell, Cell::Lstm { .. });
         let (c0, peepholes) = if is_lstm {
             (
@@ -289,7 +279,8 @@ impl SequenceKernel {
         } else {
             (None, None)
         };
-        let (c0, peepholes) = (c0.as_ref().map(values), peepholes.as_ref().map(values));
+        let c0 = c0.as_ref().map(|g| g.elements()).transpose()?;
+        let peepholes = peepholes.as_ref().map(|g| g.elements()).transpose()?;
 
         // X as [seq, batch, input] rows, whatever the layout.
         let x_rows: &[T] = if batch_major {

@@ -11,7 +11,9 @@ use smallvec::SmallVec;
 use strata_core::{DType, Device};
 
 use crate::support::accumulate::{dispatch_accumulate, max_of, min_of, Accumulate};
-use crate::support::axes::{input_len, normalize_axes, read_optional_ints, Axes, Ints};
+use crate::support::axes::{
+    dims_input_len, input_len, normalize_axes, read_optional_ints, Axes, Ints,
+};
 use crate::support::copy_runs::copy_view;
 use crate::support::inputs::{optional, required};
 use crate::support::kernel_choice::cpu_plain;
@@ -147,7 +149,7 @@ impl Operator for Reduce {
                     return Ok(vec![Fact::new(x.dtype, vec![Dim::Unknown; rank])])
                 }
                 None => {
-                    let n = input_len(inputs, 1)
+                    let n = dims_input_len(name, inputs, 1)?
                         .filter(|&n| n <= rank)
                         .ok_or_else(|| OpError::shape(name, "the axes input has unknown length"))?;
                     return Ok(vec![Fact::new(x.dtype, vec![Dim::Unknown; rank - n])]);

@@ -324,7 +324,7 @@ fn load_all<T: Sample>(t: &Tensor, dst: &mut [f64]) -> OpResult<()> {
         Some(s) => dst.iter_mut().zip(s).for_each(|(d, v)| *d = v.load()),
         None => dst
             .iter_mut()
-            .zip(r.to_vec())
+            .zip(r.to_vec()?)
             .for_each(|(d, v)| *d = v.load()),
     }
     Ok(())

@@ -3,6 +3,7 @@
 use strata_core::Device;
 
 use crate::ops::shape::identity::copy_kernel;
+use crate::support::axes::dims_input_len;
 use crate::support::inputs::required;
 use crate::{int_values, Dim, Fact, Kernel, OpContext, OpError, OpResult, Operator};
 
@@ -98,9 +99,8 @@ impl Operator for Reshape {
             (None, Some(shape)) if shape.is_defined() => match &shape.value {
                 Some(v) => int_values("Reshape", v)?,
                 None => {
-                    let rank = shape
-                        .concrete()
-                        .and_then(|d| d.first().copied())
+                    let rank = dims_input_len("Reshape", inputs, 1)?
+                        .filter(|_| shape.rank() == 1)
                         .ok_or_else(|| {
                             OpError::shape("Reshape", "the shape input has unknown length")
                         })?;

@@ -35,6 +35,15 @@ impl Split {
             .transpose()?
             // Before opset 18 an equal split has as many parts as the node has outputs.
             .or((ctx.num_outputs > 0).then_some(ctx.num_outputs));
+        // Each part is an output: a count that disagrees with the node's outputs is a broken
+        // model, and must not size anything (it may read 2^62).
+        if let Some(n) = num_outputs.filter(|&n| ctx.num_outputs > 0 && n != ctx.num_outputs) {
+            return Err(OpError::attribute(
+                "Split",
+                "num_outputs",
+                format!("{n} parts, but the node has {} outputs", ctx.num_outputs),
+            ));
+        }
         let split_attr = ctx.attrs.ints("split")?;
         if split_attr
             .as_ref()
@@ -87,6 +96,15 @@ impl Operator for Split {
                     let n = input_len(inputs, 1).ok_or_else(|| {
                         OpError::shape("Split", "the split input has unknown length")
                     })?;
+                    if self.num_outputs.is_some_and(|outputs| outputs != n) {
+                        return Err(OpError::shape(
+                            "Split",
+                            format!(
+                                "the split input lists {n} sizes for {} outputs",
+                                self.num_outputs.unwrap_or_default()
+                            ),
+                        ));
+                    }
                     vec![None; n]
                 }
             },

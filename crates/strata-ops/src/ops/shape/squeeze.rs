@@ -5,7 +5,7 @@
 use strata_core::Device;
 
 use crate::ops::shape::identity::copy_kernel;
-use crate::support::axes::normalize_axes;
+use crate::support::axes::{dims_input_len, normalize_axes};
 use crate::support::inputs::required;
 use crate::{int_values, Dim, Fact, Kernel, OpContext, OpError, OpResult, Operator};
 
@@ -66,7 +66,7 @@ impl Squeeze {
         let (x, op) = (required(self.name(), inputs, 0)?, self.name());
         let count = match axes.dims.as_slice() {
             [] => Some(1),
-            [d] => d.known(),
+            [_] => dims_input_len(op, inputs, 1)?,
             _ => None,
         }
         .ok_or_else(|| OpError::shape(op, format!("axes input has dims {:?}", axes.dims)))?;

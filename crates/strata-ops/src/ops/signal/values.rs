@@ -4,9 +4,7 @@
 //! rounding of the exact value), whole or element by element into a bound output
 //! ([`with_float_output`]).
 
-use std::borrow::Cow;
-
-use strata_core::{bf16, f16, DType, Element, ReadGuard, Tensor};
+use strata_core::{bf16, f16, DType, Tensor};
 
 use crate::support::axes::read_ints;
 use crate::{int_values, OpError, OpResult};
@@ -70,14 +68,6 @@ impl Floats<'_> {
     }
 }
 
-/// The elements under `guard`: borrowed when contiguous (the usual case), else copied.
-fn elements<'g, T: Element>(guard: &'g ReadGuard<'_, T>) -> Cow<'g, [T]> {
-    match guard.as_slice() {
-        Some(slice) => Cow::Borrowed(slice),
-        None => Cow::Owned(guard.to_vec()),
-    }
-}
-
 /// Calls `body` with a float tensor's elements, without copying a contiguous tensor.
 pub(crate) fn with_floats<R>(
     op: &str,
@@ -85,10 +75,10 @@ pub(crate) fn with_floats<R>(
     body: impl FnOnce(Floats<'_>) -> OpResult<R>,
 ) -> OpResult<R> {
     match t.dtype() {
-        DType::F32 => body(Floats::F32(&elements(&t.read::<f32>()?))),
-        DType::F64 => body(Floats::F64(&elements(&t.read::<f64>()?))),
-        DType::F16 => body(Floats::F16(&elements(&t.read::<f16>()?))),
-        DType::BF16 => body(Floats::Bf16(&elements(&t.read::<bf16>()?))),
+        DType::F32 => body(Floats::F32(&t.read::<f32>()?.elements()?)),
+        DType::F64 => body(Floats::F64(&t.read::<f64>()?.elements()?)),
+        DType::F16 => body(Floats::F16(&t.read::<f16>()?.elements()?)),
+        DType::BF16 => body(Floats::Bf16(&t.read::<bf16>()?.elements()?)),
         other => Err(OpError::shape(
             op,
             format!("expected a float tensor, got {other}"),

@@ -75,28 +75,27 @@ impl Window {
             .map_err(|_| OpError::shape(self.name(), format!("size {size} is negative")))
     }
 
-    /// The window's values.
-    fn values(&self, size: usize) -> Vec<f64> {
+    /// The window's values; the size comes from data, so the vector is reserved fallibly.
+    fn values(&self, size: usize) -> OpResult<Vec<f64>> {
         let denominator = if self.periodic {
             size
         } else {
             size.saturating_sub(1)
         } as f64;
-        (0..size)
-            .map(|n| {
-                // A one-point symmetric window divides 0 by 0; it is the peak value 1.
-                let x = if denominator == 0.0 {
-                    0.0
-                } else {
-                    2.0 * PI * n as f64 / denominator
-                };
-                match self.shape {
-                    Shape::Hann => 0.5 - 0.5 * x.cos(),
-                    Shape::Hamming => 25.0 / 46.0 - 21.0 / 46.0 * x.cos(),
-                    Shape::Blackman => 0.42 - 0.5 * x.cos() + 0.08 * (2.0 * x).cos(),
-                }
-            })
-            .collect()
+        let values = (0..size).map(|n| {
+            // A one-point symmetric window divides 0 by 0; it is the peak value 1.
+            let x = if denominator == 0.0 {
+                0.0
+            } else {
+                2.0 * PI * n as f64 / denominator
+            };
+            match self.shape {
+                Shape::Hann => 0.5 - 0.5 * x.cos(),
+                Shape::Hamming => 25.0 / 46.0 - 21.0 / 46.0 * x.cos(),
+                Shape::Blackman => 0.42 - 0.5 * x.cos() + 0.08 * (2.0 * x).cos(),
+            }
+        });
+        Ok(strata_core::try_collect(size, values)?)
     }
 }
 
@@ -114,7 +113,7 @@ impl Operator for Window {
                 let n = self.size(known_scalar_int(op, "size", v)?)?;
                 Ok(vec![Fact::constant(to_tensor(
                     op,
-                    &self.values(n),
+                    &self.values(n)?,
                     &[n],
                     self.dtype,
                 )?)])
@@ -141,7 +140,6 @@ impl Operator for Window {
 impl Kernel for Window {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
         let n = self.size(scalar_int(self.name(), "size", io.input(0))?)?;
-        let values: Tensor = to_tensor(self.name(), &self.values(n), &[n], self.dtype)?;
         let out = io.output(0);
         if out.dims() != [n] {
             return Err(OpError::kernel(
@@ -149,6 +147,7 @@ impl Kernel for Window {
                 format!("output has dims {:?}, expected [{n}]", out.dims()),
             ));
         }
+        let values: Tensor = to_tensor(self.name(), &self.values(n)?, &[n], self.dtype)?;
         out.copy_from(&values)?;
         Ok(())
     }
