@@ -122,6 +122,8 @@ pub struct OpCapabilities<'a> {
     /// It is an inference-mode BatchNormalization, which the optimizer may fold into the weights
     /// of a convolution that feeds it.
     pub batch_norm: Option<InferenceBatchNorm>,
+    /// It is an element-wise activation that a producer's epilogue can apply instead.
+    pub activation: Option<&'a dyn FusableActivation>,
 }
 
 impl fmt::Debug for OpCapabilities<'_> {
@@ -129,6 +131,7 @@ impl fmt::Debug for OpCapabilities<'_> {
         f.debug_struct("OpCapabilities")
             .field("epilogue", &self.epilogue.is_some())
             .field("batch_norm", &self.batch_norm)
+            .field("activation", &self.activation.is_some())
             .finish()
     }
 }
@@ -166,6 +169,13 @@ pub trait FusesEpilogue: Send + Sync {
     /// This operator with `step` applied after the steps it already applies, or `None` when its
     /// kernels cannot do that step (after the ones already fused).
     fn fuse(&self, step: EpilogueStep) -> Option<Fused>;
+}
+
+/// An element-wise operator that is one of the [`Activation`]s epilogues apply.
+pub trait FusableActivation: Send + Sync {
+    /// The activation this node computes on input facts `inputs` (constant inputs carry their
+    /// values), or `None` when it cannot be written as one (Clip bounds that are computed, say).
+    fn activation(&self, inputs: &[&Fact]) -> Option<Activation>;
 }
 
 /// What the optimizer needs to fold an inference-mode BatchNormalization into the weights and
