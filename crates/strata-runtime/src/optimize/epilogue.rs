@@ -129,7 +129,7 @@ fn next_step(
 
 /// Facts of every value for the graph's declared input dims (symbolic ones stay symbols), or
 /// the graph's own facts if inference fails (then only fusions needing no dims are found).
-fn value_facts(graph: &Graph, threads: usize) -> Vec<Fact> {
+pub(super) fn value_facts(graph: &Graph, threads: usize) -> Vec<Fact> {
     let declared: Vec<_> = graph
         .runtime_inputs()
         .map(|id| graph.values[id.0].fact.dims.clone())

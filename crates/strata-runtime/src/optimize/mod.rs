@@ -4,21 +4,25 @@ mod dce;
 mod epilogue;
 mod fold;
 mod fuse;
+mod matmul_bias;
 
 pub use dce::remove_dead_nodes;
 pub use epilogue::{fuse_epilogues, Fusion};
 pub use fold::fold_constants;
 pub use fuse::fold_batch_norms;
+pub use matmul_bias::fuse_matmul_bias;
 
 use crate::{Graph, Result};
 
 /// Runs every pass in order: constant folding, dead-node removal, BatchNorm folding, then
-/// epilogue fusion (residual Adds and activations into their producers).
+/// epilogue fusion (MatMul + bias into Gemm, then residual Adds and activations into their
+/// producers).
 pub fn optimize(graph: &mut Graph, threads: usize) -> Result<OptimizeReport> {
     let folded = fold_constants(graph, threads)?;
     let removed = remove_dead_nodes(graph);
     let batch_norms = fold_batch_norms(graph)?;
-    let fusions = fuse_epilogues(graph, threads)?;
+    let mut fusions = fuse_matmul_bias(graph, threads)?;
+    fusions.extend(fuse_epilogues(graph, threads)?);
     let activations = fusions.iter().map(|f| f.absorbed.len()).sum();
     // Folding left the original weights of folded convolutions unread.
     remove_dead_nodes(graph);

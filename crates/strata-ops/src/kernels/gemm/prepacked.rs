@@ -271,3 +271,84 @@ pub fn gemm_prepacked<T: GemmFloat + Element>(
     T::dispatch(&problem, packed.isa, threads);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::gemm::gemm;
+    use crate::support::rng::Rng;
+    use crate::support::test_util::assert_close_within;
+
+    /// Products with a prepacked A or B against the same product packing per call: random
+    /// sizes around the register tiles and cache blocks, transposed sources, alpha and beta,
+    /// one and two threads.
+    #[test]
+    fn prepacked_products_match_products_packed_per_call() {
+        let mut rng = Rng::new(0x9e9a);
+        for case in 0..120 {
+            let m = [1, 5, 14, 29, 64, 131][rng.below(6)];
+            let n = [1, 3, 17, 33, 255, 600][rng.below(6)];
+            let k = [1, 7, 129, 300][rng.below(4)];
+            let a = rng.vec(m * k);
+            let b = rng.vec(k * n);
+            // Sources row-major or transposed.
+            let sa = if rng.below(2) == 0 {
+                (k as isize, 1)
+            } else {
+                (1, m as isize)
+            };
+            let sb = if rng.below(2) == 0 {
+                (n as isize, 1)
+            } else {
+                (1, k as isize)
+            };
+            let (alpha, beta) = ([1.0, -0.5][rng.below(2)], [0.0, 1.0][rng.below(2)]);
+            let c0 = rng.vec(m * n);
+            let sc = (n as isize, 1);
+            let threads = 1 + rng.below(2);
+            let mut expected = c0.clone();
+            gemm(m, n, k, &a, sa, &b, sb, &mut expected, sc, alpha, beta, 1).unwrap();
+
+            let packed_a = Prepacked::a(m, k, &a, sa).unwrap();
+            assert_eq!((packed_a.side(), packed_a.extent()), (PackedOperand::A, m));
+            let mut c = c0.clone();
+            gemm_prepacked(&packed_a, n, &b, sb, &mut c, sc, alpha, beta, threads).unwrap();
+            assert_close_within(
+                &c,
+                &expected,
+                1e-4,
+                &format!("case {case} A m{m} n{n} k{k}"),
+            );
+
+            let packed_b = Prepacked::b(k, n, &b, sb).unwrap();
+            assert!(packed_b.bytes() >= k * n * 4);
+            let mut c = c0.clone();
+            gemm_prepacked(&packed_b, m, &a, sa, &mut c, sc, alpha, beta, threads).unwrap();
+            assert_close_within(
+                &c,
+                &expected,
+                1e-4,
+                &format!("case {case} B m{m} n{n} k{k}"),
+            );
+        }
+    }
+
+    #[test]
+    fn mismatched_operands_are_errors() {
+        let a = vec![1.0f32; 64 * 8];
+        let packed = Prepacked::a(64, 8, &a, (8, 1)).unwrap();
+        let b = vec![1.0f32; 8 * 10];
+        let mut c = vec![0.0f32; 64 * 10];
+        // B shorter than k x n.
+        assert!(
+            gemm_prepacked(&packed, 10, &b[..70], (10, 1), &mut c, (10, 1), 1.0, 0.0, 1).is_err()
+        );
+        // C with column-major storage.
+        assert!(gemm_prepacked(&packed, 10, &b, (10, 1), &mut c, (1, 64), 1.0, 0.0, 1).is_err());
+        // A source shorter than m x k.
+        assert!(Prepacked::a(64, 8, &a[..100], (8, 1)).is_err());
+        // The right call works and gives the plain product.
+        gemm_prepacked(&packed, 10, &b, (10, 1), &mut c, (10, 1), 1.0, 0.0, 1).unwrap();
+        assert!(c.iter().all(|&v| v == 8.0));
+    }
+}
