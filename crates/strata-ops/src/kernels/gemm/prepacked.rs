@@ -226,7 +226,8 @@ pub fn gemm_prepacked<T: GemmFloat + Element>(
             param: "prepacked operand",
             reason: e.to_string(),
         })?;
-    let data = guard.as_slice().ok_or(KernelError::InvalidParam {
+    // Lazily built: an error message allocates, and runs must not.
+    let data = guard.as_slice().ok_or_else(|| KernelError::InvalidParam {
         op: OP,
         param: "prepacked operand",
         reason: "not contiguous".into(),
