@@ -60,7 +60,13 @@ fn residual_adds_activations_and_matmul_bias_fuse_with_the_unfused_results() {
     let lo = g.add_initializer("lo", tensor(&[0.0], &[])).unwrap();
     let hi = g.add_initializer("hi", tensor(&[0.5], &[])).unwrap();
     let pads = ("pads", Attr::Ints(vec![1, 1, 1, 1]));
-    let main = op(&mut g, "Conv", &[x, w1, b1], &["main"], &[pads.clone()])[0];
+    let main = op(
+        &mut g,
+        "Conv",
+        &[x, w1, b1],
+        &["main"],
+        std::slice::from_ref(&pads),
+    )[0];
     // The shortcut comes after the main branch in node order: fusing the Add into the main
     // Conv makes it read a value produced later, which the pass must reorder.
     let shortcut = op(&mut g, "Conv", &[x, w2], &["shortcut"], &[])[0];
