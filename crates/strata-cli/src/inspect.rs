@@ -33,7 +33,16 @@ pub fn inspect(args: &InspectArgs) -> Result<(), String> {
             "outputs": io(plan.outputs()),
             "op_counts": ops,
             "weight_bytes": weights.iter().map(|(d, b)| (d.to_string(), *b)).collect::<std::collections::BTreeMap<_, _>>(),
-            "optimizations": { "folded": report.folded, "removed": report.removed },
+            "optimizations": {
+                "folded": report.folded,
+                "removed": report.removed,
+                "batch_norms_folded": report.batch_norms,
+                "fusions": report.fusions.iter().map(|f| json!({
+                    "node": f.node,
+                    "op_type": f.op_type,
+                    "absorbed": f.absorbed,
+                })).collect::<Vec<_>>(),
+            },
             "memory_plan": memory_json(plan.memory_plan()),
         });
         println!(
@@ -59,6 +68,13 @@ pub fn inspect(args: &InspectArgs) -> Result<(), String> {
     );
     for (op, n) in &ops {
         println!("  {op:<24} {n}");
+    }
+    println!(
+        "fusions ({} BatchNormalization folded, {} nodes fused into their producers):",
+        report.batch_norms, report.activations
+    );
+    for f in &report.fusions {
+        println!("  {} {} <- {}", f.op_type, f.node, f.absorbed.join(", "));
     }
     println!("weights:");
     for (dtype, b) in &weights {

@@ -4,7 +4,7 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use strata_ops::kernels::gemm_f32;
+use strata_ops::kernels::{gemm_f32, gemm_prepacked, Prepacked};
 use strata_ops::ops::convolution::conv_kernel::{
     conv_f32, conv_output_dims, conv_scratch_len, ConvParams,
 };
@@ -147,6 +147,82 @@ fn bench_skinny_gemm(c: &mut Criterion) {
     group.finish();
 }
 
+/// Products with a constant operand packed once beforehand (what plans do for weights) against
+/// the same product packing it on every call: a 3x3 convolution's weights as A (256 x 576 by a
+/// 56x56 unfolded input) and a fully connected layer's weights as B (batch 64, 784 -> 512).
+fn bench_prepacked_gemm(c: &mut Criterion) {
+    let mut group = c.benchmark_group("gemm prepacked");
+    for (name, m, k, n, packed_side_a) in [
+        ("conv A", 256usize, 576usize, 3136usize, true),
+        ("fc B", 64, 784, 512, false),
+    ] {
+        let (a, b) = (data(m * k, 1), data(k * n, 2));
+        let mut out = vec![0.0f32; m * n];
+        let (sa, sb, sc) = ((k as isize, 1), (n as isize, 1), (n as isize, 1));
+        let packed = if packed_side_a {
+            Prepacked::a(m, k, &a, sa).unwrap()
+        } else {
+            Prepacked::b(k, n, &b, sb).unwrap()
+        };
+        group.throughput(Throughput::Elements(2 * (m * n * k) as u64));
+        group.sample_size(20);
+        for threads in THREADS {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let id = |what: &str| {
+                BenchmarkId::new(format!("{name} {m}x{k}x{n} {what}"), format!("{threads}t"))
+            };
+            group.bench_with_input(id("prepacked"), &threads, |bench, &t| {
+                pool.install(|| {
+                    bench.iter(|| {
+                        let (other, other_strides, rows_or_cols) = if packed_side_a {
+                            (&b, sb, n)
+                        } else {
+                            (&a, sa, m)
+                        };
+                        gemm_prepacked(
+                            &packed,
+                            rows_or_cols,
+                            black_box(other),
+                            other_strides,
+                            &mut out,
+                            sc,
+                            1.0,
+                            0.0,
+                            t,
+                        )
+                        .unwrap()
+                    })
+                })
+            });
+            group.bench_with_input(id("packed per call"), &threads, |bench, &t| {
+                pool.install(|| {
+                    bench.iter(|| {
+                        gemm_f32(
+                            m,
+                            n,
+                            k,
+                            black_box(&a),
+                            sa,
+                            black_box(&b),
+                            sb,
+                            &mut out,
+                            sc,
+                            1.0,
+                            0.0,
+                            t,
+                        )
+                        .unwrap()
+                    })
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
 /// Each convolution path on a layer shape real networks use: 3x3 (im2col + GEMM), 1x1
 /// (GEMM on the input), 3x3 depthwise stride 1 and 2 (direct kernel).
 fn bench_conv(c: &mut Criterion) {
@@ -231,5 +307,11 @@ fn bench_conv(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_gemm, bench_skinny_gemm, bench_conv);
+criterion_group!(
+    benches,
+    bench_gemm,
+    bench_skinny_gemm,
+    bench_prepacked_gemm,
+    bench_conv
+);
 criterion_main!(benches);

@@ -122,6 +122,8 @@ pub struct OpCapabilities<'a> {
     /// It is an inference-mode BatchNormalization, which the optimizer may fold into the weights
     /// of a convolution that feeds it.
     pub batch_norm: Option<InferenceBatchNorm>,
+    /// It is an element-wise activation that a producer's epilogue can apply instead.
+    pub activation: Option<&'a dyn FusableActivation>,
 }
 
 impl fmt::Debug for OpCapabilities<'_> {
@@ -129,6 +131,7 @@ impl fmt::Debug for OpCapabilities<'_> {
         f.debug_struct("OpCapabilities")
             .field("epilogue", &self.epilogue.is_some())
             .field("batch_norm", &self.batch_norm)
+            .field("activation", &self.activation.is_some())
             .finish()
     }
 }
@@ -166,6 +169,13 @@ pub trait FusesEpilogue: Send + Sync {
     /// This operator with `step` applied after the steps it already applies, or `None` when its
     /// kernels cannot do that step (after the ones already fused).
     fn fuse(&self, step: EpilogueStep) -> Option<Fused>;
+}
+
+/// An element-wise operator that is one of the [`Activation`]s epilogues apply.
+pub trait FusableActivation: Send + Sync {
+    /// The activation this node computes on input facts `inputs` (constant inputs carry their
+    /// values), or `None` when it cannot be written as one (Clip bounds that are computed, say).
+    fn activation(&self, inputs: &[&Fact]) -> Option<Activation>;
 }
 
 /// What the optimizer needs to fold an inference-mode BatchNormalization into the weights and
@@ -216,21 +226,88 @@ mod tests {
     }
 
     #[test]
-    fn conv_fuses_one_activation_and_nothing_that_reads_a_tensor() {
+    fn conv_fuses_a_residual_then_one_activation() {
         let conv = op("Conv");
         let epilogue = conv.capabilities().epilogue.expect("Conv fuses epilogues");
-        assert!(epilogue.fuse(EpilogueStep::Residual).is_none());
         assert!(epilogue.fuse(EpilogueStep::Bias).is_none());
+        let with_residual = epilogue
+            .fuse(EpilogueStep::Residual)
+            .expect("Conv fuses a residual");
+        assert_eq!(with_residual.operand_slot, Some(3));
+        let epilogue = with_residual.op.capabilities().epilogue.unwrap();
+        assert!(
+            epilogue.fuse(EpilogueStep::Residual).is_none(),
+            "one residual"
+        );
         let fused = epilogue
             .fuse(EpilogueStep::Activation(Activation::Relu))
-            .expect("Conv fuses Relu");
+            .expect("Conv fuses Relu after the residual");
         assert_eq!(fused.operand_slot, None);
         assert_eq!(fused.op.op_type(), "Conv");
         let again = fused.op.capabilities().epilogue.unwrap();
         assert!(again
             .fuse(EpilogueStep::Activation(Activation::Sigmoid))
             .is_none());
+        // Nothing is added after the activation (that would change the order).
+        assert!(again.fuse(EpilogueStep::Residual).is_none());
         assert!(conv.capabilities().batch_norm.is_none());
+    }
+
+    #[test]
+    fn element_wise_activations_say_which_epilogue_they_are() {
+        let f32_fact = Fact::known(strata_core::DType::F32, &[2, 3]);
+        let activation = |op_type: &str, inputs: &[&Fact]| {
+            op(op_type)
+                .capabilities()
+                .activation
+                .and_then(|a| a.activation(inputs))
+        };
+        assert_eq!(activation("Relu", &[&f32_fact]), Some(Activation::Relu));
+        assert_eq!(activation("Tanh", &[&f32_fact]), Some(Activation::Tanh));
+        assert_eq!(
+            activation("HardSigmoid", &[&f32_fact]),
+            Some(Activation::HardSigmoid {
+                alpha: 0.2,
+                beta: 0.5
+            })
+        );
+        let int_fact = Fact::known(strata_core::DType::I32, &[2, 3]);
+        assert_eq!(activation("Relu", &[&int_fact]), None, "integer Relu");
+        assert!(op("Exp").capabilities().activation.is_none());
+        // Clip: constant bounds make an activation, a missing one is unbounded, a computed
+        // one makes none.
+        let lo = Fact::constant(Tensor::from_slice(&[0.0f32], &[]).unwrap());
+        let hi = Fact::constant(Tensor::from_slice(&[6.0f32], &[]).unwrap());
+        let computed = Fact::known(strata_core::DType::F32, &[]);
+        assert_eq!(
+            activation("Clip", &[&f32_fact, &lo, &hi]),
+            Some(Activation::Clip { min: 0.0, max: 6.0 })
+        );
+        assert_eq!(
+            activation("Clip", &[&f32_fact, &lo]),
+            Some(Activation::Clip {
+                min: 0.0,
+                max: f32::INFINITY
+            })
+        );
+        assert_eq!(activation("Clip", &[&f32_fact, &lo, &computed]), None);
+    }
+
+    #[test]
+    fn gemm_fuses_one_activation() {
+        let gemm = op("Gemm");
+        let epilogue = gemm.capabilities().epilogue.expect("Gemm fuses epilogues");
+        assert!(epilogue.fuse(EpilogueStep::Residual).is_none());
+        let fused = epilogue
+            .fuse(EpilogueStep::Activation(Activation::Relu))
+            .unwrap();
+        assert!(fused
+            .op
+            .capabilities()
+            .epilogue
+            .unwrap()
+            .fuse(EpilogueStep::Activation(Activation::Relu))
+            .is_none());
     }
 
     #[test]

@@ -134,8 +134,8 @@ impl InferencePlan {
         self.base.as_ref().map(|p| &*p.memory)
     }
 
-    pub fn optimize_report(&self) -> OptimizeReport {
-        self.report
+    pub fn optimize_report(&self) -> &OptimizeReport {
+        &self.report
     }
 
     pub(crate) fn base(&self) -> Option<&Arc<Planned>> {

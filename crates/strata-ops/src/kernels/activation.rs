@@ -18,6 +18,12 @@ pub enum Activation {
     Clip { min: f32, max: f32 },
     /// `1 / (1 + exp(-x))`.
     Sigmoid,
+    /// `max(0, min(1, alpha * x + beta))` (ONNX HardSigmoid).
+    HardSigmoid { alpha: f32, beta: f32 },
+    /// `x * max(0, min(1, x / 6 + 1 / 2))` (ONNX HardSwish).
+    HardSwish,
+    /// `tanh(x)`.
+    Tanh,
 }
 
 impl Activation {
@@ -30,6 +36,35 @@ impl Activation {
             Activation::LeakyRelu { alpha } => leaky(x, T::from_f32(alpha)),
             Activation::Clip { min, max } => clip(x, T::from_f32(min), T::from_f32(max)),
             Activation::Sigmoid => sigmoid(x),
+            Activation::HardSigmoid { alpha, beta } => {
+                hard_sigmoid(x, T::from_f32(alpha), T::from_f32(beta))
+            }
+            Activation::HardSwish => hard_swish(x),
+            Activation::Tanh => x.tanh(),
+        }
+    }
+
+    /// `values = act(values + residual + bias)`: a fused residual Add, a per-channel bias and
+    /// the activation in one pass. `residual`, when given, has `values`' length.
+    pub fn add_residual_bias_and_apply<T: Float>(
+        self,
+        values: &mut [T],
+        residual: Option<&[T]>,
+        bias: T,
+    ) {
+        match residual {
+            Some(r) => residual_bias_and_activation(self, values, r, bias),
+            None if bias != T::ZERO || self != Activation::None => {
+                bias_and_activation(self, values, bias)
+            }
+            None => {}
+        }
+    }
+
+    /// Applies the activation to every element of `values` in place.
+    pub fn apply_all<T: Float>(self, values: &mut [T]) {
+        if self != Activation::None {
+            bias_and_activation(self, values, T::ZERO);
         }
     }
 
@@ -57,6 +92,35 @@ multiversion! {
                     .for_each(|v| *v = clip(*v + bias, min, max))
             }
             Activation::Sigmoid => values.iter_mut().for_each(|v| *v = sigmoid(*v + bias)),
+            Activation::HardSigmoid { alpha, beta } => {
+                let (alpha, beta) = (T::from_f32(alpha), T::from_f32(beta));
+                values
+                    .iter_mut()
+                    .for_each(|v| *v = hard_sigmoid(*v + bias, alpha, beta))
+            }
+            Activation::HardSwish => values.iter_mut().for_each(|v| *v = hard_swish(*v + bias)),
+            Activation::Tanh => values.iter_mut().for_each(|v| *v = (*v + bias).tanh()),
+        }
+    }
+}
+
+multiversion! {
+    /// [`Activation::add_residual_bias_and_apply`] with a residual, for the widest vectors.
+    fn residual_bias_and_activation<T: Float>(
+        act: Activation,
+        values: &mut [T],
+        residual: &[T],
+        bias: T,
+    ) {
+        let pairs = values.iter_mut().zip(residual);
+        match act {
+            Activation::None => pairs.for_each(|(v, &r)| *v += r + bias),
+            Activation::Relu => pairs.for_each(|(v, &r)| *v = relu(*v + r + bias)),
+            Activation::Clip { min, max } => {
+                let (min, max) = (T::from_f32(min), T::from_f32(max));
+                pairs.for_each(|(v, &r)| *v = clip(*v + r + bias, min, max))
+            }
+            other => pairs.for_each(|(v, &r)| *v = other.apply(*v + r + bias)),
         }
     }
 }
@@ -94,6 +158,16 @@ fn sigmoid<T: Float>(x: T) -> T {
     T::ONE / (T::ONE + (T::ZERO - x).exp())
 }
 
+#[inline(always)]
+fn hard_sigmoid<T: Float>(x: T, alpha: T, beta: T) -> T {
+    clip(alpha * x + beta, T::ZERO, T::ONE)
+}
+
+#[inline(always)]
+fn hard_swish<T: Float>(x: T) -> T {
+    x * hard_sigmoid(x, T::from_f32(1.0 / 6.0), T::from_f32(0.5))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,6 +181,17 @@ mod tests {
         assert_eq!(Activation::Clip { min: 0.0, max: 6.0 }.apply(7.5f32), 6.0);
         assert_eq!(Activation::Clip { min: 0.0, max: 6.0 }.apply(-1.0f32), 0.0);
         assert!((Activation::Sigmoid.apply(0.0f32) - 0.5).abs() < 1e-7);
+        let hard = Activation::HardSigmoid {
+            alpha: 0.2,
+            beta: 0.5,
+        };
+        assert_eq!(hard.apply(-5.0f32), 0.0);
+        assert!((hard.apply(1.0f32) - 0.7).abs() < 1e-7);
+        assert_eq!(hard.apply(5.0f32), 1.0);
+        assert_eq!(Activation::HardSwish.apply(-4.0f32), 0.0);
+        assert!((Activation::HardSwish.apply(1.0f32) - 2.0 / 3.0).abs() < 1e-7);
+        assert_eq!(Activation::HardSwish.apply(4.0f32), 4.0);
+        assert!((Activation::Tanh.apply(0.5f32) - 0.5f32.tanh()).abs() < 1e-7);
     }
 
     #[test]
@@ -114,5 +199,30 @@ mod tests {
         let mut v = [-1.0f32, 0.5, 2.0];
         Activation::Relu.add_bias_and_apply(&mut v, 0.75);
         assert_eq!(v, [0.0, 1.25, 2.75]);
+    }
+
+    #[test]
+    fn residual_and_bias_are_added_before_the_activation() {
+        let acts = [
+            Activation::None,
+            Activation::Relu,
+            Activation::Clip { min: 0.0, max: 1.0 },
+            Activation::Tanh,
+            Activation::HardSwish,
+        ];
+        for act in acts {
+            let mut v = [-1.0f32, 0.5, 2.0, -0.25];
+            let r = [0.5f32, -1.0, 0.25, 0.0];
+            let expected: Vec<f32> = v
+                .iter()
+                .zip(&r)
+                .map(|(&x, &y)| act.apply(x + y + 0.125))
+                .collect();
+            act.add_residual_bias_and_apply(&mut v, Some(&r), 0.125);
+            // Vectorized math may round the last bit differently.
+            for (got, want) in v.iter().zip(&expected) {
+                assert!((got - want).abs() <= 1e-6, "{act:?}: {got} vs {want}");
+            }
+        }
     }
 }

@@ -28,6 +28,7 @@ pub trait Float:
     fn abs(self) -> Self;
     fn sqrt(self) -> Self;
     fn exp(self) -> Self;
+    fn tanh(self) -> Self;
     fn powi(self, n: i32) -> Self;
     fn powf(self, p: Self) -> Self;
     fn is_nan(self) -> bool;
@@ -59,6 +60,10 @@ macro_rules! impl_float {
             #[inline(always)]
             fn exp(self) -> Self {
                 <$t>::exp(self)
+            }
+            #[inline(always)]
+            fn tanh(self) -> Self {
+                <$t>::tanh(self)
             }
             #[inline(always)]
             fn powi(self, n: i32) -> Self {

@@ -21,5 +21,5 @@ pub use activation::Activation;
 pub use auto_pad::resolve_auto_pad;
 pub use error::{KernelError, KernelResult};
 pub use float::Float;
-pub use gemm::{gemm, gemm_f32, GemmFloat};
+pub use gemm::{gemm, gemm_f32, gemm_prepacked, GemmFloat, PackedOperand, Prepacked};
 pub use matmul::{batched_matmul, batched_matmul_f32, matmul_output_dims};

@@ -1,17 +1,18 @@
-//! Fusions for inference (I3): BatchNormalization folded into the weights and bias of the
-//! convolution before it, and Relu applied by the producing kernel as it writes its output.
-
-use std::sync::Arc;
+//! BatchNormalization folded into the weights and bias of the convolution before it (I3), and
+//! the graph edits the fusions share.
 
 use strata_core::{DType, MemoryKind, Tensor};
-use strata_ops::kernels::Activation;
-use strata_ops::{EpilogueStep, Fused, InferenceBatchNorm};
+use strata_ops::InferenceBatchNorm;
 
 use crate::graph::{NodeId, ValueSource};
 use crate::{Graph, Result, ValueId};
 
 /// The only consumer of `value`, if it has exactly one and is not a graph output.
-fn sole_consumer(graph: &Graph, consumers: &[Vec<NodeId>], value: ValueId) -> Option<usize> {
+pub(super) fn sole_consumer(
+    graph: &Graph,
+    consumers: &[Vec<NodeId>],
+    value: ValueId,
+) -> Option<usize> {
     match consumers[value.0].as_slice() {
         [only] if !graph.outputs.contains(&value) => Some(only.0),
         _ => None,
@@ -26,7 +27,7 @@ fn initializer(graph: &Graph, value: Option<ValueId>) -> Option<&Tensor> {
 }
 
 /// Makes `consumer`'s output the output of `producer` and drops `consumer`.
-fn absorb(graph: &mut Graph, producer: usize, consumer: usize) {
+pub(super) fn absorb(graph: &mut Graph, producer: usize, consumer: usize) {
     let old = graph.nodes[producer].outputs[0];
     let new = graph.nodes[consumer].outputs[0];
     graph.nodes[producer].outputs[0] = new;
@@ -110,42 +111,7 @@ pub fn fold_batch_norms(graph: &mut Graph) -> Result<usize> {
     Ok(dropped.len())
 }
 
-/// Producer → Relu where the producer's kernel can apply the activation itself. Returns how many
-/// were fused.
-pub fn fuse_activations(graph: &mut Graph) -> usize {
-    let consumers = graph.consumers();
-    let mut dropped = Vec::new();
-    for producer in 0..graph.nodes.len() {
-        if graph.nodes[producer].outputs.len() != 1 {
-            continue;
-        }
-        let Some(act) = sole_consumer(graph, &consumers, graph.nodes[producer].outputs[0]) else {
-            continue;
-        };
-        if graph.nodes[act].op.op_type() != "Relu" || graph.nodes[act].outputs.len() != 1 {
-            continue;
-        }
-        let fused = graph.nodes[producer]
-            .op
-            .capabilities()
-            .epilogue
-            .and_then(|e| e.fuse(EpilogueStep::Activation(Activation::Relu)));
-        let Some(Fused {
-            op: fused,
-            operand_slot: None,
-        }) = fused
-        else {
-            continue;
-        };
-        graph.nodes[producer].op = Arc::from(fused);
-        absorb(graph, producer, act);
-        dropped.push(act);
-    }
-    remove_nodes(graph, &dropped);
-    dropped.len()
-}
-
-fn remove_nodes(graph: &mut Graph, dropped: &[usize]) {
+pub(super) fn remove_nodes(graph: &mut Graph, dropped: &[usize]) {
     if dropped.is_empty() {
         return;
     }

@@ -1,22 +1,29 @@
 //! Graph optimization passes, run once when a plan is built.
 
 mod dce;
+mod epilogue;
 mod fold;
 mod fuse;
+mod matmul_bias;
 
 pub use dce::remove_dead_nodes;
+pub use epilogue::{fuse_epilogues, Fusion};
 pub use fold::fold_constants;
-pub use fuse::{fold_batch_norms, fuse_activations};
+pub use fuse::fold_batch_norms;
+pub use matmul_bias::fuse_matmul_bias;
 
 use crate::{Graph, Result};
 
 /// Runs every pass in order: constant folding, dead-node removal, BatchNorm folding, then
-/// activation fusion.
+/// epilogue fusion (MatMul + bias into Gemm, then residual Adds and activations into their
+/// producers).
 pub fn optimize(graph: &mut Graph, threads: usize) -> Result<OptimizeReport> {
     let folded = fold_constants(graph, threads)?;
     let removed = remove_dead_nodes(graph);
     let batch_norms = fold_batch_norms(graph)?;
-    let activations = fuse_activations(graph);
+    let mut fusions = fuse_matmul_bias(graph, threads)?;
+    fusions.extend(fuse_epilogues(graph, threads)?);
+    let activations = fusions.iter().map(|f| f.absorbed.len()).sum();
     // Folding left the original weights of folded convolutions unread.
     remove_dead_nodes(graph);
     Ok(OptimizeReport {
@@ -24,11 +31,12 @@ pub fn optimize(graph: &mut Graph, threads: usize) -> Result<OptimizeReport> {
         removed,
         batch_norms,
         activations,
+        fusions,
     })
 }
 
 /// What the passes changed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OptimizeReport {
     /// Nodes evaluated at plan time.
     pub folded: usize,
@@ -36,6 +44,8 @@ pub struct OptimizeReport {
     pub removed: usize,
     /// BatchNormalization nodes folded into convolutions.
     pub batch_norms: usize,
-    /// Activations fused into their producer.
+    /// Nodes (activations, residual Adds) fused into their producer.
     pub activations: usize,
+    /// Every fusion made: the producer and what it absorbed.
+    pub fusions: Vec<Fusion>,
 }

@@ -52,11 +52,18 @@ pub struct Problem<'a, T> {
     pub c: MatMut<T>,
     pub alpha: T,
     pub beta: T,
+    /// A packed once beforehand (in place of `a`): slivers of the microkernel's `MR` rows, each
+    /// holding all `k` columns ([`super::prepacked`]).
+    pub packed_a: Option<&'a [T]>,
+    /// B packed once beforehand (in place of `b`): slivers of `NR` columns over all `k` rows.
+    pub packed_b: Option<&'a [T]>,
 }
 
 impl<T: Copy> Problem<'_, T> {
-    /// The same product transposed: `C^T = alpha * B^T A^T + beta * C^T`.
+    /// The same product transposed: `C^T = alpha * B^T A^T + beta * C^T`. Only for products
+    /// without prepacked operands (their sliver layouts are not each other's transposes).
     pub fn transposed(&self) -> Self {
+        debug_assert!(self.packed_a.is_none() && self.packed_b.is_none());
         Problem {
             m: self.n,
             n: self.m,
@@ -70,6 +77,8 @@ impl<T: Copy> Problem<'_, T> {
             },
             alpha: self.alpha,
             beta: self.beta,
+            packed_a: None,
+            packed_b: None,
         }
     }
 }
@@ -79,7 +88,8 @@ impl<T: Copy> Problem<'_, T> {
 /// # Safety
 /// - every element of A, B (read) and C (read unless `beta == 0`, written) addressed by
 ///   `(i, j)` within the operand's extents is in bounds: A and B through their slices' bounds,
-///   C through `c.ptr`, which must be valid for all of them;
+///   C through `c.ptr`, which must be valid for all of them; a prepacked operand holds
+///   `extent.div_ceil(tile) * k * tile` elements for `K`'s tile (`MR` for A, `NR` for B);
 /// - distinct `(i, j)` of C address distinct elements, and nothing else accesses C meanwhile;
 /// - the CPU supports the instructions of `K`.
 pub unsafe fn run<T: Float + Pod, K: Microkernel<T>>(p: &Problem<'_, T>, threads: usize) {
@@ -140,22 +150,46 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
 ) {
     let kc_max = K::KC.min(p.k);
     let nc_max = K::NC.min(cols.len().div_ceil(K::NR) * K::NR);
-    with_pack_buffers::<T, _>(K::MR * kc_max, kc_max * nc_max, |packed_a, packed_b| {
+    // Prepacked operands need no buffer of their own.
+    let a_buffer = if p.packed_a.is_some() {
+        0
+    } else {
+        K::MR * kc_max
+    };
+    let b_buffer = if p.packed_b.is_some() {
+        0
+    } else {
+        kc_max * nc_max
+    };
+    with_pack_buffers::<T, _>(a_buffer, b_buffer, |packed_a, packed_b| {
         for jc in cols.clone().step_by(K::NC) {
             let nc = K::NC.min(cols.end - jc);
             for pc in (0..p.k).step_by(K::KC) {
                 let kc = K::KC.min(p.k - pc);
-                let b_len = K::pack_b(packed_b, p.b, pc, kc, jc, nc);
+                // Prepacked B: sliver `jr / NR` holds all k rows, its rows pc.. are contiguous.
+                let b_len = match p.packed_b {
+                    Some(_) => 0,
+                    None => K::pack_b(packed_b, p.b, pc, kc, jc, nc),
+                };
                 let packed_b = &packed_b[..b_len];
                 let beta = if pc == 0 { p.beta } else { T::ONE };
                 for ir in rows.clone().step_by(K::MR) {
                     let mr = K::MR.min(rows.end - ir);
-                    let a_len = K::pack_a(packed_a, p.a, ir, mr, pc, kc);
-                    let sliver_a = &packed_a[..a_len];
-                    for (jr, sliver_b) in (jc..jc + nc)
-                        .step_by(K::NR)
-                        .zip(packed_b.chunks_exact(kc * K::NR))
-                    {
+                    let sliver_a = match p.packed_a {
+                        // Blocks start on whole register tiles, so `ir` is a multiple of MR.
+                        Some(all) => &all[(ir / K::MR) * p.k * K::MR + pc * K::MR..][..kc * K::MR],
+                        None => {
+                            let a_len = K::pack_a(packed_a, p.a, ir, mr, pc, kc);
+                            &packed_a[..a_len]
+                        }
+                    };
+                    for (index, jr) in (jc..jc + nc).step_by(K::NR).enumerate() {
+                        let sliver_b = match p.packed_b {
+                            Some(all) => {
+                                &all[(jr / K::NR) * p.k * K::NR + pc * K::NR..][..kc * K::NR]
+                            }
+                            None => &packed_b[index * kc * K::NR..][..kc * K::NR],
+                        };
                         let tile = Tile {
                             ptr: p
                                 .c
@@ -167,10 +201,10 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                             n: K::NR.min(jc + nc - jr),
                         };
                         // SAFETY: `sliver_a` holds kc * MR packed elements (one sliver, since
-                        // mr <= MR) and `sliver_b` kc * NR; the tile's elements are C's
-                        // (ir + i, jr + j) for i < mr, j < its n, inside this block, so valid
-                        // and exclusively ours by the caller's contract, which also covers
-                        // K's CPU features.
+                        // mr <= MR) and `sliver_b` kc * NR (slicing checked both); the tile's
+                        // elements are C's (ir + i, jr + j) for i < mr, j < its n, inside this
+                        // block, so valid and exclusively ours by the caller's contract, which
+                        // also covers K's CPU features.
                         unsafe {
                             K::run(
                                 kc,

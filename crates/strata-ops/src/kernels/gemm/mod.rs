@@ -12,6 +12,7 @@
 mod driver;
 mod microkernel;
 mod pack;
+mod prepacked;
 mod skinny;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -19,10 +20,9 @@ mod x86;
 use bytemuck::Pod;
 
 use self::driver::{MatMut, Problem};
-#[cfg(target_arch = "x86_64")]
-use self::microkernel::Microkernel;
-use self::microkernel::Portable;
+use self::microkernel::{Microkernel, Portable};
 use self::pack::MatRef;
+pub use self::prepacked::{gemm_prepacked, PackedOperand, Prepacked};
 use super::error::{KernelError, KernelResult};
 use super::float::Float;
 
@@ -42,6 +42,9 @@ mod sealed {
         /// Runs a validated product with the microkernel for `isa` (the portable one when
         /// `isa` is not available on this CPU).
         fn dispatch(p: &Problem<'_, Self>, isa: Isa, threads: usize);
+
+        /// The register tile (`MR`, `NR`) [`Sealed::dispatch`] uses for a product of `m` rows.
+        fn tiles(m: usize, isa: Isa) -> (usize, usize);
     }
 }
 
@@ -98,6 +101,33 @@ macro_rules! dispatch {
         portable = $portable:ty
     ) => {
         impl sealed::Sealed for $t {
+            fn tiles(m: usize, isa: Isa) -> (usize, usize) {
+                let isa = if isa.is_available() {
+                    isa
+                } else {
+                    Isa::Portable
+                };
+                match isa {
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx512 => {
+                        let heights = [
+                            <$tallest as Microkernel<$t>>::MR,
+                            $(<$avx512 as Microkernel<$t>>::MR),*
+                        ];
+                        (tile_rows(m, &heights), <$tallest as Microkernel<$t>>::NR)
+                    }
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx2 => (
+                        <$avx2 as Microkernel<$t>>::MR,
+                        <$avx2 as Microkernel<$t>>::NR,
+                    ),
+                    _ => (
+                        <$portable as Microkernel<$t>>::MR,
+                        <$portable as Microkernel<$t>>::NR,
+                    ),
+                }
+            }
+
             fn dispatch(p: &Problem<'_, Self>, isa: Isa, threads: usize) {
                 let isa = if isa.is_available() {
                     isa
@@ -278,6 +308,8 @@ fn gemm_with_isa<T: GemmFloat>(
         },
         alpha,
         beta,
+        packed_a: None,
+        packed_b: None,
     };
     // One to four rows (or columns) of C: stream B, do not pack it.
     // SAFETY: the operands were validated above, and `c` stays mutably borrowed throughout.

@@ -4,6 +4,7 @@
 
 use strata_core::DType;
 
+use crate::kernels::Activation;
 use crate::ops::math::unary::{real_kernel, sigmoid, Unary, UnaryKind};
 use crate::{Kernel, OpContext, OpError, OpResult, Operator};
 
@@ -99,6 +100,17 @@ impl UnaryKind for ActivationOp {
             ActivationOp::ThresholdedRelu { .. } => "ThresholdedRelu",
             ActivationOp::Shrink { .. } => "Shrink",
             ActivationOp::Swish { .. } => "Swish",
+        }
+    }
+
+    fn fused_activation(&self) -> Option<Activation> {
+        match *self {
+            ActivationOp::LeakyRelu { alpha } => Some(Activation::LeakyRelu { alpha }),
+            ActivationOp::HardSigmoid { alpha, beta } => {
+                Some(Activation::HardSigmoid { alpha, beta })
+            }
+            ActivationOp::HardSwish => Some(Activation::HardSwish),
+            _ => None,
         }
     }
 

@@ -6,8 +6,10 @@ use std::marker::PhantomData;
 
 use strata_core::{DType, Device, Element};
 
-use crate::kernels::{resolve_auto_pad, Activation, GemmFloat};
-use crate::ops::convolution::conv_kernel::{conv, conv_output_dims, conv_scratch_len, ConvParams};
+use crate::kernels::{resolve_auto_pad, Activation, GemmFloat, Prepacked};
+use crate::ops::convolution::conv_kernel::{
+    conv, conv_output_dims, conv_scratch_len, prepack_conv_weights, ConvParams,
+};
 use crate::support::inputs::{optional, required};
 use crate::support::numeric::Real;
 use crate::support::scratch::{carve, scratch_as};
@@ -26,6 +28,9 @@ pub struct Conv {
     groups: usize,
     /// An activation fused in by the graph optimizer.
     pub post: Activation,
+    /// A residual Add fused in by the graph optimizer: input 3, of the output's dims, is added
+    /// (after the bias, before `post`).
+    pub residual: bool,
 }
 
 impl Conv {
@@ -47,6 +52,7 @@ impl Conv {
             dilations: a.usizes("dilations")?,
             groups: groups as usize,
             post: Activation::None,
+            residual: false,
         }))
     }
 
@@ -96,22 +102,35 @@ impl Conv {
     }
 }
 
-/// The kernel applies one activation while storing each output tile; a bias input it already
-/// adds (input 2), and it has no residual operand.
+/// The kernel adds a residual (input 3) and then applies one activation while storing each
+/// output tile; a bias input it already adds (input 2).
 impl FusesEpilogue for Conv {
     fn fuse(&self, step: EpilogueStep) -> Option<Fused> {
-        let EpilogueStep::Activation(activation) = step else {
+        if self.post != Activation::None {
             return None;
-        };
-        (self.post == Activation::None).then(|| Fused {
-            op: Box::new(Conv {
-                post: activation,
-                ..self.clone()
+        }
+        match step {
+            EpilogueStep::Activation(activation) => Some(Fused {
+                op: Box::new(Conv {
+                    post: activation,
+                    ..self.clone()
+                }),
+                operand_slot: None,
             }),
-            operand_slot: None,
-        })
+            EpilogueStep::Residual if !self.residual => Some(Fused {
+                op: Box::new(Conv {
+                    residual: true,
+                    ..self.clone()
+                }),
+                operand_slot: Some(RESIDUAL_SLOT),
+            }),
+            _ => None,
+        }
     }
 }
+
+/// The input a fused residual Add's other operand is read from.
+const RESIDUAL_SLOT: usize = 3;
 
 impl Operator for Conv {
     fn op_type(&self) -> &str {
@@ -157,6 +176,18 @@ impl Operator for Conv {
                 return Err(OpError::shape(
                     "Conv",
                     format!("bias has dims {:?}, expected [{}]", b.dims, w_dims[0]),
+                ));
+            }
+        }
+        if self.residual {
+            let r = required("Conv", inputs, RESIDUAL_SLOT)?;
+            if r.dtype != x.dtype || r.dims != out {
+                return Err(OpError::shape(
+                    "Conv",
+                    format!(
+                        "fused residual is {} {:?}, expected {} {out:?}",
+                        r.dtype, r.dims, x.dtype
+                    ),
                 ));
             }
         }
@@ -206,14 +237,18 @@ impl Operator for Conv {
         match (inputs[0].dtype, device) {
             (DType::F32, Device::Cpu) => Ok(Box::new(ConvKernel::<f32> {
                 op: self.clone(),
+                packed: prepack(inputs, &planned)?,
                 planned,
-                _t: PhantomData,
             })),
             (DType::F64, Device::Cpu) => Ok(Box::new(ConvKernel::<f64> {
                 op: self.clone(),
+                packed: prepack(inputs, &planned)?,
                 planned,
-                _t: PhantomData,
             })),
+            // The widened kernels have no room planned for a residual.
+            (DType::F16 | DType::BF16, _) if self.residual => {
+                Err(OpError::no_kernel("Conv", inputs[0].dtype, device))
+            }
             (DType::F16, Device::Cpu) => Ok(Box::new(WidenedConvKernel::<strata_core::f16> {
                 op: self.clone(),
                 _t: PhantomData,
@@ -227,11 +262,29 @@ impl Operator for Conv {
     }
 }
 
+/// Constant weights packed once for the products, per group (R1: held by the plan's kernel in
+/// Persistent memory, shared by every context). The packing depends on the weight alone, so
+/// runs with other input dims use it too; the planned dims only decide whether it pays.
+fn prepack<T: Element + GemmFloat>(
+    inputs: &[&Fact],
+    planned: &Option<(Vec<usize>, ConvParams)>,
+) -> OpResult<Option<Vec<Prepacked<T>>>> {
+    let (Some((x_dims, params)), Some(weight)) = (planned, inputs[1].value.as_ref()) else {
+        return Ok(None);
+    };
+    let read = weight.read::<T>()?;
+    let Some(values) = read.as_slice() else {
+        return Ok(None);
+    };
+    Ok(prepack_conv_weights(x_dims, values, weight.dims(), params)?)
+}
+
 #[derive(Debug)]
 struct ConvKernel<T> {
     op: Conv,
     planned: Option<(Vec<usize>, ConvParams)>,
-    _t: PhantomData<T>,
+    /// One packed weight matrix per group.
+    packed: Option<Vec<Prepacked<T>>>,
 }
 
 impl<T: Element + GemmFloat> Kernel for ConvKernel<T> {
@@ -261,6 +314,15 @@ impl<T: Element + GemmFloat> Kernel for ConvKernel<T> {
             Some(r) => Some(r.as_slice().ok_or_else(not_contiguous)?),
             None => None,
         };
+        let rr = if self.op.residual {
+            Some(io.input(RESIDUAL_SLOT).read::<T>()?)
+        } else {
+            None
+        };
+        let residual = match &rr {
+            Some(r) => Some(r.as_slice().ok_or_else(not_contiguous)?),
+            None => None,
+        };
         let mut wo = out.write::<T>()?;
         let mut scratch_guard = match io.scratch {
             Some(s) => Some(s.write_bytes("Conv")?),
@@ -281,6 +343,8 @@ impl<T: Element + GemmFloat> Kernel for ConvKernel<T> {
             rw.as_slice().ok_or_else(not_contiguous)?,
             w.dims(),
             bias,
+            residual,
+            self.packed.as_deref(),
             params,
             wo.as_mut_slice().ok_or_else(not_contiguous)?,
             scratch,
@@ -341,6 +405,8 @@ impl<H: Element + Real<Wide = f32>> Kernel for WidenedConvKernel<H> {
             wf,
             w.dims(),
             bf,
+            None,
+            None,
             &params,
             out_f,
             unfold,

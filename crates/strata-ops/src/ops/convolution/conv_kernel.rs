@@ -4,10 +4,11 @@
 
 use crate::kernels::activation::Activation;
 use crate::kernels::error::{KernelError, KernelResult};
-use crate::kernels::gemm::{gemm, GemmFloat};
+use crate::kernels::gemm::{gemm, gemm_prepacked, GemmFloat, Prepacked};
 use crate::kernels::spatial::{check_len, checked_product, WindowAttrs, WindowGeometry};
 use crate::ops::convolution::depthwise::{self, depthwise};
 use crate::ops::convolution::im2col::im2col;
+use strata_core::Element;
 
 const OP: &str = "Conv";
 
@@ -85,6 +86,8 @@ pub fn conv_f32(
         weight,
         weight_dims,
         bias,
+        None,
+        None,
         p,
         out,
         scratch,
@@ -92,17 +95,21 @@ pub fn conv_f32(
     )
 }
 
-/// ONNX Conv: `out = post(conv(input, weight) + bias)` on contiguous NC(spatial) slices, with
-/// `out` of [`conv_output_dims`] and `scratch` of at least [`conv_scratch_len`] elements.
+/// ONNX Conv: `out = post(conv(input, weight) + bias + residual)` on contiguous NC(spatial)
+/// slices, with `out` (and `residual`, a fused Add's other operand) of [`conv_output_dims`] and
+/// `scratch` of at least [`conv_scratch_len`] elements.
 /// Every length is checked first; errors, never panics. `threads > 1` threads the GEMMs and the
-/// unfold.
+/// unfold. `packed`, one per group from [`prepack_conv_weights`], replaces `weight` in the
+/// products (which then never repack it).
 #[allow(clippy::too_many_arguments)]
-pub fn conv<T: GemmFloat>(
+pub fn conv<T: GemmFloat + Element>(
     input: &[T],
     input_dims: &[usize],
     weight: &[T],
     weight_dims: &[usize],
     bias: Option<&[T]>,
+    residual: Option<&[T]>,
+    packed: Option<&[Prepacked<T>]>,
     p: &ConvParams,
     out: &mut [T],
     scratch: &mut [T],
@@ -112,6 +119,24 @@ pub fn conv<T: GemmFloat>(
     check_len(OP, "input", input.len(), g.input_len)?;
     check_len(OP, "weight", weight.len(), g.weight_len)?;
     check_len(OP, "output", out.len(), g.output_len)?;
+    if let Some(residual) = residual {
+        check_len(OP, "residual", residual.len(), g.output_len)?;
+    }
+    let packed = match packed {
+        Some(all) if g.uses_gemm() => {
+            check_len(OP, "prepacked weight groups", all.len(), g.groups)?;
+            let (mg, depth) = (g.out_per_group, g.in_per_group * g.window.kernel_len);
+            if all.iter().any(|w| w.extent() != mg || w.depth() != depth) {
+                return Err(KernelError::InvalidParam {
+                    op: OP,
+                    param: "prepacked weight",
+                    reason: format!("not packed as {mg} x {depth} per group"),
+                });
+            }
+            Some(all)
+        }
+        _ => None,
+    };
     if let Some(bias) = bias {
         check_len(OP, "bias", bias.len(), g.out_channels)?;
     }
@@ -134,6 +159,7 @@ pub fn conv<T: GemmFloat>(
             g.out_channels,
             w,
             p.post,
+            residual,
             out,
             threads,
         );
@@ -143,12 +169,19 @@ pub fn conv<T: GemmFloat>(
     // Per group: weight is mg x depth, the unfolded input depth x out_len.
     let depth = cg * w.kernel_len;
     let row = |cols: usize| (cols as isize, 1isize);
-    let finish = |y: &mut [T], grp: usize, columns: std::ops::Range<usize>| {
-        if bias.is_some() || p.post != Activation::None {
+    // Bias, residual and activation while the tile just written is still in cache.
+    let finish = |y: &mut [T], b: usize, grp: usize, columns: std::ops::Range<usize>| {
+        if bias.is_some() || residual.is_some() || p.post != Activation::None {
             for oc in 0..mg {
-                let shift = bias.map_or(T::ZERO, |bias| bias[grp * mg + oc]);
-                p.post
-                    .add_bias_and_apply(&mut y[oc * w.out_len..][columns.clone()], shift);
+                let channel = grp * mg + oc;
+                let shift = bias.map_or(T::ZERO, |bias| bias[channel]);
+                let plane = (b * g.out_channels + channel) * w.out_len;
+                let r = residual.map(|r| &r[plane..][columns.clone()]);
+                p.post.add_residual_bias_and_apply(
+                    &mut y[oc * w.out_len..][columns.clone()],
+                    r,
+                    shift,
+                );
             }
         }
     };
@@ -159,21 +192,34 @@ pub fn conv<T: GemmFloat>(
             let y = &mut out[(b * g.out_channels + grp * mg) * w.out_len..][..mg * w.out_len];
             if g.tile_columns == 0 {
                 // Pointwise: the input plane already is the (cg x out_len) matrix.
-                gemm(
-                    mg,
-                    w.out_len,
-                    cg,
-                    wt,
-                    row(cg),
-                    x,
-                    row(w.out_len),
-                    y,
-                    row(w.out_len),
-                    T::ONE,
-                    T::ZERO,
-                    threads,
-                )?;
-                finish(y, grp, 0..w.out_len);
+                match packed {
+                    Some(all) => gemm_prepacked(
+                        &all[grp],
+                        w.out_len,
+                        x,
+                        row(w.out_len),
+                        y,
+                        row(w.out_len),
+                        T::ONE,
+                        T::ZERO,
+                        threads,
+                    )?,
+                    None => gemm(
+                        mg,
+                        w.out_len,
+                        cg,
+                        wt,
+                        row(cg),
+                        x,
+                        row(w.out_len),
+                        y,
+                        row(w.out_len),
+                        T::ONE,
+                        T::ZERO,
+                        threads,
+                    )?,
+                }
+                finish(y, b, grp, 0..w.out_len);
                 continue;
             }
             // Unfold a tile of output columns at a time, so the unfolded matrix stays in cache
@@ -185,26 +231,63 @@ pub fn conv<T: GemmFloat>(
                 im2col(x, cg, w, start..end, scratch, threads);
                 let cols = &scratch[..depth * width];
                 let y_tile = &mut y[start..];
-                gemm(
-                    mg,
-                    width,
-                    depth,
-                    wt,
-                    row(depth),
-                    cols,
-                    row(width),
-                    y_tile,
-                    row(w.out_len),
-                    T::ONE,
-                    T::ZERO,
-                    threads,
-                )?;
-                finish(y, grp, start..end);
+                match packed {
+                    Some(all) => gemm_prepacked(
+                        &all[grp],
+                        width,
+                        cols,
+                        row(width),
+                        y_tile,
+                        row(w.out_len),
+                        T::ONE,
+                        T::ZERO,
+                        threads,
+                    )?,
+                    None => gemm(
+                        mg,
+                        width,
+                        depth,
+                        wt,
+                        row(depth),
+                        cols,
+                        row(width),
+                        y_tile,
+                        row(w.out_len),
+                        T::ONE,
+                        T::ZERO,
+                        threads,
+                    )?,
+                }
+                finish(y, b, grp, start..end);
                 start = end;
             }
         }
     }
     Ok(())
+}
+
+/// The weights of a convolution packed once per group for its products, or `None` when its
+/// geometry takes no GEMM (depthwise) or its outputs are too narrow to pay for the packed
+/// microkernel path (at most four output positions stream the weights instead).
+pub fn prepack_conv_weights<T: GemmFloat + Element>(
+    input_dims: &[usize],
+    weight: &[T],
+    weight_dims: &[usize],
+    p: &ConvParams,
+) -> KernelResult<Option<Vec<Prepacked<T>>>> {
+    let g = ConvGeometry::new(input_dims, weight_dims, p)?;
+    check_len(OP, "weight", weight.len(), g.weight_len)?;
+    if !g.uses_gemm() || g.window.out_len <= 4 {
+        return Ok(None);
+    }
+    let (mg, depth) = (g.out_per_group, g.in_per_group * g.window.kernel_len);
+    (0..g.groups)
+        .map(|grp| {
+            let wt = &weight[grp * mg * depth..][..mg * depth];
+            Prepacked::a(mg, depth, wt, (depth as isize, 1))
+        })
+        .collect::<KernelResult<Vec<_>>>()
+        .map(Some)
 }
 
 /// Validated Conv dims.
@@ -227,6 +310,11 @@ struct ConvGeometry {
 }
 
 impl ConvGeometry {
+    /// Whether the products go through the GEMM (all but the direct depthwise kernel).
+    fn uses_gemm(&self) -> bool {
+        !self.depthwise
+    }
+
     fn new(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) -> KernelResult<Self> {
         let rank = input_dims.len();
         if rank < 3 {

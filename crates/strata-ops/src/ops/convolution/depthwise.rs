@@ -81,7 +81,7 @@ pub(crate) fn supports(w: &WindowGeometry) -> bool {
 /// outputs): output plane `(b, m)` of `out` is `post(conv(input plane (b, m / multiplier),
 /// weight plane m) + bias[m])`. Lengths were checked by the caller: `input` holds `batch *
 /// in_channels * w.in_len`, `out` `batch * out_channels * w.out_len`, `weight` `out_channels *
-/// w.kernel_len` and `bias` `out_channels`.
+/// w.kernel_len`, `bias` `out_channels` and `residual` (added before `post`) as `out`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn depthwise<T: Float>(
     input: &[T],
@@ -91,6 +91,7 @@ pub(crate) fn depthwise<T: Float>(
     out_channels: usize,
     w: &WindowGeometry,
     post: Activation,
+    residual: Option<&[T]>,
     out: &mut [T],
     threads: usize,
 ) {
@@ -108,9 +109,8 @@ pub(crate) fn depthwise<T: Float>(
         let k = &weight[ch * w.kernel_len..][..w.kernel_len];
         plane_conv(x, k, rows, cols, y);
         let shift = bias.map_or(T::ZERO, |b| b[ch]);
-        if shift != T::ZERO || post != Activation::None {
-            post.add_bias_and_apply(y, shift);
-        }
+        let r = residual.map(|r| &r[p * w.out_len..][..w.out_len]);
+        post.add_residual_bias_and_apply(y, r, shift);
     };
     let per_plane = w.out_len.saturating_mul(w.kernel_len).max(1);
     let planes = out.len() / w.out_len;

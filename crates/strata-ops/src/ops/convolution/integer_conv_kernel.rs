@@ -254,6 +254,8 @@ pub(crate) fn centered_conv<'w>(
         ws,
         w.dims(),
         bias,
+        None,
+        None,
         params,
         out,
         im2col,

@@ -1,13 +1,14 @@
 //! Gemm: Y = alpha · op(A) · op(B) + beta · C, with transposes as strides (no copies) and C
 //! broadcast to [M, N].
 
-use std::marker::PhantomData;
-
 use strata_core::{DType, Device, Element};
 
-use crate::kernels::{gemm, GemmFloat};
+use crate::kernels::{gemm, gemm_prepacked, Activation, GemmFloat, Prepacked};
 use crate::support::strided::for_each_broadcast;
-use crate::{broadcast_dims, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{
+    broadcast_dims, Dim, EpilogueStep, Fact, Fused, FusesEpilogue, Kernel, KernelIo,
+    OpCapabilities, OpContext, OpError, OpResult, Operator,
+};
 
 #[derive(Debug, Clone, Copy)]
 pub struct Gemm {
@@ -15,6 +16,25 @@ pub struct Gemm {
     beta: f32,
     trans_a: bool,
     trans_b: bool,
+    /// An activation fused in by the graph optimizer, applied after `beta * C` is added.
+    post: Activation,
+}
+
+/// Products with at most this many rows stream B (the skinny path) instead of using a packed
+/// copy, so B is not prepacked for them.
+const SKINNY_ROWS: usize = 4;
+
+/// The kernel applies one activation to the finished output (bias already fused as C).
+impl FusesEpilogue for Gemm {
+    fn fuse(&self, step: EpilogueStep) -> Option<Fused> {
+        match step {
+            EpilogueStep::Activation(post) if self.post == Activation::None => Some(Fused {
+                op: Box::new(Gemm { post, ..*self }),
+                operand_slot: None,
+            }),
+            _ => None,
+        }
+    }
 }
 
 impl Gemm {
@@ -25,6 +45,7 @@ impl Gemm {
             beta: a.float_or("beta", 1.0)?,
             trans_a: a.int_or("transA", 0)? != 0,
             trans_b: a.int_or("transB", 0)? != 0,
+            post: Activation::None,
         }))
     }
 
@@ -90,30 +111,68 @@ impl Operator for Gemm {
         Ok(vec![Fact::new(a.dtype, out)])
     }
 
+    fn capabilities(&self) -> OpCapabilities<'_> {
+        OpCapabilities {
+            epilogue: Some(self),
+            ..OpCapabilities::default()
+        }
+    }
+
     fn kernel(
         &self,
         inputs: &[&Fact],
-        _outputs: &[&Fact],
+        outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         match (inputs[0].dtype, device) {
             (DType::F32, Device::Cpu) => Ok(Box::new(GemmKernel::<f32> {
                 op: *self,
-                _t: PhantomData,
+                packed_b: self.prepack_b(inputs, outputs)?,
             })),
             (DType::F64, Device::Cpu) => Ok(Box::new(GemmKernel::<f64> {
                 op: *self,
-                _t: PhantomData,
+                packed_b: self.prepack_b(inputs, outputs)?,
             })),
             (dtype, device) => Err(OpError::no_kernel("Gemm", dtype, device)),
         }
     }
 }
 
+impl Gemm {
+    /// A constant B (the weights of a fully connected layer) packed once for the products, when
+    /// the planned row count is past the skinny path's (R1: held by the kernel in Persistent
+    /// memory, shared by every context).
+    fn prepack_b<T: Element + GemmFloat>(
+        &self,
+        inputs: &[&Fact],
+        outputs: &[&Fact],
+    ) -> OpResult<Option<Prepacked<T>>> {
+        let (Some(b), Some(out)) = (inputs[1].value.as_ref(), outputs.first()) else {
+            return Ok(None);
+        };
+        let rows = out.dims.first().and_then(Dim::known);
+        if b.rank() != 2 || !matches!(rows, Some(m) if m > SKINNY_ROWS) {
+            return Ok(None);
+        }
+        let read = b.read::<T>()?;
+        let Some(values) = read.as_slice() else {
+            return Ok(None);
+        };
+        let (rows_b, cols_b) = (b.dims()[0], b.dims()[1]);
+        let (k, n, strides) = if self.trans_b {
+            (cols_b, rows_b, (1, cols_b as isize))
+        } else {
+            (rows_b, cols_b, (cols_b as isize, 1))
+        };
+        Ok(Some(Prepacked::b(k, n, values, strides)?))
+    }
+}
+
 #[derive(Debug)]
 struct GemmKernel<T> {
     op: Gemm,
-    _t: PhantomData<T>,
+    /// B packed at plan time, when it is a constant.
+    packed_b: Option<Prepacked<T>>,
 }
 
 impl<T: Element + GemmFloat> Kernel for GemmKernel<T> {
@@ -153,20 +212,36 @@ impl<T: Element + GemmFloat> Kernel for GemmKernel<T> {
         } else {
             (n as isize, 1)
         };
-        gemm(
-            m,
-            n,
-            k,
-            sa,
-            a_strides,
-            sb,
-            b_strides,
-            so,
-            (n as isize, 1),
-            T::from_f32(self.op.alpha),
-            beta,
-            io.threads,
-        )?;
+        let alpha = T::from_f32(self.op.alpha);
+        match &self.packed_b {
+            // Past the skinny row count only: fewer rows stream B faster than a packed tile.
+            Some(pb) if m > SKINNY_ROWS && pb.extent() == n && pb.depth() == k => gemm_prepacked(
+                pb,
+                m,
+                sa,
+                a_strides,
+                so,
+                (n as isize, 1),
+                alpha,
+                beta,
+                io.threads,
+            )?,
+            _ => gemm(
+                m,
+                n,
+                k,
+                sa,
+                a_strides,
+                sb,
+                b_strides,
+                so,
+                (n as isize, 1),
+                alpha,
+                beta,
+                io.threads,
+            )?,
+        }
+        self.op.post.apply_all(so);
         Ok(())
     }
 }

@@ -6,10 +6,14 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use num_traits::AsPrimitive;
-use strata_core::{Device, Element, Tensor};
+use strata_core::{DType, Device, Element, Tensor};
 
+use crate::kernels::Activation;
 use crate::support::broadcast::{expanded, zip1, Walk};
-use crate::{dispatch_arith, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{
+    dispatch_arith, Fact, FusableActivation, Kernel, KernelIo, OpCapabilities, OpContext, OpError,
+    OpResult, Operator,
+};
 
 #[derive(Debug)]
 pub struct Clip {
@@ -96,6 +100,41 @@ impl Operator for Clip {
 
     fn in_place_input(&self) -> Option<usize> {
         Some(0)
+    }
+
+    fn capabilities(&self) -> OpCapabilities<'_> {
+        OpCapabilities {
+            activation: Some(self),
+            ..OpCapabilities::default()
+        }
+    }
+}
+
+/// An f32 Clip whose bounds are attributes or constant inputs is an epilogue activation.
+impl FusableActivation for Clip {
+    fn activation(&self, inputs: &[&Fact]) -> Option<Activation> {
+        if inputs.first()?.dtype != DType::F32 {
+            return None;
+        }
+        let (min, max) = match self.attr_bounds {
+            Some(bounds) => bounds,
+            None => {
+                let bound = |index: usize, unbounded: f32| -> Option<f32> {
+                    match inputs.get(index) {
+                        Some(fact) if fact.is_defined() => {
+                            let value = fact.value.as_ref()?;
+                            match value.to_vec::<f32>().ok()?.as_slice() {
+                                [v] => Some(*v),
+                                _ => None,
+                            }
+                        }
+                        _ => Some(unbounded),
+                    }
+                };
+                (bound(1, f32::NEG_INFINITY)?, bound(2, f32::INFINITY)?)
+            }
+        };
+        Some(Activation::Clip { min, max })
     }
 }
 

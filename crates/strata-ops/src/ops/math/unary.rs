@@ -8,12 +8,13 @@ use std::marker::PhantomData;
 use num_traits::Float;
 use strata_core::{bf16, f16, DType, Device, Element};
 
+use crate::kernels::Activation;
 use crate::support::broadcast::{zip1, Walk};
 use crate::support::inputs::exact_inputs;
 use crate::support::numeric::{Real, WideFloat};
 use crate::{
-    dispatch_signed, dispatch_unsigned, Fact, Kernel, KernelIo, OpContext, OpError, OpResult,
-    Operator,
+    dispatch_signed, dispatch_unsigned, Fact, FusableActivation, Kernel, KernelIo, OpCapabilities,
+    OpContext, OpError, OpResult, Operator,
 };
 
 /// What a same-shape unary operator supplies: its name, output dtype and kernels.
@@ -32,6 +33,19 @@ pub trait UnaryKind: Send + Sync + fmt::Debug + 'static {
 
     /// The kernel for `dtype`, or `None` when the op does not take it.
     fn kernel(&self, dtype: DType) -> Option<Box<dyn Kernel>>;
+
+    /// The epilogue activation this op is, if a producer's kernel can apply it instead.
+    fn fused_activation(&self) -> Option<Activation> {
+        None
+    }
+}
+
+impl<K: UnaryKind> FusableActivation for Unary<K> {
+    fn activation(&self, inputs: &[&Fact]) -> Option<Activation> {
+        // Epilogues compute in the producer's float type.
+        let x = inputs.first()?;
+        x.dtype.is_float().then(|| self.0.fused_activation())?
+    }
 }
 
 /// A one-input element-wise operator whose behaviour comes from `K`.
@@ -71,6 +85,17 @@ impl<K: UnaryKind> Operator for Unary<K> {
 
     fn in_place_input(&self) -> Option<usize> {
         self.0.in_place().then_some(0)
+    }
+
+    fn capabilities(&self) -> OpCapabilities<'_> {
+        OpCapabilities {
+            activation: self
+                .0
+                .fused_activation()
+                .is_some()
+                .then_some(self as &dyn FusableActivation),
+            ..OpCapabilities::default()
+        }
     }
 }
 
@@ -436,6 +461,15 @@ impl UnaryOp {
 impl UnaryKind for UnaryOp {
     fn name(&self) -> &'static str {
         UnaryOp::name(*self)
+    }
+
+    fn fused_activation(&self) -> Option<Activation> {
+        match self {
+            UnaryOp::Relu => Some(Activation::Relu),
+            UnaryOp::Sigmoid => Some(Activation::Sigmoid),
+            UnaryOp::Tanh => Some(Activation::Tanh),
+            _ => None,
+        }
     }
 
     fn kernel(&self, dtype: DType) -> Option<Box<dyn Kernel>> {

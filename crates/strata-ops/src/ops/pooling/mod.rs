@@ -2,6 +2,7 @@
 //! `global_pool`), MaxUnpool, RoiAlign.
 
 pub mod global_pool;
+pub mod max_pool_2d;
 pub mod max_unpool;
 pub mod pool;
 pub mod pool_kernel;

@@ -8,6 +8,7 @@ use strata_core::{DType, Device, Element};
 
 use crate::kernels::resolve_auto_pad;
 use crate::ops::pooling::global_pool::{global_average_pool, global_lp_pool, global_max_pool};
+use crate::ops::pooling::max_pool_2d::max_pool_threaded;
 use crate::ops::pooling::pool_kernel::MaxPoolElement;
 use crate::ops::pooling::pool_kernel::{
     average_pool, lp_pool, max_pool, pool_output_dims, PoolParams, StorageOrder,
@@ -230,7 +231,7 @@ fn run_max_pool<T: Element + MaxPoolElement>(
             order,
         )?;
     } else {
-        max_pool(input, x.dims(), params, output, None, order)?;
+        max_pool_threaded(input, x.dims(), params, output, io.threads)?;
     }
     Ok(())
 }

@@ -59,7 +59,7 @@ max_pool_integer!(i8, u8);
 /// without short-circuits so that it compiles to a select, not a data-dependent branch (which
 /// mispredicts half the time on real data), and vectorizes.
 #[inline(always)]
-fn max_step<T: MaxPoolElement>(best: T, x: T) -> T {
+pub(crate) fn max_step<T: MaxPoolElement>(best: T, x: T) -> T {
     let take = (x > best) | (x.is_nan() & !best.is_nan());
     if take {
         x
@@ -287,7 +287,7 @@ impl LpPower {
 }
 
 /// Validated pool dims: the number of (batch, channel) planes and the window geometry.
-fn geometry(
+pub(crate) fn geometry(
     op: &'static str,
     input_dims: &[usize],
     p: &PoolParams,

@@ -1,0 +1,355 @@
+//! Constant operands packed once, at plan time, into the microkernel's sliver layout.
+//!
+//! A product with a constant operand (a convolution's weights as A, a fully connected layer's
+//! weights as B) would otherwise repack it on every run — for every block of the other operand
+//! and on every thread. Packed whole, as slivers of the register tile's width each holding all
+//! `k` steps (`pack_block` over the full depth), any cache block `pc..pc + kc` of a sliver is
+//! a contiguous run, so the driver reads it in place for whatever blocking and thread split a
+//! run chooses. The packed copy lives in Persistent memory (counted in the per-kind stats) and
+//! is shared read-only by every context of the plan.
+
+use strata_core::{Device, Element, MemoryKind, Tensor};
+
+use super::driver::{MatMut, Problem};
+use super::isa::Isa;
+use super::pack::{pack_block, MatRef};
+use super::{check_distinct, check_operand, GemmFloat, OP};
+use crate::kernels::error::{KernelError, KernelResult};
+
+/// Which operand of `C = A B` a [`Prepacked`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PackedOperand {
+    /// A, `m x k`, packed in slivers of the register tile's rows.
+    A,
+    /// B, `k x n`, packed in slivers of the register tile's columns.
+    B,
+}
+
+/// A constant GEMM operand in the microkernel's packed layout. Built for one instruction set
+/// (the CPU's) and, for A, one row count: the register tile height depends on `m`.
+#[derive(Debug)]
+pub struct Prepacked<T> {
+    side: PackedOperand,
+    isa: Isa,
+    /// Rows of A or columns of B.
+    extent: usize,
+    k: usize,
+    /// The sliver width: `MR` for A, `NR` for B.
+    tile: usize,
+    data: Tensor,
+    _t: std::marker::PhantomData<T>,
+}
+
+impl<T: GemmFloat + Element> Prepacked<T> {
+    /// Packs A (`m x k`, element `(i, p)` at `a[i * rs + p * cs]`) for products with `m` rows.
+    pub fn a(m: usize, k: usize, a: &[T], strides: (isize, isize)) -> KernelResult<Self> {
+        check_operand("A", a.len(), m, k, strides)?;
+        let isa = Isa::detect();
+        let (tile, _) = T::tiles(m, isa);
+        let view = MatRef {
+            data: a,
+            rs: strides.0,
+            cs: strides.1,
+        };
+        // A is packed as its transpose: slivers of MR rows, per step of k.
+        Self::pack(PackedOperand::A, isa, m, k, tile, view.t())
+    }
+
+    /// Packs B (`k x n`, element `(p, j)` at `b[p * rs + j * cs]`) for products of any row count.
+    pub fn b(k: usize, n: usize, b: &[T], strides: (isize, isize)) -> KernelResult<Self> {
+        check_operand("B", b.len(), k, n, strides)?;
+        let isa = Isa::detect();
+        let (_, tile) = T::tiles(1, isa);
+        let view = MatRef {
+            data: b,
+            rs: strides.0,
+            cs: strides.1,
+        };
+        Self::pack(PackedOperand::B, isa, n, k, tile, view)
+    }
+
+    /// Packs `src` (`k x extent`) into slivers of `tile` columns over all `k` rows.
+    fn pack(
+        side: PackedOperand,
+        isa: Isa,
+        extent: usize,
+        k: usize,
+        tile: usize,
+        src: MatRef<'_, T>,
+    ) -> KernelResult<Self> {
+        let len = extent
+            .div_ceil(tile)
+            .checked_mul(tile)
+            .and_then(|n| n.checked_mul(k))
+            .ok_or(KernelError::SizeOverflow {
+                op: OP,
+                what: "prepacked operand",
+            })?;
+        let data =
+            Tensor::empty(&[len], T::DTYPE, Device::Cpu, MemoryKind::Persistent).map_err(|e| {
+                KernelError::InvalidParam {
+                    op: OP,
+                    param: "prepacked operand",
+                    reason: e.to_string(),
+                }
+            })?;
+        {
+            let mut guard = data.write::<T>().map_err(|e| KernelError::InvalidParam {
+                op: OP,
+                param: "prepacked operand",
+                reason: e.to_string(),
+            })?;
+            let Some(dst) = guard.as_mut_slice() else {
+                return Err(KernelError::InvalidParam {
+                    op: OP,
+                    param: "prepacked operand",
+                    reason: "fresh buffer is not contiguous".into(),
+                });
+            };
+            if extent > 0 && k > 0 {
+                pack_width(tile, dst, src, k, extent)?;
+            }
+        }
+        Ok(Prepacked {
+            side,
+            isa,
+            extent,
+            k,
+            tile,
+            data,
+            _t: std::marker::PhantomData,
+        })
+    }
+
+    pub fn side(&self) -> PackedOperand {
+        self.side
+    }
+
+    /// Rows of A or columns of B.
+    pub fn extent(&self) -> usize {
+        self.extent
+    }
+
+    pub fn depth(&self) -> usize {
+        self.k
+    }
+
+    /// Bytes of the packed copy (Persistent memory).
+    pub fn bytes(&self) -> usize {
+        self.data.capacity_bytes()
+    }
+}
+
+/// `pack_block` for a sliver width known only at run time: one of the microkernels' widths.
+fn pack_width<T: GemmFloat>(
+    tile: usize,
+    dst: &mut [T],
+    src: MatRef<'_, T>,
+    k: usize,
+    width: usize,
+) -> KernelResult<usize> {
+    macro_rules! widths {
+        ($($w:literal),*) => {
+            match tile {
+                $($w => Ok(pack_block::<T, $w>(dst, src, 0, k, 0, width)),)*
+                _ => Err(KernelError::InvalidParam {
+                    op: OP,
+                    param: "prepacked operand",
+                    reason: format!("no microkernel has a register tile of width {tile}"),
+                }),
+            }
+        };
+    }
+    widths!(4, 6, 8, 11, 13, 14, 16, 32)
+}
+
+/// `C = alpha * A B + beta * C` with one operand prepacked: for a packed A, `other` is B
+/// (`k x n`, `n` given), for a packed B it is A (`m x k`, `m` given as `n_or_m`). C (`m x n`)
+/// must have contiguous rows (`c_strides.1 == 1`). Threads, errors and `beta` as in
+/// [`super::gemm`].
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_prepacked<T: GemmFloat + Element>(
+    packed: &Prepacked<T>,
+    n_or_m: usize,
+    other: &[T],
+    other_strides: (isize, isize),
+    c: &mut [T],
+    c_strides: (isize, isize),
+    alpha: T,
+    beta: T,
+    threads: usize,
+) -> KernelResult<()> {
+    let k = packed.k;
+    let (m, n) = match packed.side {
+        PackedOperand::A => (packed.extent, n_or_m),
+        PackedOperand::B => (n_or_m, packed.extent),
+    };
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    check_operand("C", c.len(), m, n, c_strides)?;
+    check_distinct(m, n, c_strides)?;
+    if c_strides.1 != 1 && n > 1 {
+        return Err(KernelError::InvalidLayout {
+            op: OP,
+            operand: "C",
+            rows: m,
+            cols: n,
+            strides: c_strides,
+            reason: "a product with a prepacked operand writes rows of C contiguously".into(),
+        });
+    }
+    if k == 0 {
+        super::scale(m, n, c, c_strides, beta);
+        return Ok(());
+    }
+    let (tile_rows, tile_cols) = T::tiles(m, packed.isa);
+    let expected = match packed.side {
+        PackedOperand::A => tile_rows,
+        PackedOperand::B => tile_cols,
+    };
+    if expected != packed.tile {
+        return Err(KernelError::InvalidParam {
+            op: OP,
+            param: "prepacked operand",
+            reason: format!(
+                "packed for a register tile of {}, this product uses {expected}",
+                packed.tile
+            ),
+        });
+    }
+    let guard = packed
+        .data
+        .read::<T>()
+        .map_err(|e| KernelError::InvalidParam {
+            op: OP,
+            param: "prepacked operand",
+            reason: e.to_string(),
+        })?;
+    // Lazily built: an error message allocates, and runs must not.
+    let data = guard.as_slice().ok_or_else(|| KernelError::InvalidParam {
+        op: OP,
+        param: "prepacked operand",
+        reason: "not contiguous".into(),
+    })?;
+    let empty: MatRef<'_, T> = MatRef {
+        data: &[],
+        rs: 0,
+        cs: 0,
+    };
+    let other_view = MatRef {
+        data: other,
+        rs: other_strides.0,
+        cs: other_strides.1,
+    };
+    let (a, b, packed_a, packed_b) = match packed.side {
+        PackedOperand::A => {
+            check_operand("B", other.len(), k, n, other_strides)?;
+            (empty, other_view, Some(data), None)
+        }
+        PackedOperand::B => {
+            check_operand("A", other.len(), m, k, other_strides)?;
+            (other_view, empty, None, Some(data))
+        }
+    };
+    let problem = Problem {
+        m,
+        n,
+        k,
+        a,
+        b,
+        // `c` stays mutably borrowed until the product returns, so nothing else touches it.
+        c: MatMut {
+            ptr: c.as_mut_ptr(),
+            rs: c_strides.0,
+            cs: c_strides.1,
+        },
+        alpha,
+        beta,
+        packed_a,
+        packed_b,
+    };
+    T::dispatch(&problem, packed.isa, threads);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::gemm::gemm;
+    use crate::support::rng::Rng;
+    use crate::support::test_util::assert_close_within;
+
+    /// Products with a prepacked A or B against the same product packing per call: random
+    /// sizes around the register tiles and cache blocks, transposed sources, alpha and beta,
+    /// one and two threads.
+    #[test]
+    fn prepacked_products_match_products_packed_per_call() {
+        let mut rng = Rng::new(0x9e9a);
+        for case in 0..120 {
+            let m = [1, 5, 14, 29, 64, 131][rng.below(6)];
+            let n = [1, 3, 17, 33, 255, 600][rng.below(6)];
+            let k = [1, 7, 129, 300][rng.below(4)];
+            let a = rng.vec(m * k);
+            let b = rng.vec(k * n);
+            // Sources row-major or transposed.
+            let sa = if rng.below(2) == 0 {
+                (k as isize, 1)
+            } else {
+                (1, m as isize)
+            };
+            let sb = if rng.below(2) == 0 {
+                (n as isize, 1)
+            } else {
+                (1, k as isize)
+            };
+            let (alpha, beta) = ([1.0, -0.5][rng.below(2)], [0.0, 1.0][rng.below(2)]);
+            let c0 = rng.vec(m * n);
+            let sc = (n as isize, 1);
+            let threads = 1 + rng.below(2);
+            let mut expected = c0.clone();
+            gemm(m, n, k, &a, sa, &b, sb, &mut expected, sc, alpha, beta, 1).unwrap();
+
+            let packed_a = Prepacked::a(m, k, &a, sa).unwrap();
+            assert_eq!((packed_a.side(), packed_a.extent()), (PackedOperand::A, m));
+            let mut c = c0.clone();
+            gemm_prepacked(&packed_a, n, &b, sb, &mut c, sc, alpha, beta, threads).unwrap();
+            assert_close_within(
+                &c,
+                &expected,
+                1e-4,
+                &format!("case {case} A m{m} n{n} k{k}"),
+            );
+
+            let packed_b = Prepacked::b(k, n, &b, sb).unwrap();
+            assert!(packed_b.bytes() >= k * n * 4);
+            let mut c = c0.clone();
+            gemm_prepacked(&packed_b, m, &a, sa, &mut c, sc, alpha, beta, threads).unwrap();
+            assert_close_within(
+                &c,
+                &expected,
+                1e-4,
+                &format!("case {case} B m{m} n{n} k{k}"),
+            );
+        }
+    }
+
+    #[test]
+    fn mismatched_operands_are_errors() {
+        let a = vec![1.0f32; 64 * 8];
+        let packed = Prepacked::a(64, 8, &a, (8, 1)).unwrap();
+        let b = vec![1.0f32; 8 * 10];
+        let mut c = vec![0.0f32; 64 * 10];
+        // B shorter than k x n.
+        assert!(
+            gemm_prepacked(&packed, 10, &b[..70], (10, 1), &mut c, (10, 1), 1.0, 0.0, 1).is_err()
+        );
+        // C with column-major storage.
+        assert!(gemm_prepacked(&packed, 10, &b, (10, 1), &mut c, (1, 64), 1.0, 0.0, 1).is_err());
+        // A source shorter than m x k.
+        assert!(Prepacked::a(64, 8, &a[..100], (8, 1)).is_err());
+        // The right call works and gives the plain product.
+        gemm_prepacked(&packed, 10, &b, (10, 1), &mut c, (10, 1), 1.0, 0.0, 1).unwrap();
+        assert!(c.iter().all(|&v| v == 8.0));
+    }
+}

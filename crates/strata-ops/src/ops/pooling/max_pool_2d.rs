@@ -1,0 +1,270 @@
+//! MaxPool over 2-D planes without dilation or argmax indices — the pooling layers of CNNs — as
+//! two separable passes, planes spread over the threads.
+//!
+//! The maximum (with NaN winning, as everywhere in MaxPool) does not depend on the order the
+//! taps are taken in, so a `kh x kw` window is the maximum over `kw` columns of the maximum over
+//! `kh` rows: per output row, the input rows under the window are first folded into one row
+//! (contiguous, vectorized), then each output takes `kw` elements of it — `kh + kw` steps per
+//! output instead of `kh * kw`.
+
+use rayon::prelude::*;
+
+use crate::kernels::error::KernelResult;
+use crate::kernels::simd::multiversion;
+use crate::kernels::spatial::{check_len, WindowGeometry};
+use crate::ops::pooling::pool_kernel::{
+    geometry, max_pool, max_step, MaxPoolElement, PoolParams, StorageOrder,
+};
+
+/// Widest input row the row buffer (on the stack) holds.
+const ROW_MAX: usize = 2048;
+/// Planes per task are grouped to at least this many output elements.
+const TASK_MIN_OUTPUTS: usize = 1 << 13;
+
+/// MaxPool without indices on up to `threads` threads: 2-D windows without dilation take the
+/// separable kernel ([`max_pool_2d`](max_pool_2d)), the rest [`max_pool`].
+pub fn max_pool_threaded<T: MaxPoolElement>(
+    input: &[T],
+    input_dims: &[usize],
+    p: &PoolParams,
+    out: &mut [T],
+    threads: usize,
+) -> KernelResult<()> {
+    const OP: &str = "MaxPool";
+    let (planes, g) = geometry(OP, input_dims, p)?;
+    if !supports(&g) {
+        return max_pool(input, input_dims, p, out, None, StorageOrder::RowMajor);
+    }
+    check_len(OP, "input", input.len(), planes * g.in_len)?;
+    check_len(OP, "output", out.len(), planes * g.out_len)?;
+    max_pool_2d(&g, planes, input, out, threads);
+    Ok(())
+}
+
+/// Whether [`max_pool_2d`] handles this geometry: 2 spatial dims, dilation 1, rows that fit the
+/// buffer.
+pub(crate) fn supports(g: &WindowGeometry) -> bool {
+    g.in_dims.len() == 2 && g.dilations.iter().all(|&d| d == 1) && g.in_dims[1] <= ROW_MAX
+}
+
+/// MaxPool of `planes` planes of `g`'s geometry; lengths were checked by the caller. A window
+/// lying wholly in the padding gives `T::LOWEST`.
+pub(crate) fn max_pool_2d<T: MaxPoolElement>(
+    g: &WindowGeometry,
+    planes: usize,
+    input: &[T],
+    out: &mut [T],
+    threads: usize,
+) {
+    if g.out_len == 0 || planes == 0 {
+        return;
+    }
+    let plane = |(index, y): (usize, &mut [T])| {
+        plane_max(g, &input[index * g.in_len..][..g.in_len], y);
+    };
+    if threads <= 1 || planes < 2 || planes * g.out_len < 2 * TASK_MIN_OUTPUTS {
+        out.chunks_mut(g.out_len).enumerate().for_each(plane);
+    } else {
+        out.par_chunks_mut(g.out_len)
+            .enumerate()
+            .with_min_len(TASK_MIN_OUTPUTS.div_ceil(g.out_len))
+            .for_each(plane);
+    }
+}
+
+/// The in-bounds input range `lo..hi` of output `o`'s window along an axis.
+#[inline(always)]
+fn window(o: usize, stride: usize, pad: usize, kernel: usize, input: usize) -> (usize, usize) {
+    let start = (o * stride) as isize - pad as isize;
+    let lo = start.max(0) as usize;
+    let hi = ((start + kernel as isize).max(0) as usize).min(input);
+    (lo.min(hi), hi)
+}
+
+fn plane_max<T: MaxPoolElement>(g: &WindowGeometry, x: &[T], y: &mut [T]) {
+    let (ih, iw) = (g.in_dims[0], g.in_dims[1]);
+    let (oh, ow) = (g.out_dims[0], g.out_dims[1]);
+    let (kh, kw) = (g.kernel[0], g.kernel[1]);
+    let (sh, sw) = (g.strides[0], g.strides[1]);
+    let (ph, pw) = (g.pads_begin[0], g.pads_begin[1]);
+    let mut buffer = [T::BOTTOM; ROW_MAX];
+    let mut phases = [[T::BOTTOM; ROW_MAX]; 2];
+    let row = &mut buffer[..iw];
+    for (oy, y_row) in y.chunks_exact_mut(ow).enumerate().take(oh) {
+        let (r0, r1) = window(oy, sh, ph, kh, ih);
+        if r0 == r1 {
+            y_row.fill(T::LOWEST);
+            continue;
+        }
+        row.copy_from_slice(&x[r0 * iw..][..iw]);
+        for r in r0 + 1..r1 {
+            fold_rows(row, &x[r * iw..][..iw]);
+        }
+        if !fold_columns(row, pw, sw, kw, y_row, &mut phases) {
+            for (ox, out) in y_row.iter_mut().enumerate() {
+                let (c0, c1) = window(ox, sw, pw, kw, iw);
+                *out = if c0 == c1 {
+                    T::LOWEST
+                } else {
+                    row[c0 + 1..c1]
+                        .iter()
+                        .fold(row[c0], |best, &v| max_step(best, v))
+                };
+            }
+            continue;
+        }
+        // Windows wholly in the padding (only possible at the ends) hold no input.
+        for ox in
+            (0..ow).take_while(|&ox| window(ox, sw, pw, kw, iw).0 == window(ox, sw, pw, kw, iw).1)
+        {
+            y_row[ox] = T::LOWEST;
+        }
+        for ox in (0..ow)
+            .rev()
+            .take_while(|&ox| window(ox, sw, pw, kw, iw).0 == window(ox, sw, pw, kw, iw).1)
+        {
+            y_row[ox] = T::LOWEST;
+        }
+    }
+}
+
+/// The column pass for strides 1 and 2: the folded row, padded with `BOTTOM` (which no maximum
+/// takes), is split by stride phase (`phases[r][i]` = padded column `i * stride + r`), so that
+/// each tap is a contiguous, vectorized fold over the whole output row. False (nothing written)
+/// for other strides or rows too wide for the buffers.
+fn fold_columns<T: MaxPoolElement>(
+    row: &[T],
+    pad: usize,
+    stride: usize,
+    kernel: usize,
+    y_row: &mut [T],
+    phases: &mut [[T; ROW_MAX]; 2],
+) -> bool {
+    let ow = y_row.len();
+    let span = (ow - 1) * stride + kernel;
+    if !(1..=2).contains(&stride) || span.div_ceil(stride) + 1 > ROW_MAX {
+        return false;
+    }
+    let at = |c: usize| {
+        if c >= pad && c - pad < row.len() {
+            row[c - pad]
+        } else {
+            T::BOTTOM
+        }
+    };
+    if stride == 1 {
+        for (c, slot) in phases[0][..span].iter_mut().enumerate() {
+            *slot = at(c);
+        }
+    } else {
+        let [even, odd] = phases;
+        for i in 0..span.div_ceil(2) {
+            even[i] = at(2 * i);
+            odd[i] = at(2 * i + 1);
+        }
+    }
+    y_row.copy_from_slice(&phases[0][..ow]);
+    for t in 1..kernel {
+        let (r, first) = (t % stride, t / stride);
+        fold_rows(y_row, &phases[r][first..first + ow]);
+    }
+    true
+}
+
+multiversion! {
+    /// `acc = max(acc, row)` element-wise, NaN winning.
+    fn fold_rows<T: MaxPoolElement>(acc: &mut [T], row: &[T]) {
+        for (a, &v) in acc.iter_mut().zip(row) {
+            *a = max_step(*a, v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::support::rng::Rng;
+
+    /// The separable kernel against the per-row reference walk of `max_pool`, on random 2-D
+    /// geometries (pads, strides, ceil_mode, windows in the padding), with NaNs, on 1 and 2
+    /// threads: the same bits.
+    #[test]
+    fn separable_max_pool_matches_the_reference_walk() {
+        let mut rng = Rng::new(0x9a01);
+        for case in 0..300 {
+            let kernel = vec![rng.range(1, 4), rng.range(1, 4)];
+            let p = PoolParams {
+                strides: vec![rng.range(1, 3), rng.range(1, 3)],
+                pads_begin: vec![rng.below(kernel[0]), rng.below(kernel[1])],
+                pads_end: vec![rng.below(kernel[0]), rng.below(kernel[1])],
+                ceil_mode: rng.below(2) == 0,
+                kernel,
+                ..PoolParams::default()
+            };
+            let dims = [
+                rng.range(1, 2),
+                rng.range(1, 40),
+                rng.range(p.kernel[0], 20),
+                rng.range(p.kernel[1], 20),
+            ];
+            let mut input = rng.vec(dims.iter().product());
+            if case % 5 == 0 {
+                let at = rng.below(input.len());
+                input[at] = f32::NAN;
+            }
+            let out_len: usize = crate::ops::pooling::pool_kernel::pool_output_dims(&dims, &p)
+                .unwrap()
+                .iter()
+                .product();
+            let mut expected = vec![0.0; out_len];
+            max_pool(
+                &input,
+                &dims,
+                &p,
+                &mut expected,
+                None,
+                StorageOrder::RowMajor,
+            )
+            .unwrap();
+            for threads in [1, 2] {
+                let mut got = vec![f32::NAN; out_len];
+                max_pool_threaded(&input, &dims, &p, &mut got, threads).unwrap();
+                let same = got
+                    .iter()
+                    .zip(&expected)
+                    .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
+                assert!(same, "case {case}: {dims:?} {p:?} {threads}t");
+            }
+        }
+    }
+
+    #[test]
+    fn only_plain_2d_windows_take_the_separable_kernel() {
+        let p = PoolParams {
+            kernel: vec![3, 3],
+            strides: vec![2, 2],
+            ..PoolParams::default()
+        };
+        let (_, g) = geometry("MaxPool", &[1, 4, 9, 9], &p).unwrap();
+        assert!(supports(&g));
+        let dilated = PoolParams {
+            dilations: vec![2, 1],
+            ..p.clone()
+        };
+        let (_, g) = geometry("MaxPool", &[1, 4, 9, 9], &dilated).unwrap();
+        assert!(!supports(&g));
+        let (_, g) = geometry(
+            "MaxPool",
+            &[1, 4, 9],
+            &PoolParams {
+                kernel: vec![3],
+                ..PoolParams::default()
+            },
+        )
+        .unwrap();
+        assert!(!supports(&g));
+        // Wrong buffer lengths are errors on the fast path too.
+        let err = max_pool_threaded(&[0.0f32; 10], &[1, 4, 9, 9], &p, &mut [0.0; 64], 1);
+        assert!(err.is_err());
+    }
+}
