@@ -1,0 +1,88 @@
+//! SmolLM2-135M-Instruct (Q4_1) from ../shared/models against llama.cpp: the tokenizer built from
+//! the file's metadata returns llama.cpp's ids; greedy generation and prefill argmax match the
+//! reference recorded by `scripts/llama_cpp_reference.py` in `tests/fixtures/smollm2_llama_cpp.json`.
+//! Skipped, with a notice, when the shared models folder is absent.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+use strata_gguf::GgufFile;
+use strata_llm::{tokenizer_from_gguf, LanguageModel, LoadOptions};
+use strata_tokenizer::EncodeOptions;
+
+fn model_path() -> Option<PathBuf> {
+    let path = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+    ));
+    if path.exists() {
+        Some(path)
+    } else {
+        println!("skipped: {} is absent", path.display());
+        None
+    }
+}
+
+fn json(path: &str) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+#[test]
+fn tokenizer_from_gguf_metadata_gives_llama_cpp_ids() {
+    let Some(path) = model_path() else { return };
+    let file = GgufFile::open(&path).unwrap();
+    let t = tokenizer_from_gguf(&file).unwrap();
+    let reference = json(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../strata-tokenizer/tests/fixtures/smollm2_ids.json"
+    ));
+    let cases = reference["cases"].as_array().unwrap();
+    assert!(cases.len() >= 30);
+    let options = [
+        ("ids", false, false),
+        ("ids_add_special", true, false),
+        ("ids_parse_special", false, true),
+    ];
+    let mut compared = 0;
+    for case in cases {
+        let text = case["text"].as_str().unwrap();
+        for (key, add_special, parse_special) in options {
+            let ours = t
+                .encode(
+                    text,
+                    EncodeOptions {
+                        add_special,
+                        parse_special,
+                    },
+                )
+                .unwrap();
+            assert_eq!(ours, ids(&case[key]), "{key} {text:?}");
+            compared += 1;
+        }
+    }
+    assert!(compared >= 90);
+    assert!(t.chat_template().is_ok(), "the file's chat template parses");
+}
+
+#[test]
+fn smoke_generation() {
+    let Some(path) = model_path() else { return };
+    let model = LanguageModel::load(&path, LoadOptions { threads: 2, ..Default::default() }).unwrap();
+    let mut s = model.session().unwrap();
+    let prompt = model.encode_prompt("The capital of France is").unwrap();
+    let opts = strata_llm::GenerateOptions { max_tokens: 20, ..Default::default() };
+    let text: String = model
+        .generate(&mut s, &prompt, &opts)
+        .unwrap()
+        .map(|p| p.unwrap().text)
+        .collect();
+    println!("{prompt:?} -> {text:?}");
+}
