@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 use strata_gguf::GgufFile;
-use strata_llm::{tokenizer_from_gguf, LanguageModel, LoadOptions};
+use strata_llm::{tokenizer_from_gguf, GenerateOptions, LanguageModel, LoadOptions};
 use strata_tokenizer::EncodeOptions;
 
 fn model_path() -> Option<PathBuf> {
@@ -72,17 +72,64 @@ fn tokenizer_from_gguf_metadata_gives_llama_cpp_ids() {
     assert!(t.chat_template().is_ok(), "the file's chat template parses");
 }
 
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
 #[test]
-fn smoke_generation() {
+fn greedy_generation_and_prefill_argmax_match_llama_cpp() {
     let Some(path) = model_path() else { return };
-    let model = LanguageModel::load(&path, LoadOptions { threads: 2, ..Default::default() }).unwrap();
-    let mut s = model.session().unwrap();
-    let prompt = model.encode_prompt("The capital of France is").unwrap();
-    let opts = strata_llm::GenerateOptions { max_tokens: 20, ..Default::default() };
-    let text: String = model
-        .generate(&mut s, &prompt, &opts)
-        .unwrap()
-        .map(|p| p.unwrap().text)
-        .collect();
-    println!("{prompt:?} -> {text:?}");
+    let reference = json(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/smollm2_llama_cpp.json"
+    ));
+    let options = LoadOptions {
+        threads: 2,
+        context: Some(512),
+        all_logits: true,
+        ..Default::default()
+    };
+    let model = LanguageModel::load(&path, options).unwrap();
+    let v = model.vocab_size();
+    let cases = reference["cases"].as_array().unwrap();
+    assert!(cases.len() >= 4);
+    let mut failures = Vec::new();
+    for case in cases {
+        let text = case["prompt"].as_str().unwrap();
+        let prompt = model.encode_prompt(text).unwrap();
+        assert_eq!(prompt, ids(&case["prompt_ids"]), "prompt ids of {text:?}");
+
+        let mut session = model.session().unwrap();
+        let logits = session.prefill_all(&prompt).unwrap();
+        let ours: Vec<u32> = logits.chunks_exact(v).map(argmax).collect();
+        let expected = ids(&case["prefill_argmax"]);
+        if ours != expected {
+            failures.push(format!("prefill argmax of {text:?}:\n  llama.cpp {expected:?}\n  strata    {ours:?}"));
+        }
+
+        let mut session = model.session().unwrap();
+        let options = GenerateOptions {
+            max_tokens: reference["generate"].as_u64().unwrap() as usize,
+            ..Default::default()
+        };
+        let generated: Vec<u32> = model
+            .generate(&mut session, &prompt, &options)
+            .unwrap()
+            .map(|p| p.unwrap().id)
+            .collect();
+        let expected = ids(&case["generated"]);
+        if generated != expected {
+            let same = generated.iter().zip(&expected).take_while(|(a, b)| a == b).count();
+            failures.push(format!(
+                "greedy tokens of {text:?} differ from token {same}:\n  llama.cpp {expected:?}\n  strata    {generated:?}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
