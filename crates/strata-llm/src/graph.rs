@@ -123,17 +123,20 @@ impl Builder<'_> {
     }
 }
 
-/// RoPE's cos and sin tables, `(context, rope_dims / 2)`: angle `pos · base^(-2i / rope_dims)`.
+/// RoPE's cos and sin tables, `(context, rope_dims / 2)`: pair `i` of position `p` turns by
+/// `p · base^(-2i / rope_dims)`, computed in f32 by repeated multiplication as ggml does, so the
+/// angles are llama.cpp's.
 fn rope_tables(config: &ModelConfig, context: usize) -> Result<(Tensor, Tensor)> {
     let half = config.rope_dims / 2;
+    let theta_scale = config.rope_base.powf(-2.0 / config.rope_dims as f32);
     let mut cos = Vec::with_capacity(context * half);
     let mut sin = Vec::with_capacity(context * half);
     for pos in 0..context {
-        for i in 0..half {
-            let freq = (config.rope_base as f64).powf(-2.0 * i as f64 / config.rope_dims as f64);
-            let angle = pos as f64 * freq;
-            cos.push(angle.cos() as f32);
-            sin.push(angle.sin() as f32);
+        let mut theta = pos as f32;
+        for _ in 0..half {
+            cos.push(theta.cos());
+            sin.push(theta.sin());
+            theta *= theta_scale;
         }
     }
     Ok((

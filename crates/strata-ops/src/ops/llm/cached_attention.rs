@@ -5,6 +5,10 @@
 //! length rewinds it there); query `t` attends to every cached position up to its own. Query
 //! head `h` reads KV head `h / (heads / kv_heads)`, as llama.cpp does.
 //!
+//! The numbers follow llama.cpp's attention without flash attention: keys and values cached as
+//! f16, the query rounded to f16 before its dot with the keys, softmax in f32 with a wide sum,
+//! and the probabilities rounded to f16 before they weight the values (sums in f32).
+//!
 //! The cache is per-context state ([`crate::UsesContextState`]): each context gets its own
 //! [`KvCache`] when it is created, so many conversations share one plan.
 
@@ -13,6 +17,7 @@ use strata_core::{DType, Device};
 
 use super::kv_cache::{KvCache, KV_BLOCK_TOKENS};
 use super::positive_attr;
+use crate::support::f16_bits::{f16_to_f32, f32_to_f16};
 use crate::support::inputs::exact_inputs;
 use crate::{
     ContextState, Dim, Fact, Kernel, KernelCapabilities, KernelIo, OpContext, OpError, OpResult,
@@ -35,6 +40,10 @@ pub struct CachedAttention {
 }
 
 impl CachedAttention {
+    fn scratch_per_head(&self) -> usize {
+        self.max_context + self.head_dim
+    }
+
     pub fn build(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
         let heads = positive_attr(ctx, OP, "num_heads")?;
         let kv_heads = positive_attr(ctx, OP, "kv_heads")?;
@@ -124,9 +133,9 @@ impl Operator for CachedAttention {
         Ok(Box::new(CachedAttentionKernel(*self)))
     }
 
-    /// One row of attention scores per head, as long as the context.
+    /// Per head: a row of scores as long as the context, and the query rounded to f16.
     fn scratch_bytes(&self, _inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
-        Ok(self.heads * self.max_context * std::mem::size_of::<f32>())
+        Ok(self.heads * self.scratch_per_head() * std::mem::size_of::<f32>())
     }
 }
 
@@ -216,7 +225,8 @@ impl UsesContextState for CachedAttentionKernel {
             .scratch
             .ok_or_else(|| OpError::kernel(OP, "no scratch for the scores"))?;
         let mut scratch = scratch.write_bytes(OP)?;
-        let scores = scratch_f32(scratch.bytes(), a.heads * a.max_context)?;
+        let per_head = a.scratch_per_head();
+        let scores = scratch_f32(scratch.bytes(), a.heads * per_head)?;
         let mut out_w = out_t.write::<f32>()?;
         let out = out_w.as_mut_slice().ok_or_else(contiguous)?;
         let out_ptr = OutPtr(out.as_mut_ptr());
@@ -233,66 +243,110 @@ impl UsesContextState for CachedAttentionKernel {
         let work = seq * (start + seq) * qw;
         let parallel = io.threads > 1 && work >= PARALLEL_MIN_WORK;
         if parallel {
-            scores.par_chunks_mut(a.max_context).enumerate().for_each(head);
+            scores.par_chunks_mut(per_head).enumerate().for_each(head);
         } else {
-            scores.chunks_mut(a.max_context).enumerate().for_each(head);
+            scores.chunks_mut(per_head).enumerate().for_each(head);
         }
         Ok(())
     }
 }
 
 /// Softmax-weighted values for one query row of head `h` at position `pos` (attending to
-/// positions `0..=pos`), written to `dst`.
+/// positions `0..=pos`), written to `dst`. `scratch` holds the scores and the rounded query.
 fn attend(
     a: &CachedAttention,
     cache: &KvCache,
     h: usize,
     query: &[f32],
     pos: usize,
-    scores: &mut [f32],
+    scratch: &mut [f32],
     dst: &mut [f32],
 ) {
     let group = a.heads / a.kv_heads;
     let g = h / group;
     let cols = g * a.head_dim..(g + 1) * a.head_dim;
     let scale = 1.0 / (a.head_dim as f32).sqrt();
+    let (scores, q16) = scratch.split_at_mut(a.max_context);
+    for (r, &x) in q16.iter_mut().zip(query) {
+        *r = f16_to_f32(f32_to_f16(x));
+    }
     let scores = &mut scores[..=pos];
     let mut max = f32::NEG_INFINITY;
     for (j, s) in scores.iter_mut().enumerate() {
-        *s = dot(query, &cache.key(j)[cols.clone()]) * scale;
+        *s = lanes_dot(a.head_dim, |i| q16[i], |i| f16_to_f32(cache.key(j)[cols.start + i])) * scale;
         max = max.max(*s);
     }
-    let mut sum = 0.0f32;
-    for s in scores.iter_mut() {
-        *s = (*s - max).exp();
-        sum += *s;
-    }
-    let inv = 1.0 / sum;
-    dst.fill(0.0);
-    for (j, &s) in scores.iter().enumerate() {
-        let p = s * inv;
-        for (d, &v) in dst.iter_mut().zip(&cache.value(j)[cols.clone()]) {
-            *d += p * v;
+    // exp and its sum as ggml's soft_max: the sum in f64, one 16-lane chunk at a time.
+    let mut sum = 0.0f64;
+    for chunk in scores.chunks_mut(LANES) {
+        let mut lanes = [0.0f32; LANES];
+        for (l, s) in lanes.iter_mut().zip(chunk.iter_mut()) {
+            *s = expf(*s - max);
+            *l = *s;
         }
+        sum += f64::from(reduce(&lanes));
+    }
+    let inv = (1.0 / sum) as f32;
+    for s in scores.iter_mut() {
+        *s = f16_to_f32(f32_to_f16(*s * inv));
+    }
+    let scores = &*scores;
+    for (d, out) in dst.iter_mut().enumerate() {
+        let col = cols.start + d;
+        *out = lanes_dot(pos + 1, |j| f16_to_f32(cache.value(j)[col]), |j| scores[j]);
     }
 }
 
-/// A dot product in eight lanes, which the compiler vectorizes.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ac
-        .remainder()
-        .iter()
-        .zip(bc.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ac.zip(bc) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
+/// The vector width of llama.cpp's x86 AVX-512 build, whose summation order the dot products and
+/// sums here follow (so greedy tokens match it, not only within rounding).
+const LANES: usize = 16;
+
+/// `Σ a(i)·b(i)` for `i < n` as tinyBLAS computes it: lane `i % 16` accumulates with fused
+/// multiply-adds, then the lanes are summed as `_mm512_reduce_add_ps` does.
+#[inline(always)]
+fn lanes_dot(n: usize, a: impl Fn(usize) -> f32, b: impl Fn(usize) -> f32) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    for i in 0..n {
+        let l = i % LANES;
+        acc[l] = a(i).mul_add(b(i), acc[l]);
     }
-    acc.iter().sum::<f32>() + tail
+    reduce(&acc)
+}
+
+/// The sum of 16 lanes in `_mm512_reduce_add_ps`'s order (halves, then quarters, then pairs).
+#[inline(always)]
+fn reduce(v: &[f32; LANES]) -> f32 {
+    let mut h = [0.0f32; 8];
+    for i in 0..8 {
+        h[i] = v[i] + v[i + 8];
+    }
+    let q = [h[0] + h[4], h[1] + h[5], h[2] + h[6], h[3] + h[7]];
+    (q[0] + q[2]) + (q[1] + q[3])
+}
+
+/// `e^x` as ggml's vectorized `ggml_v_expf` computes it (a degree-5 polynomial after range
+/// reduction, from ARM's optimized routines), so softmax weights are llama.cpp's.
+fn expf(x: f32) -> f32 {
+    if x == f32::NEG_INFINITY {
+        return 0.0;
+    }
+    let r = f32::from_bits(0x4b40_0000); // 0x1.8p23
+    let z = x.mul_add(f32::from_bits(0x3fb8_aa3b), r); // log2(e)
+    let n = z - r;
+    let b = (-n).mul_add(
+        f32::from_bits(0x35bf_be8e), // 0x1.7f7d1cp-20
+        (-n).mul_add(f32::from_bits(0x3f31_7200), x), // 0x1.62e4p-1
+    );
+    let u = b * b;
+    let j = f32::from_bits(0x3c07_2010) // 0x1.0e4020p-7
+        .mul_add(b, f32::from_bits(0x3d2b_9f17)) // 0x1.573e2ep-5
+        .mul_add(u, f32::from_bits(0x3e2a_af33).mul_add(b, f32::from_bits(0x3eff_fedb))) // 0x1.555e66p-3, 0x1.fffdb6p-2
+        .mul_add(u, f32::from_bits(0x3f7f_fff6).mul_add(b, 1.0)); // 0x1.ffffecp-1
+    if n.abs() > 126.0 {
+        // Far outside the softmax range (scores minus their max are <= 0): plain exp.
+        return x.exp();
+    }
+    j * 2f32.powi(n as i32)
 }
 
 /// `count` f32 carved from the scratch bytes.

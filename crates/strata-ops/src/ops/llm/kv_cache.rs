@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use strata_core::{AllocatorRegistry, Device, MemoryBlock, MemoryKind};
 
+use crate::support::f16_bits::f32_to_f16;
 use crate::{ContextState, OpError, OpResult};
 
 const OP: &str = "CachedAttention";
@@ -20,7 +21,7 @@ pub const KV_BLOCK_TOKENS: usize = 64;
 const BLOCK_ALIGN: usize = 64;
 
 /// Keys and values of one layer: per position, `kv_dim` keys then (in the block's second half)
-/// `kv_dim` values, f32.
+/// `kv_dim` values, f16 bits.
 #[derive(Debug)]
 pub struct KvCache {
     kv_dim: usize,
@@ -36,7 +37,7 @@ impl KvCache {
     pub fn new(kv_dim: usize, block_tokens: usize, max_tokens: usize) -> OpResult<Self> {
         block_tokens
             .checked_mul(kv_dim)
-            .and_then(|n| n.checked_mul(2 * std::mem::size_of::<f32>()))
+            .and_then(|n| n.checked_mul(2 * std::mem::size_of::<u16>()))
             .filter(|_| block_tokens > 0)
             .ok_or_else(|| {
                 OpError::shape(OP, format!("a block of {block_tokens} × {kv_dim} is too large"))
@@ -65,7 +66,7 @@ impl KvCache {
     }
 
     fn block_bytes(&self) -> usize {
-        self.block_tokens * self.kv_dim * 2 * std::mem::size_of::<f32>()
+        self.block_tokens * self.kv_dim * 2 * std::mem::size_of::<u16>()
     }
 
     /// Forgets the positions from `len` on (their blocks are kept for reuse).
@@ -100,7 +101,8 @@ impl KvCache {
         Ok(())
     }
 
-    /// Appends one position's keys and values (after [`KvCache::grow`] made room).
+    /// Appends one position's keys and values, rounded to f16 (after [`KvCache::grow`] made
+    /// room).
     pub fn push(&mut self, key: &[f32], value: &[f32]) -> OpResult<()> {
         if key.len() != self.kv_dim || value.len() != self.kv_dim {
             return Err(OpError::shape(
@@ -112,23 +114,27 @@ impl KvCache {
             return Err(OpError::kernel(OP, "no room in the KV cache: grow it first"));
         }
         let (k, v) = self.slot(self.len);
-        // SAFETY: `slot` points at `kv_dim` f32 of keys and of values inside a block this cache
+        // SAFETY: `slot` points at `kv_dim` f16 of keys and of values inside a block this cache
         // owns alone (blocks are never shared), and `&mut self` excludes every reader.
-        unsafe {
-            std::ptr::copy_nonoverlapping(key.as_ptr(), k, self.kv_dim);
-            std::ptr::copy_nonoverlapping(value.as_ptr(), v, self.kv_dim);
-        }
+        let (k, v) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(k, self.kv_dim),
+                std::slice::from_raw_parts_mut(v, self.kv_dim),
+            )
+        };
+        k.iter_mut().zip(key).for_each(|(k, &x)| *k = f32_to_f16(x));
+        v.iter_mut().zip(value).for_each(|(v, &x)| *v = f32_to_f16(x));
         self.len += 1;
         Ok(())
     }
 
     /// Pointers to the keys and values of position `pos` (inside an allocated block).
-    fn slot(&self, pos: usize) -> (*mut f32, *mut f32) {
+    fn slot(&self, pos: usize) -> (*mut u16, *mut u16) {
         let block = &self.blocks[pos / self.block_tokens];
         let row = pos % self.block_tokens;
-        let base = block.as_mut_ptr().cast::<f32>();
+        let base = block.as_mut_ptr().cast::<u16>();
         // SAFETY: row < block_tokens, so both offsets stay inside the block of
-        // 2 × block_tokens × kv_dim f32 (its size, checked in `new`).
+        // 2 × block_tokens × kv_dim f16 (its size, checked in `new`); blocks are aligned to 64.
         unsafe {
             (
                 base.add(row * self.kv_dim),
@@ -137,16 +143,16 @@ impl KvCache {
         }
     }
 
-    /// The keys of position `pos < len`.
-    pub fn key(&self, pos: usize) -> &[f32] {
+    /// The keys (f16 bits) of position `pos < len`.
+    pub fn key(&self, pos: usize) -> &[u16] {
         assert!(pos < self.len, "key {pos} of {}", self.len);
         // SAFETY: positions below `len` were written by `push`; the slice lives no longer than
         // `&self`, during which no `&mut self` method can write.
         unsafe { std::slice::from_raw_parts(self.slot(pos).0, self.kv_dim) }
     }
 
-    /// The values of position `pos < len`.
-    pub fn value(&self, pos: usize) -> &[f32] {
+    /// The values (f16 bits) of position `pos < len`.
+    pub fn value(&self, pos: usize) -> &[u16] {
         assert!(pos < self.len, "value {pos} of {}", self.len);
         // SAFETY: as in `key`.
         unsafe { std::slice::from_raw_parts(self.slot(pos).1, self.kv_dim) }

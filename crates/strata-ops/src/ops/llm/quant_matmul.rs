@@ -1,11 +1,13 @@
 //! QuantMatMul: `Y = X · Wᵀ (+ B)` with `W (n, k)` in any GGUF weight type, read in place from
 //! the mapped file, `X (..., k)` f32 and an optional f32 bias `B (n)` (Qwen2's q/k/v
-//! projections). The product runs on `kernels::quant` (integer dots against 8-bit activations
-//! for decode, dequantize-once for prefill), parallel over output rows on the intra-op pool.
+//! projections). The product runs on `kernels::quant`, parallel over output rows on the intra-op
+//! pool. Weights in the legacy GGML formats (q4_0 … q8_0) always take the integer dot against
+//! 8-bit activations, for prefill as for decode: that is how llama.cpp computes every product
+//! with them, so logits match its numbers; the other types dequantize each weight row once.
 
 use strata_core::{DType, Device, QUANT_BLOCK};
 
-use crate::kernels::quant::{quant_matmul, quant_matmul_scratch_len, Q8Block, QuantMatrix};
+use crate::kernels::quant::{quant_matmul_with, Isa, Q8Block, QuantMatrix, Strategy};
 use crate::kernels::KernelResult;
 use crate::support::inputs::{optional, required};
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
@@ -96,11 +98,25 @@ impl Operator for QuantMatMul {
 
     fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
         let (m, k, _, dtype) = geometry(inputs)?;
-        if k % QUANT_BLOCK != 0 {
-            return Ok(0);
-        }
         // One block of slack to align the activation blocks inside the byte buffer.
-        Ok((quant_matmul_scratch_len(dtype, m, k) + 1) * std::mem::size_of::<Q8Block>())
+        Ok((activation_blocks(dtype, m, k) + 1) * std::mem::size_of::<Q8Block>())
+    }
+}
+
+/// The product's strategy for `dtype` weights (see the module docs).
+fn strategy(dtype: DType) -> Strategy {
+    if Strategy::IntDot.supports(dtype) {
+        Strategy::IntDot
+    } else {
+        Strategy::Dequant
+    }
+}
+
+/// 8-bit activation blocks the product needs for `m` rows of `k`.
+fn activation_blocks(dtype: DType, m: usize, k: usize) -> usize {
+    match strategy(dtype) {
+        Strategy::IntDot if k % QUANT_BLOCK == 0 => m * (k / QUANT_BLOCK),
+        _ => 0,
     }
 }
 
@@ -146,11 +162,7 @@ impl Kernel for QuantMatMulKernel {
             .as_mut_slice()
             .ok_or_else(|| OpError::kernel(OP, "Y is not contiguous"))?;
 
-        let need = if k % QUANT_BLOCK == 0 {
-            quant_matmul_scratch_len(w.dtype(), m, k)
-        } else {
-            0
-        };
+        let need = activation_blocks(w.dtype(), m, k);
         let mut scratch_w = match io.scratch {
             Some(s) if need > 0 => Some(s.write_bytes(OP)?),
             _ => None,
@@ -160,7 +172,7 @@ impl Kernel for QuantMatMulKernel {
             None if need == 0 => &mut [],
             None => return Err(OpError::kernel(OP, "no scratch for the activation blocks")),
         };
-        quant_matmul(&w, x, m, y, blocks, io.threads)?;
+        quant_matmul_with(strategy(w.dtype()), Isa::detect(), &w, x, m, y, blocks, io.threads)?;
 
         if io.inputs.len() > 2 && io.input(2).is_defined() {
             let bias = io.input(2).read::<f32>()?;
