@@ -159,7 +159,7 @@ impl LanguageModel {
 
     /// `messages` through the model's chat template, opening the assistant's turn.
     pub fn render_chat(&self, messages: &[ChatMessage]) -> Result<String> {
-        let template = self.chat_template.as_ref().ok_or(LlmError::Usage {
+        let template = self.chat_template.as_ref().ok_or_else(|| LlmError::Usage {
             what: "chat",
             reason: "the model has no tokenizer.chat_template".into(),
         })?;

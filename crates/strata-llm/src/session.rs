@@ -109,12 +109,12 @@ impl Session {
             self.run(&ids_t, &positions_t, chunk.len())?;
             let out = self.ctx.output_at(0)?;
             let logits = out.read::<f32>()?;
-            let logits = logits.as_slice().ok_or(LlmError::Usage {
+            let logits = logits.as_slice().ok_or_else(|| LlmError::Usage {
                 what: "logits",
                 reason: "the output is not contiguous".into(),
             })?;
             rows(logits);
-            let last = logits.len().checked_sub(vocab).ok_or(LlmError::Usage {
+            let last = logits.len().checked_sub(vocab).ok_or_else(|| LlmError::Usage {
                 what: "logits",
                 reason: format!("{} values, fewer than the vocabulary", logits.len()),
             })?;
@@ -133,12 +133,13 @@ impl Session {
         self.run(&ids, &positions, 1)?;
         let out = self.ctx.output_at(0)?;
         let logits = out.read::<f32>()?;
-        let logits = logits.as_slice().filter(|l| l.len() == self.logits.len()).ok_or(
-            LlmError::Usage {
+        let logits = logits
+            .as_slice()
+            .filter(|l| l.len() == self.logits.len())
+            .ok_or_else(|| LlmError::Usage {
                 what: "logits",
                 reason: "the output does not hold one row of the vocabulary".into(),
-            },
-        )?;
+            })?;
         self.logits.copy_from_slice(logits);
         Ok(&self.logits)
     }

@@ -126,30 +126,40 @@ fn add_vector(w: GgufWriter, rng: &mut Rng, name: &str, len: usize, around: f32)
 
 /// The tiny model as a GGUF writer (metadata, a byte-level vocabulary, random weights).
 pub fn writer(t: &Tiny) -> GgufWriter {
+    writer_with(t, &[])
+}
+
+/// [`writer`] with metadata keys replaced (`Some`) or left out (`None`).
+pub fn writer_with(t: &Tiny, overrides: &[(&str, Option<Value>)]) -> GgufWriter {
     let mut rng = Rng::new(t.seed);
     let a = t.arch;
     let u32v = |v: usize| Value::U32(v as u32);
     let tokens: Vec<String> = (0..t.vocab).map(|i| format!("t{i}")).collect();
-    let mut w = GgufWriter::new()
-        .string("general.architecture", a)
-        .metadata(&format!("{a}.context_length"), u32v(t.context))
-        .metadata(&format!("{a}.embedding_length"), u32v(t.embedding))
-        .metadata(&format!("{a}.block_count"), u32v(t.layers))
-        .metadata(&format!("{a}.feed_forward_length"), u32v(t.feed_forward))
-        .metadata(&format!("{a}.attention.head_count"), u32v(t.heads))
-        .metadata(&format!("{a}.attention.head_count_kv"), u32v(t.kv_heads))
-        .metadata(&format!("{a}.rope.freq_base"), Value::F32(t.rope_base))
-        .metadata(
-            &format!("{a}.attention.layer_norm_rms_epsilon"),
-            Value::F32(t.eps),
-        )
-        .string("tokenizer.ggml.model", "gpt2")
-        .metadata("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)))
-        .metadata(
-            "tokenizer.ggml.merges",
-            Value::Array(Array::String(Vec::new())),
-        )
-        .metadata("tokenizer.ggml.eos_token_id", Value::U32(1));
+    let mut metadata: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), Value::String(a.into())),
+        (format!("{a}.context_length"), u32v(t.context)),
+        (format!("{a}.embedding_length"), u32v(t.embedding)),
+        (format!("{a}.block_count"), u32v(t.layers)),
+        (format!("{a}.feed_forward_length"), u32v(t.feed_forward)),
+        (format!("{a}.attention.head_count"), u32v(t.heads)),
+        (format!("{a}.attention.head_count_kv"), u32v(t.kv_heads)),
+        (format!("{a}.rope.freq_base"), Value::F32(t.rope_base)),
+        (format!("{a}.attention.layer_norm_rms_epsilon"), Value::F32(t.eps)),
+        ("tokenizer.ggml.model".into(), Value::String("gpt2".into())),
+        ("tokenizer.ggml.tokens".into(), Value::Array(Array::String(tokens))),
+        ("tokenizer.ggml.merges".into(), Value::Array(Array::String(Vec::new()))),
+        ("tokenizer.ggml.eos_token_id".into(), Value::U32(1)),
+    ];
+    for (key, value) in overrides {
+        metadata.retain(|(k, _)| k != key);
+        if let Some(v) = value {
+            metadata.push((key.to_string(), v.clone()));
+        }
+    }
+    let mut w = GgufWriter::new();
+    for (k, v) in metadata {
+        w = w.metadata(&k, v);
+    }
     let (e, f, hd) = (t.embedding, t.feed_forward, t.head_dim());
     w = add_matrix(w, &mut rng, "token_embd.weight", t.dtype, t.vocab, e);
     for l in 0..t.layers {
