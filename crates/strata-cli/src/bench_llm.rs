@@ -57,11 +57,23 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
             "decode_tokens_per_s": best_decode,
             "kv_cache_bytes": session.kv_cache_bytes(),
         });
-        println!("{}", serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?
+        );
     } else {
-        println!("model: {} ({threads} threads, best of {runs} runs)", path.display());
-        println!("prefill: {} tokens at {best_prefill:.1} tok/s", prompt.len());
-        println!("decode: {} tokens at {best_decode:.1} tok/s", args.gen_tokens);
+        println!(
+            "model: {} ({threads} threads, best of {runs} runs)",
+            path.display()
+        );
+        println!(
+            "prefill: {} tokens at {best_prefill:.1} tok/s",
+            prompt.len()
+        );
+        println!(
+            "decode: {} tokens at {best_decode:.1} tok/s",
+            args.gen_tokens
+        );
         println!("KV cache: {} bytes", session.kv_cache_bytes());
     }
     Ok(())

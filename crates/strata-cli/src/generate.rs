@@ -71,7 +71,10 @@ pub fn generate(args: &GenerateArgs) -> Result<(), String> {
             "decode_tokens_per_s": stats.decode_tokens_per_s(),
             "kv_cache_bytes": session.kv_cache_bytes(),
         });
-        println!("{}", serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?
+        );
     } else {
         println!();
         eprintln!(

@@ -87,7 +87,10 @@ impl ModelConfig {
             if v.is_finite() && v > 0.0 {
                 Ok(v)
             } else {
-                Err(LlmError::metadata(&key, format!("{v} must be finite and positive")))
+                Err(LlmError::metadata(
+                    &key,
+                    format!("{v} must be finite and positive"),
+                ))
             }
         };
         let embedding = count("embedding_length")?;

@@ -36,7 +36,11 @@ pub enum LlmError {
     Usage { what: &'static str, reason: String },
 
     #[error("the context is full: {held} positions held, {asked} more asked for, at most {max}")]
-    ContextFull { held: usize, asked: usize, max: usize },
+    ContextFull {
+        held: usize,
+        asked: usize,
+        max: usize,
+    },
 }
 
 impl LlmError {

@@ -64,7 +64,10 @@ impl Builder<'_> {
         if info.dims != expect {
             return Err(LlmError::tensor(
                 name,
-                format!("has dims {:?}, the model's constants need {expect:?}", info.dims),
+                format!(
+                    "has dims {:?}, the model's constants need {expect:?}",
+                    info.dims
+                ),
             ));
         }
         self.weight(name)
@@ -97,13 +100,25 @@ impl Builder<'_> {
         })?;
         self.nodes += 1;
         let name = format!("{output}#{}", self.nodes);
-        let ids = self.graph.add_node(&name, Arc::from(op), inputs, &[output])?;
+        let ids = self
+            .graph
+            .add_node(&name, Arc::from(op), inputs, &[output])?;
         Ok(ids[0])
     }
 
-    fn matmul(&mut self, x: ValueId, w: ValueId, bias: Option<ValueId>, out: &str) -> Result<ValueId> {
+    fn matmul(
+        &mut self,
+        x: ValueId,
+        w: ValueId,
+        bias: Option<ValueId>,
+        out: &str,
+    ) -> Result<ValueId> {
         let inputs = [Some(x), Some(w), bias];
-        let inputs = if bias.is_some() { &inputs[..] } else { &inputs[..2] };
+        let inputs = if bias.is_some() {
+            &inputs[..]
+        } else {
+            &inputs[..2]
+        };
         self.node(DOMAIN, "QuantMatMul", 1, &[], inputs, out)
     }
 
@@ -163,12 +178,22 @@ pub fn build_graph(file: &GgufFile, config: &ModelConfig, options: GraphOptions)
     let embd = b.file.tensor_info("token_embd.weight")?;
     let vocab = embd.dims.first().copied().unwrap_or(0);
     let embd = b.checked_weight("token_embd.weight", &[vocab, c.embedding])?;
-    let mut x = b.node(DOMAIN, "QuantEmbedding", 1, &[], &[Some(embd), Some(ids)], "embedded")?;
+    let mut x = b.node(
+        DOMAIN,
+        "QuantEmbedding",
+        1,
+        &[],
+        &[Some(embd), Some(ids)],
+        "embedded",
+    )?;
 
     let (q_width, kv_width) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
     let rope = |heads: usize| {
         vec![
-            ("interleaved", Attr::Int(i64::from(!c.architecture.rope_neox()))),
+            (
+                "interleaved",
+                Attr::Int(i64::from(!c.architecture.rope_neox())),
+            ),
             ("num_heads", Attr::Int(heads as i64)),
             ("rotary_embedding_dim", Attr::Int(c.rope_dims as i64)),
         ]
@@ -190,9 +215,23 @@ pub fn build_graph(file: &GgufFile, config: &ModelConfig, options: GraphOptions)
         let k = b.matmul(h, wk, bk, &p("k"))?;
         let v = b.matmul(h, wv, bv, &p("v"))?;
         let q_inputs = [Some(q), Some(cos), Some(sin), Some(positions)];
-        let q = b.node("", "RotaryEmbedding", 23, &rope(c.heads), &q_inputs, &p("q_rope"))?;
+        let q = b.node(
+            "",
+            "RotaryEmbedding",
+            23,
+            &rope(c.heads),
+            &q_inputs,
+            &p("q_rope"),
+        )?;
         let k_inputs = [Some(k), Some(cos), Some(sin), Some(positions)];
-        let k = b.node("", "RotaryEmbedding", 23, &rope(c.kv_heads), &k_inputs, &p("k_rope"))?;
+        let k = b.node(
+            "",
+            "RotaryEmbedding",
+            23,
+            &rope(c.kv_heads),
+            &k_inputs,
+            &p("k_rope"),
+        )?;
         let attention = b.node(
             DOMAIN,
             "CachedAttention",
@@ -225,14 +264,22 @@ pub fn build_graph(file: &GgufFile, config: &ModelConfig, options: GraphOptions)
     let mut x = b.rms_norm(x, out_norm, c.rms_epsilon, "final_norm")?;
     if !options.all_logits {
         let mut int = |name: &str, v: i64| -> Result<ValueId> {
-            Ok(b.graph.add_initializer(name, Tensor::from_slice(&[v], &[1])?)?)
+            Ok(b.graph
+                .add_initializer(name, Tensor::from_slice(&[v], &[1])?)?)
         };
         let (starts, ends, axes) = (
             int("last.starts", -1)?,
             int("last.ends", i64::MAX)?,
             int("last.axes", 1)?,
         );
-        x = b.node("", "Slice", 13, &[], &[Some(x), Some(starts), Some(ends), Some(axes)], "last")?;
+        x = b.node(
+            "",
+            "Slice",
+            13,
+            &[],
+            &[Some(x), Some(starts), Some(ends), Some(axes)],
+            "last",
+        )?;
     }
     let head = match b.file.tensor_info("output.weight") {
         Ok(_) => b.checked_weight("output.weight", &[vocab, c.embedding])?,

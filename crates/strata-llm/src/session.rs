@@ -103,7 +103,9 @@ impl Session {
             for &id in chunk {
                 tokens.push(self.check_id(id)?);
             }
-            let positions: Vec<i64> = (self.len..self.len + chunk.len()).map(|p| p as i64).collect();
+            let positions: Vec<i64> = (self.len..self.len + chunk.len())
+                .map(|p| p as i64)
+                .collect();
             let ids_t = Tensor::from_slice(&tokens, &[1, chunk.len()])?;
             let positions_t = Tensor::from_slice(&positions, &[1, chunk.len()])?;
             self.run(&ids_t, &positions_t, chunk.len())?;
@@ -114,10 +116,13 @@ impl Session {
                 reason: "the output is not contiguous".into(),
             })?;
             rows(logits);
-            let last = logits.len().checked_sub(vocab).ok_or_else(|| LlmError::Usage {
-                what: "logits",
-                reason: format!("{} values, fewer than the vocabulary", logits.len()),
-            })?;
+            let last = logits
+                .len()
+                .checked_sub(vocab)
+                .ok_or_else(|| LlmError::Usage {
+                    what: "logits",
+                    reason: format!("{} values, fewer than the vocabulary", logits.len()),
+                })?;
             self.logits.copy_from_slice(&logits[last..]);
         }
         Ok(())

@@ -9,7 +9,10 @@ use crate::error::{LlmError, Result};
 /// The `VocabularyDescription` the file's tokenizer keys describe.
 pub fn vocabulary_description(file: &GgufFile) -> Result<VocabularyDescription> {
     let tokens = strings(file, "tokenizer.ggml.tokens")?.ok_or_else(|| {
-        LlmError::metadata("tokenizer.ggml.tokens", "is missing: the file has no tokenizer")
+        LlmError::metadata(
+            "tokenizer.ggml.tokens",
+            "is missing: the file has no tokenizer",
+        )
     })?;
     let scores = match file.get("tokenizer.ggml.scores") {
         None => Vec::new(),

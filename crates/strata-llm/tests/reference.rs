@@ -44,7 +44,10 @@ fn check(t: &Tiny, tolerance: f32) {
             ours.push(session.step(id).unwrap().to_vec());
         }
         let error = relative_error(&ours, &reference);
-        println!("{} {:?} round {round}: relative error {error}", t.arch, t.dtype);
+        println!(
+            "{} {:?} round {round}: relative error {error}",
+            t.arch, t.dtype
+        );
         assert!(
             error <= tolerance,
             "{} {:?} round {round}: relative error {error} > {tolerance}",
@@ -75,7 +78,13 @@ fn llama_f16_matches_the_reference() {
 
 #[test]
 fn llama_legacy_block_types_match_the_reference() {
-    for dtype in [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0] {
+    for dtype in [
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q8_0,
+    ] {
         check(&Tiny::new("llama", dtype), BLOCKS);
     }
 }

@@ -77,7 +77,11 @@ fn kv_cache_grows_in_blocks_of_kv_cache_memory_and_reset_releases_it() {
         session.step((i % 64) as u32).unwrap();
     }
     assert_eq!(session.len(), KV_BLOCK_TOKENS + 3);
-    assert_eq!(session.kv_cache_bytes(), 2 * per_block, "a second block per layer");
+    assert_eq!(
+        session.kv_cache_bytes(),
+        2 * per_block,
+        "a second block per layer"
+    );
     session.reset();
     assert_eq!(session.kv_cache_bytes(), 0);
     assert_eq!(session.len(), 0);
@@ -99,12 +103,22 @@ fn a_full_context_and_bad_ids_are_typed_errors() {
     session.step(8).unwrap();
     let err = session.step(9).unwrap_err();
     assert!(
-        matches!(err, LlmError::ContextFull { held: 8, asked: 1, max: 8 }),
+        matches!(
+            err,
+            LlmError::ContextFull {
+                held: 8,
+                asked: 1,
+                max: 8
+            }
+        ),
         "{err}"
     );
     assert!(matches!(
         session.prefill_all(&[1]),
-        Err(LlmError::Usage { what: "prefill_all", .. })
+        Err(LlmError::Usage {
+            what: "prefill_all",
+            ..
+        })
     ));
     // Generation stops at the context's end instead of failing.
     let mut session = model.session().unwrap();
@@ -132,10 +146,20 @@ fn malformed_models_are_typed_errors_naming_the_key_or_tensor() {
     let mut other = t.clone();
     other.arch = "gptj";
     let err = load(&other, &[]).unwrap_err();
-    assert!(matches!(err, LlmError::UnsupportedArchitecture(ref a) if a == "gptj"), "{err}");
+    assert!(
+        matches!(err, LlmError::UnsupportedArchitecture(ref a) if a == "gptj"),
+        "{err}"
+    );
     // KV heads that do not divide the query heads.
-    let err = load(&t, &[("llama.attention.head_count_kv", Some(Value::U32(3)))]).unwrap_err();
-    assert!(err.to_string().contains("llama.attention.head_count_kv"), "{err}");
+    let err = load(
+        &t,
+        &[("llama.attention.head_count_kv", Some(Value::U32(3)))],
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("llama.attention.head_count_kv"),
+        "{err}"
+    );
     // A missing constant.
     let err = load(&t, &[("llama.block_count", None)]).unwrap_err();
     assert!(err.to_string().contains("llama.block_count"), "{err}");
@@ -157,7 +181,10 @@ fn malformed_models_are_typed_errors_naming_the_key_or_tensor() {
     let few: Vec<String> = (0..10).map(|i| format!("t{i}")).collect();
     let err = load(
         &t,
-        &[("tokenizer.ggml.tokens", Some(Value::Array(strata_gguf::Array::String(few))))],
+        &[(
+            "tokenizer.ggml.tokens",
+            Some(Value::Array(strata_gguf::Array::String(few))),
+        )],
     )
     .unwrap_err();
     assert!(err.to_string().contains("token_embd.weight"), "{err}");

@@ -91,11 +91,21 @@ struct Comparison {
 
 impl Comparison {
     fn prefill_agreeing(&self) -> usize {
-        self.prefill.0.iter().zip(&self.prefill.1).filter(|(a, b)| a == b).count()
+        self.prefill
+            .0
+            .iter()
+            .zip(&self.prefill.1)
+            .filter(|(a, b)| a == b)
+            .count()
     }
 
     fn greedy_prefix(&self) -> usize {
-        self.greedy.0.iter().zip(&self.greedy.1).take_while(|(a, b)| a == b).count()
+        self.greedy
+            .0
+            .iter()
+            .zip(&self.greedy.1)
+            .take_while(|(a, b)| a == b)
+            .count()
     }
 }
 
@@ -182,7 +192,10 @@ fn greedy_generation_and_prefill_argmax_follow_llama_cpp() {
         .iter()
         .filter(|c| c.greedy.0 == c.greedy.1)
         .count();
-    assert!(full >= 2, "only {full} greedy runs equal llama.cpp's in full");
+    assert!(
+        full >= 2,
+        "only {full} greedy runs equal llama.cpp's in full"
+    );
 }
 
 /// The bar: every greedy token and every prefill argmax equal llama.cpp's. Not met yet

@@ -30,6 +30,9 @@ fn decode_steps_allocate_nothing() {
             }
         });
         assert!(last.is_finite());
-        assert_eq!(allocations, 0, "{dtype:?}: decode steps allocated {allocations} times");
+        assert_eq!(
+            allocations, 0,
+            "{dtype:?}: decode steps allocated {allocations} times"
+        );
     }
 }

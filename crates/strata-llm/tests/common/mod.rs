@@ -115,7 +115,9 @@ fn add_matrix(
             }
             w.tensor(name, dtype, &[rows, cols], bytes).unwrap()
         }
-        _ => w.tensor_quantized(name, dtype, &[rows, cols], &values).unwrap(),
+        _ => w
+            .tensor_quantized(name, dtype, &[rows, cols], &values)
+            .unwrap(),
     }
 }
 
@@ -144,10 +146,19 @@ pub fn writer_with(t: &Tiny, overrides: &[(&str, Option<Value>)]) -> GgufWriter 
         (format!("{a}.attention.head_count"), u32v(t.heads)),
         (format!("{a}.attention.head_count_kv"), u32v(t.kv_heads)),
         (format!("{a}.rope.freq_base"), Value::F32(t.rope_base)),
-        (format!("{a}.attention.layer_norm_rms_epsilon"), Value::F32(t.eps)),
+        (
+            format!("{a}.attention.layer_norm_rms_epsilon"),
+            Value::F32(t.eps),
+        ),
         ("tokenizer.ggml.model".into(), Value::String("gpt2".into())),
-        ("tokenizer.ggml.tokens".into(), Value::Array(Array::String(tokens))),
-        ("tokenizer.ggml.merges".into(), Value::Array(Array::String(Vec::new()))),
+        (
+            "tokenizer.ggml.tokens".into(),
+            Value::Array(Array::String(tokens)),
+        ),
+        (
+            "tokenizer.ggml.merges".into(),
+            Value::Array(Array::String(Vec::new())),
+        ),
         ("tokenizer.ggml.eos_token_id".into(), Value::U32(1)),
     ];
     for (key, value) in overrides {
@@ -166,14 +177,35 @@ pub fn writer_with(t: &Tiny, overrides: &[(&str, Option<Value>)]) -> GgufWriter 
         let n = |p: &str| format!("blk.{l}.{p}");
         w = add_vector(w, &mut rng, &n("attn_norm.weight"), e, 1.0);
         w = add_matrix(w, &mut rng, &n("attn_q.weight"), t.dtype, t.heads * hd, e);
-        w = add_matrix(w, &mut rng, &n("attn_k.weight"), t.dtype, t.kv_heads * hd, e);
-        w = add_matrix(w, &mut rng, &n("attn_v.weight"), t.dtype, t.kv_heads * hd, e);
+        w = add_matrix(
+            w,
+            &mut rng,
+            &n("attn_k.weight"),
+            t.dtype,
+            t.kv_heads * hd,
+            e,
+        );
+        w = add_matrix(
+            w,
+            &mut rng,
+            &n("attn_v.weight"),
+            t.dtype,
+            t.kv_heads * hd,
+            e,
+        );
         if a == "qwen2" {
             w = add_vector(w, &mut rng, &n("attn_q.bias"), t.heads * hd, 0.0);
             w = add_vector(w, &mut rng, &n("attn_k.bias"), t.kv_heads * hd, 0.0);
             w = add_vector(w, &mut rng, &n("attn_v.bias"), t.kv_heads * hd, 0.0);
         }
-        w = add_matrix(w, &mut rng, &n("attn_output.weight"), t.dtype, e, t.heads * hd);
+        w = add_matrix(
+            w,
+            &mut rng,
+            &n("attn_output.weight"),
+            t.dtype,
+            e,
+            t.heads * hd,
+        );
         w = add_vector(w, &mut rng, &n("ffn_norm.weight"), e, 1.0);
         w = add_matrix(w, &mut rng, &n("ffn_gate.weight"), t.dtype, f, e);
         w = add_matrix(w, &mut rng, &n("ffn_up.weight"), t.dtype, f, e);
@@ -216,7 +248,10 @@ fn dequantized(file: &GgufFile) -> HashMap<String, Vec<f32>> {
             let bytes = file.tensor_bytes(&info.name).unwrap();
             let cols = *info.dims.last().unwrap();
             let row_bytes = info.dtype.bytes_for(cols).unwrap();
-            for (o, b) in out.chunks_exact_mut(cols).zip(bytes.chunks_exact(row_bytes)) {
+            for (o, b) in out
+                .chunks_exact_mut(cols)
+                .zip(bytes.chunks_exact(row_bytes))
+            {
                 dequantize_row(info.dtype, b, o).unwrap();
             }
             (info.name.clone(), out)
@@ -234,7 +269,10 @@ fn matvec(w: &[f32], x: &[f32]) -> Vec<f32> {
 fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     let mean = x.iter().map(|v| (v * v) as f64).sum::<f64>() / x.len() as f64;
     let scale = 1.0 / (mean + eps as f64).sqrt();
-    x.iter().zip(w).map(|(v, w)| (*v as f64 * scale) as f32 * w).collect()
+    x.iter()
+        .zip(w)
+        .map(|(v, w)| (*v as f64 * scale) as f32 * w)
+        .collect()
 }
 
 /// Rotates each head of `x` for position `pos`: adjacent pairs (llama, mistral) or halves (NeoX,
@@ -244,7 +282,11 @@ fn rope(x: &mut [f32], head_dim: usize, pos: usize, base: f32, neox: bool) {
     for head in x.chunks_exact_mut(head_dim) {
         for i in 0..half {
             let angle = pos as f64 * (base as f64).powf(-2.0 * i as f64 / head_dim as f64);
-            let (a, b) = if neox { (i, i + half) } else { (2 * i, 2 * i + 1) };
+            let (a, b) = if neox {
+                (i, i + half)
+            } else {
+                (2 * i, 2 * i + 1)
+            };
             let (x0, x1) = (head[a] as f64, head[b] as f64);
             head[a] = (x0 * angle.cos() - x1 * angle.sin()) as f32;
             head[b] = (x0 * angle.sin() + x1 * angle.cos()) as f32;

@@ -56,8 +56,7 @@ impl ExecutionContext {
         let n_inputs = plan.inputs().len();
         let states = (0..n_nodes)
             .map(|i| {
-                let Some(uses) = plan.kernel(i).and_then(|k| k.capabilities().context_state)
-                else {
+                let Some(uses) = plan.kernel(i).and_then(|k| k.capabilities().context_state) else {
                     return Ok(None);
                 };
                 let node = &plan.graph().nodes[i];

@@ -40,8 +40,9 @@ pub struct CachedAttention {
 }
 
 impl CachedAttention {
+    /// Scores (one per position), the query rounded to f16, and 16 lanes of value sums.
     fn scratch_per_head(&self) -> usize {
-        self.max_context + self.head_dim
+        self.max_context + self.head_dim + LANES * self.head_dim
     }
 
     pub fn build(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
@@ -77,7 +78,11 @@ impl CachedAttention {
 
 /// Checks that `fact` is `(1, seq, width)` f32 (or int64 `(1, seq)` for positions).
 fn check_input(fact: &Fact, index: usize, width: Option<usize>) -> OpResult<()> {
-    let dtype = if width.is_some() { DType::F32 } else { DType::I64 };
+    let dtype = if width.is_some() {
+        DType::F32
+    } else {
+        DType::I64
+    };
     if fact.dtype != dtype {
         return Err(OpError::DType {
             op: OP.into(),
@@ -117,7 +122,11 @@ impl Operator for CachedAttention {
         let seq: &Dim = &q.dims[1];
         Ok(vec![Fact::new(
             DType::F32,
-            vec![Dim::Known(1), seq.clone(), Dim::Known(self.heads * self.head_dim)],
+            vec![
+                Dim::Known(1),
+                seq.clone(),
+                Dim::Known(self.heads * self.head_dim),
+            ],
         )])
     }
 
@@ -133,7 +142,8 @@ impl Operator for CachedAttention {
         Ok(Box::new(CachedAttentionKernel(*self)))
     }
 
-    /// Per head: a row of scores as long as the context, and the query rounded to f16.
+    /// Per head: a row of scores as long as the context, the query rounded to f16 and the
+    /// lanes of the weighted sum of values.
     fn scratch_bytes(&self, _inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
         Ok(self.heads * self.scratch_per_head() * std::mem::size_of::<f32>())
     }
@@ -190,11 +200,17 @@ impl UsesContextState for CachedAttentionKernel {
                     format!("first position {first} is past the {} cached", cache.len()),
                 )
             })?;
-        if positions.iter().enumerate().any(|(t, &p)| p != first + t as i64) {
+        if positions
+            .iter()
+            .enumerate()
+            .any(|(t, &p)| p != first + t as i64)
+        {
             return Err(OpError::kernel(OP, "positions must be consecutive"));
         }
         let (q_t, k_t, v_t, out_t) = (io.input(0), io.input(1), io.input(2), io.output(0));
-        if q_t.numel() != seq * qw || k_t.numel() != seq * kvw || v_t.numel() != seq * kvw
+        if q_t.numel() != seq * qw
+            || k_t.numel() != seq * kvw
+            || v_t.numel() != seq * kvw
             || out_t.numel() != seq * qw
         {
             return Err(OpError::shape(
@@ -231,13 +247,14 @@ impl UsesContextState for CachedAttentionKernel {
         let out = out_w.as_mut_slice().ok_or_else(contiguous)?;
         let out_ptr = OutPtr(out.as_mut_ptr());
         let cache = &*cache;
+        let isa = Fma::detect();
         let head = |(h, scores): (usize, &mut [f32])| {
             for t in 0..seq {
                 let row = &q[t * qw + h * a.head_dim..t * qw + (h + 1) * a.head_dim];
                 // SAFETY: head h of row t is written by this task only (tasks split heads), and
                 // the range lies inside the output (seq × heads·head_dim, checked above).
                 let dst = unsafe { out_ptr.slice(t * qw + h * a.head_dim, a.head_dim) };
-                attend(a, cache, h, row, start + t, scores, dst);
+                attend_on(isa, a, cache, h, row, start + t, scores, dst);
             }
         };
         let work = seq * (start + seq) * qw;
@@ -251,8 +268,65 @@ impl UsesContextState for CachedAttentionKernel {
     }
 }
 
+/// Whether the CPU fuses multiply-adds: `f32::mul_add` is then one instruction instead of a
+/// call to the C library's `fmaf` (the same result either way: both are exactly rounded).
+#[derive(Clone, Copy)]
+enum Fma {
+    Native,
+    Library,
+}
+
+impl Fma {
+    fn detect() -> Fma {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("fma") && std::arch::is_x86_feature_detected!("avx2")
+        {
+            return Fma::Native;
+        }
+        Fma::Library
+    }
+}
+
+/// [`attend`] compiled for the CPU's multiply-add.
+#[allow(clippy::too_many_arguments)]
+fn attend_on(
+    isa: Fma,
+    a: &CachedAttention,
+    cache: &KvCache,
+    h: usize,
+    query: &[f32],
+    pos: usize,
+    scratch: &mut [f32],
+    dst: &mut [f32],
+) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Fma::Native` is only detected when the CPU has AVX2 and FMA.
+        Fma::Native => unsafe { attend_fma(a, cache, h, query, pos, scratch, dst) },
+        _ => attend(a, cache, h, query, pos, scratch, dst),
+    }
+}
+
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn attend_fma(
+    a: &CachedAttention,
+    cache: &KvCache,
+    h: usize,
+    query: &[f32],
+    pos: usize,
+    scratch: &mut [f32],
+    dst: &mut [f32],
+) {
+    attend(a, cache, h, query, pos, scratch, dst)
+}
+
 /// Softmax-weighted values for one query row of head `h` at position `pos` (attending to
-/// positions `0..=pos`), written to `dst`. `scratch` holds the scores and the rounded query.
+/// positions `0..=pos`), written to `dst`. `scratch` holds the scores, the rounded query and the
+/// value lanes.
+#[inline(always)]
 fn attend(
     a: &CachedAttention,
     cache: &KvCache,
@@ -262,38 +336,49 @@ fn attend(
     scratch: &mut [f32],
     dst: &mut [f32],
 ) {
+    let hd = a.head_dim;
     let group = a.heads / a.kv_heads;
     let g = h / group;
-    let cols = g * a.head_dim..(g + 1) * a.head_dim;
-    let scale = 1.0 / (a.head_dim as f32).sqrt();
-    let (scores, q16) = scratch.split_at_mut(a.max_context);
+    let cols = g * hd..(g + 1) * hd;
+    let scale = 1.0 / (hd as f32).sqrt();
+    let (scores, rest) = scratch.split_at_mut(a.max_context);
+    let (q16, lanes) = rest.split_at_mut(hd);
     for (r, &x) in q16.iter_mut().zip(query) {
         *r = f16_to_f32(f32_to_f16(x));
     }
     let scores = &mut scores[..=pos];
     let mut max = f32::NEG_INFINITY;
     for (j, s) in scores.iter_mut().enumerate() {
-        *s = lanes_dot(a.head_dim, |i| q16[i], |i| f16_to_f32(cache.key(j)[cols.start + i])) * scale;
+        *s = dot_lanes(q16, &cache.key(j)[cols.clone()]) * scale;
         max = max.max(*s);
     }
     // exp and its sum as ggml's soft_max: the sum in f64, one 16-lane chunk at a time.
     let mut sum = 0.0f64;
     for chunk in scores.chunks_mut(LANES) {
-        let mut lanes = [0.0f32; LANES];
-        for (l, s) in lanes.iter_mut().zip(chunk.iter_mut()) {
+        let mut part = [0.0f32; LANES];
+        for (l, s) in part.iter_mut().zip(chunk.iter_mut()) {
             *s = expf(*s - max);
             *l = *s;
         }
-        sum += f64::from(reduce(&lanes));
+        sum += f64::from(reduce(&part));
     }
     let inv = (1.0 / sum) as f32;
-    for s in scores.iter_mut() {
-        *s = f16_to_f32(f32_to_f16(*s * inv));
+    // Σ p_j · v_j per feature: position j goes to lane j % 16 (tinyBLAS over positions), the
+    // lanes of a feature summed at the end.
+    lanes.fill(0.0);
+    for (j, s) in scores.iter().enumerate() {
+        let p = f16_to_f32(f32_to_f16(s * inv));
+        let lane = &mut lanes[(j % LANES) * hd..(j % LANES + 1) * hd];
+        for (acc, &v) in lane.iter_mut().zip(&cache.value(j)[cols.clone()]) {
+            *acc = f16_to_f32(v).mul_add(p, *acc);
+        }
     }
-    let scores = &*scores;
     for (d, out) in dst.iter_mut().enumerate() {
-        let col = cols.start + d;
-        *out = lanes_dot(pos + 1, |j| f16_to_f32(cache.value(j)[col]), |j| scores[j]);
+        let mut part = [0.0f32; LANES];
+        for (l, v) in part.iter_mut().enumerate() {
+            *v = lanes[l * hd + d];
+        }
+        *out = reduce(&part);
     }
 }
 
@@ -301,14 +386,20 @@ fn attend(
 /// sums here follow (so greedy tokens match it, not only within rounding).
 const LANES: usize = 16;
 
-/// `Σ a(i)·b(i)` for `i < n` as tinyBLAS computes it: lane `i % 16` accumulates with fused
-/// multiply-adds, then the lanes are summed as `_mm512_reduce_add_ps` does.
+/// `Σ q·k` as tinyBLAS computes it: lane `i % 16` accumulates with fused multiply-adds, then
+/// the lanes are summed as `_mm512_reduce_add_ps` does.
 #[inline(always)]
-fn lanes_dot(n: usize, a: impl Fn(usize) -> f32, b: impl Fn(usize) -> f32) -> f32 {
+fn dot_lanes(q: &[f32], k: &[u16]) -> f32 {
     let mut acc = [0.0f32; LANES];
-    for i in 0..n {
-        let l = i % LANES;
-        acc[l] = a(i).mul_add(b(i), acc[l]);
+    let (qc, kc) = (q.chunks_exact(LANES), k.chunks_exact(LANES));
+    let (qr, kr) = (qc.remainder(), kc.remainder());
+    for (qs, ks) in qc.zip(kc) {
+        for l in 0..LANES {
+            acc[l] = qs[l].mul_add(f16_to_f32(ks[l]), acc[l]);
+        }
+    }
+    for (l, (&x, &y)) in qr.iter().zip(kr).enumerate() {
+        acc[l] = x.mul_add(f16_to_f32(y), acc[l]);
     }
     reduce(&acc)
 }
@@ -326,6 +417,7 @@ fn reduce(v: &[f32; LANES]) -> f32 {
 
 /// `e^x` as ggml's vectorized `ggml_v_expf` computes it (a degree-5 polynomial after range
 /// reduction, from ARM's optimized routines), so softmax weights are llama.cpp's.
+#[inline(always)]
 fn expf(x: f32) -> f32 {
     if x == f32::NEG_INFINITY {
         return 0.0;
@@ -334,13 +426,16 @@ fn expf(x: f32) -> f32 {
     let z = x.mul_add(f32::from_bits(0x3fb8_aa3b), r); // log2(e)
     let n = z - r;
     let b = (-n).mul_add(
-        f32::from_bits(0x35bf_be8e), // 0x1.7f7d1cp-20
+        f32::from_bits(0x35bf_be8e),                  // 0x1.7f7d1cp-20
         (-n).mul_add(f32::from_bits(0x3f31_7200), x), // 0x1.62e4p-1
     );
     let u = b * b;
     let j = f32::from_bits(0x3c07_2010) // 0x1.0e4020p-7
         .mul_add(b, f32::from_bits(0x3d2b_9f17)) // 0x1.573e2ep-5
-        .mul_add(u, f32::from_bits(0x3e2a_af33).mul_add(b, f32::from_bits(0x3eff_fedb))) // 0x1.555e66p-3, 0x1.fffdb6p-2
+        .mul_add(
+            u,
+            f32::from_bits(0x3e2a_af33).mul_add(b, f32::from_bits(0x3eff_fedb)),
+        ) // 0x1.555e66p-3, 0x1.fffdb6p-2
         .mul_add(u, f32::from_bits(0x3f7f_fff6).mul_add(b, 1.0)); // 0x1.ffffecp-1
     if n.abs() > 126.0 {
         // Far outside the softmax range (scores minus their max are <= 0): plain exp.
@@ -356,7 +451,10 @@ fn scratch_f32(bytes: &mut [u8], count: usize) -> OpResult<&mut [f32]> {
     if skip == usize::MAX || skip + size > bytes.len() {
         return Err(OpError::kernel(
             OP,
-            format!("scratch of {} bytes holds fewer than {count} scores", bytes.len()),
+            format!(
+                "scratch of {} bytes holds fewer than {count} scores",
+                bytes.len()
+            ),
         ));
     }
     let bytes = &mut bytes[skip..skip + size];

@@ -40,7 +40,10 @@ impl KvCache {
             .and_then(|n| n.checked_mul(2 * std::mem::size_of::<u16>()))
             .filter(|_| block_tokens > 0)
             .ok_or_else(|| {
-                OpError::shape(OP, format!("a block of {block_tokens} × {kv_dim} is too large"))
+                OpError::shape(
+                    OP,
+                    format!("a block of {block_tokens} × {kv_dim} is too large"),
+                )
             })?;
         Ok(KvCache {
             kv_dim,
@@ -107,11 +110,19 @@ impl KvCache {
         if key.len() != self.kv_dim || value.len() != self.kv_dim {
             return Err(OpError::shape(
                 OP,
-                format!("keys/values of {}/{} values, expected {}", key.len(), value.len(), self.kv_dim),
+                format!(
+                    "keys/values of {}/{} values, expected {}",
+                    key.len(),
+                    value.len(),
+                    self.kv_dim
+                ),
             ));
         }
         if self.len >= self.blocks.len() * self.block_tokens {
-            return Err(OpError::kernel(OP, "no room in the KV cache: grow it first"));
+            return Err(OpError::kernel(
+                OP,
+                "no room in the KV cache: grow it first",
+            ));
         }
         let (k, v) = self.slot(self.len);
         // SAFETY: `slot` points at `kv_dim` f16 of keys and of values inside a block this cache
@@ -123,12 +134,15 @@ impl KvCache {
             )
         };
         k.iter_mut().zip(key).for_each(|(k, &x)| *k = f32_to_f16(x));
-        v.iter_mut().zip(value).for_each(|(v, &x)| *v = f32_to_f16(x));
+        v.iter_mut()
+            .zip(value)
+            .for_each(|(v, &x)| *v = f32_to_f16(x));
         self.len += 1;
         Ok(())
     }
 
     /// Pointers to the keys and values of position `pos` (inside an allocated block).
+    #[inline]
     fn slot(&self, pos: usize) -> (*mut u16, *mut u16) {
         let block = &self.blocks[pos / self.block_tokens];
         let row = pos % self.block_tokens;
@@ -144,6 +158,7 @@ impl KvCache {
     }
 
     /// The keys (f16 bits) of position `pos < len`.
+    #[inline]
     pub fn key(&self, pos: usize) -> &[u16] {
         assert!(pos < self.len, "key {pos} of {}", self.len);
         // SAFETY: positions below `len` were written by `push`; the slice lives no longer than
@@ -152,6 +167,7 @@ impl KvCache {
     }
 
     /// The values (f16 bits) of position `pos < len`.
+    #[inline]
     pub fn value(&self, pos: usize) -> &[u16] {
         assert!(pos < self.len, "value {pos} of {}", self.len);
         // SAFETY: as in `key`.

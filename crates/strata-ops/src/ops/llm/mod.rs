@@ -27,9 +27,10 @@ pub const OPS: &[OpTable] = &[&[
 
 /// A positive integer attribute that must be given.
 fn positive_attr(ctx: &crate::OpContext, op: &str, name: &str) -> crate::OpResult<usize> {
-    let v = ctx.attrs.int(name)?.ok_or_else(|| {
-        crate::OpError::attribute(op, name, "is required")
-    })?;
+    let v = ctx
+        .attrs
+        .int(name)?
+        .ok_or_else(|| crate::OpError::attribute(op, name, "is required"))?;
     usize::try_from(v)
         .ok()
         .filter(|&v| v > 0)

@@ -52,7 +52,10 @@ impl Operator for QuantMatMul {
         if w.rank() != 2 || x.rank() == 0 {
             return Err(OpError::shape(
                 OP,
-                format!("X {:?} must have a rank and W {:?} must be 2-D (n, k)", x.dims, w.dims),
+                format!(
+                    "X {:?} must have a rank and W {:?} must be 2-D (n, k)",
+                    x.dims, w.dims
+                ),
             ));
         }
         let (n, k) = (&w.dims[0], &w.dims[1]);
@@ -74,7 +77,10 @@ impl Operator for QuantMatMul {
             if !fits {
                 return Err(OpError::shape(
                     OP,
-                    format!("the bias must be float32 ({n:?}), got {} {:?}", bias.dtype, bias.dims),
+                    format!(
+                        "the bias must be float32 ({n:?}), got {} {:?}",
+                        bias.dtype, bias.dims
+                    ),
                 ));
             }
         }
@@ -148,7 +154,12 @@ impl Kernel for QuantMatMulKernel {
         if x_t.dims().last() != Some(&k) || y_t.numel() != m * n {
             return Err(OpError::shape(
                 OP,
-                format!("X {:?}, W {:?} and Y {:?} do not agree", x_t.dims(), w_t.dims(), y_t.dims()),
+                format!(
+                    "X {:?}, W {:?} and Y {:?} do not agree",
+                    x_t.dims(),
+                    w_t.dims(),
+                    y_t.dims()
+                ),
             ));
         }
         let w_bytes = w_t.read_bytes(OP)?;
@@ -172,7 +183,16 @@ impl Kernel for QuantMatMulKernel {
             None if need == 0 => &mut [],
             None => return Err(OpError::kernel(OP, "no scratch for the activation blocks")),
         };
-        quant_matmul_with(strategy(w.dtype()), Isa::detect(), &w, x, m, y, blocks, io.threads)?;
+        quant_matmul_with(
+            strategy(w.dtype()),
+            Isa::detect(),
+            &w,
+            x,
+            m,
+            y,
+            blocks,
+            io.threads,
+        )?;
 
         if io.inputs.len() > 2 && io.input(2).is_defined() {
             let bias = io.input(2).read::<f32>()?;
@@ -195,7 +215,10 @@ fn q8_blocks(bytes: &mut [u8], count: usize) -> OpResult<&mut [Q8Block]> {
     if skip == usize::MAX || skip + size > bytes.len() {
         return Err(OpError::kernel(
             OP,
-            format!("scratch of {} bytes is too small for {count} blocks", bytes.len()),
+            format!(
+                "scratch of {} bytes is too small for {count} blocks",
+                bytes.len()
+            ),
         ));
     }
     let bytes = &mut bytes[skip..skip + size];
