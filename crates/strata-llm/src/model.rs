@@ -11,7 +11,6 @@ use strata_tokenizer::{ChatMessage, ChatTemplate, EncodeOptions, Tokenizer};
 use crate::config::ModelConfig;
 use crate::error::{LlmError, Result};
 use crate::graph::{build_graph, GraphOptions, IDS, POSITIONS};
-use crate::session::Session;
 use crate::vocabulary::tokenizer_from_gguf;
 
 /// How a model is loaded.
@@ -113,11 +112,6 @@ impl LanguageModel {
                 ..options
             },
         }))
-    }
-
-    /// A new conversation: an execution context with its own (empty) KV cache.
-    pub fn session(self: &Arc<Self>) -> Result<Session> {
-        Session::new(self.clone())
     }
 
     pub fn config(&self) -> &ModelConfig {

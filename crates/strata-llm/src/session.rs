@@ -25,8 +25,15 @@ pub struct Session {
     logits: Vec<f32>,
 }
 
+impl LanguageModel {
+    /// A new conversation: an execution context with its own (empty) KV cache.
+    pub fn session(self: &Arc<Self>) -> Result<Session> {
+        Session::new(self.clone())
+    }
+}
+
 impl Session {
-    pub(crate) fn new(model: Arc<LanguageModel>) -> Result<Session> {
+    fn new(model: Arc<LanguageModel>) -> Result<Session> {
         let ctx = model.plan().create_context()?;
         Ok(Session {
             step_ids: Tensor::from_slice(&[0i64], &[1, 1])?,
