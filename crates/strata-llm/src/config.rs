@@ -96,7 +96,7 @@ impl ModelConfig {
         let embedding = count("embedding_length")?;
         let heads = count("attention.head_count")?;
         let kv_heads = optional_count("attention.head_count_kv")?.unwrap_or(heads);
-        if heads % kv_heads != 0 {
+        if !heads.is_multiple_of(kv_heads) {
             return Err(LlmError::metadata(
                 &format!("{arch}.attention.head_count_kv"),
                 format!("{kv_heads} does not divide the {heads} query heads"),
@@ -104,7 +104,7 @@ impl ModelConfig {
         }
         let head_dim = match optional_count("attention.key_length")? {
             Some(d) => d,
-            None if embedding % heads == 0 => embedding / heads,
+            None if embedding.is_multiple_of(heads) => embedding / heads,
             None => {
                 return Err(LlmError::metadata(
                     &format!("{arch}.attention.head_count"),
@@ -113,7 +113,7 @@ impl ModelConfig {
             }
         };
         let rope_dims = optional_count("rope.dimension_count")?.unwrap_or(head_dim);
-        if rope_dims > head_dim || rope_dims % 2 != 0 {
+        if rope_dims > head_dim || !rope_dims.is_multiple_of(2) {
             return Err(LlmError::metadata(
                 &format!("{arch}.rope.dimension_count"),
                 format!("{rope_dims} must be even and at most the head size {head_dim}"),

@@ -54,7 +54,7 @@ impl CachedAttention {
             None => KV_BLOCK_TOKENS,
             Some(_) => positive_attr(ctx, OP, "block_tokens")?,
         };
-        if heads % kv_heads != 0 {
+        if !heads.is_multiple_of(kv_heads) {
             return Err(OpError::attribute(
                 OP,
                 "kv_heads",

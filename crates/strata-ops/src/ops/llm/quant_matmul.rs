@@ -121,7 +121,7 @@ fn strategy(dtype: DType) -> Strategy {
 /// 8-bit activation blocks the product needs for `m` rows of `k`.
 fn activation_blocks(dtype: DType, m: usize, k: usize) -> usize {
     match strategy(dtype) {
-        Strategy::IntDot if k % QUANT_BLOCK == 0 => m * (k / QUANT_BLOCK),
+        Strategy::IntDot if k.is_multiple_of(QUANT_BLOCK) => m * (k / QUANT_BLOCK),
         _ => 0,
     }
 }
@@ -150,7 +150,7 @@ impl Kernel for QuantMatMulKernel {
         let &[n, k] = w_t.dims() else {
             return Err(OpError::shape(OP, "W must be 2-D"));
         };
-        let m = if k == 0 { 0 } else { x_t.numel() / k };
+        let m = x_t.numel().checked_div(k).unwrap_or(0);
         if x_t.dims().last() != Some(&k) || y_t.numel() != m * n {
             return Err(OpError::shape(
                 OP,
