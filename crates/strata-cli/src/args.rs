@@ -112,7 +112,54 @@ pub struct BenchArgs {
     /// Also print time per operator type (per-node profiling).
     #[arg(long)]
     pub profile: bool,
+    /// GGUF models: prompt tokens prefilled per timed run.
+    #[arg(long, default_value_t = 128)]
+    pub prompt_tokens: usize,
+    /// GGUF models: tokens generated (decode steps) per timed run.
+    #[arg(long, default_value_t = 64)]
+    pub gen_tokens: usize,
     /// Print a JSON report instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `strata generate MODEL.gguf (--prompt TEXT | --chat TEXT)`.
+#[derive(Args)]
+pub struct GenerateArgs {
+    /// Path to a .gguf language model.
+    pub model: PathBuf,
+    /// Text to continue (BOS and special tokens as llama.cpp adds them).
+    #[arg(long, conflicts_with = "chat", required_unless_present = "chat")]
+    pub prompt: Option<String>,
+    /// A user message, rendered with the model's chat template.
+    #[arg(long)]
+    pub chat: Option<String>,
+    #[arg(long, default_value_t = 128)]
+    pub max_tokens: usize,
+    /// 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// 0 keeps every token.
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p: f32,
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Stop before this text (repeatable).
+    #[arg(long = "stop", value_name = "TEXT")]
+    pub stop: Vec<String>,
+    /// Positions a session holds (default: the model's context length).
+    #[arg(long)]
+    pub context: Option<usize>,
+    /// Intra-op threads (default: all cores).
+    #[arg(long, value_parser = at_least_one)]
+    pub threads: Option<usize>,
+    /// Print one JSON object (ids, text, speeds, KV cache bytes) instead of streaming text.
     #[arg(long)]
     pub json: bool,
 }

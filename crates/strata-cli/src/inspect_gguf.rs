@@ -1,5 +1,6 @@
 //! `strata inspect MODEL.gguf`: a GGUF language model's architecture, metadata and tensors by
-//! type (the memory plan comes with the llama graph).
+//! type, and for the architectures strata builds the memory plan of its graph (the arena of a
+//! session at the largest prefill chunk) and the KV cache's bytes per position.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -7,7 +8,35 @@ use std::path::Path;
 use serde_json::json;
 use strata_gguf::GgufFile;
 
-use crate::report::bytes;
+use crate::report::{bytes, memory_json, memory_text};
+
+/// The plan's memory and the KV cache's size, or why there is none.
+fn llm_memory(path: &Path) -> Result<(serde_json::Value, String), String> {
+    let options = strata_llm::LoadOptions {
+        threads: 1,
+        ..Default::default()
+    };
+    let model = strata_llm::LanguageModel::load(path, options).map_err(|e| e.to_string())?;
+    let c = model.config();
+    let per_position = c.layers * 2 * c.kv_heads * c.head_dim * std::mem::size_of::<f32>();
+    let plan = model.plan().memory_plan();
+    let value = json!({
+        "memory_plan": memory_json(plan),
+        "prefill_chunk": model.options().prefill_chunk,
+        "kv_cache_bytes_per_position": per_position,
+        "kv_cache_bytes_full_context": per_position * model.context(),
+        "context": model.context(),
+    });
+    let text = format!(
+        "{} (prefill chunks of up to {} tokens)\nKV cache: {} per position, {} at the full context of {} (allocated in blocks as a session grows)",
+        memory_text(plan),
+        model.options().prefill_chunk,
+        bytes(per_position),
+        bytes(per_position * model.context()),
+        model.context()
+    );
+    Ok((value, text))
+}
 
 /// Whether `path` names a GGUF file (by extension, or by its magic when it has another one).
 pub fn is_gguf(path: &Path) -> bool {
@@ -35,8 +64,9 @@ pub fn inspect(path: &Path, json_out: bool) -> Result<(), String> {
         entry.1 += t.size_in_bytes;
     }
     let total: usize = file.tensors().iter().map(|t| t.size_in_bytes).sum();
+    let memory = llm_memory(path);
     if json_out {
-        let value = json!({
+        let mut value = json!({
             "model": path.display().to_string(),
             "format": "gguf",
             "version": file.version(),
@@ -49,6 +79,10 @@ pub fn inspect(path: &Path, json_out: bool) -> Result<(), String> {
             "tensor_bytes": total,
             "tensors_by_type": by_type.iter().map(|(d, (n, b))| (d.clone(), json!({ "count": n, "bytes": b }))).collect::<serde_json::Map<_, _>>(),
         });
+        value["memory"] = match &memory {
+            Ok((v, _)) => v.clone(),
+            Err(reason) => json!({ "unavailable": reason }),
+        };
         println!(
             "{}",
             serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?
@@ -69,6 +103,10 @@ pub fn inspect(path: &Path, json_out: bool) -> Result<(), String> {
     );
     for (dtype, (n, b)) in &by_type {
         println!("  {dtype:<6} {n:>5} tensors  {}", bytes(*b));
+    }
+    match memory {
+        Ok((_, text)) => println!("{text}"),
+        Err(reason) => println!("memory plan: unavailable ({reason})"),
     }
     Ok(())
 }

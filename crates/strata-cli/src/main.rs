@@ -2,8 +2,10 @@
 
 mod args;
 mod bench;
+mod bench_llm;
 mod conformance;
 mod export;
+mod generate;
 mod inputs;
 mod inspect;
 mod inspect_gguf;
@@ -15,7 +17,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use args::{BenchArgs, ConformanceArgs, ExportArgs, InspectArgs, RunArgs};
+use args::{BenchArgs, ConformanceArgs, ExportArgs, GenerateArgs, InspectArgs, RunArgs};
 
 #[derive(Parser)]
 #[command(
@@ -35,8 +37,10 @@ enum Command {
     Run(RunArgs),
     /// Describe a model: inputs, outputs, op counts, weight bytes and memory plan.
     Inspect(InspectArgs),
-    /// Time repeated runs of a model.
+    /// Time repeated runs of a model (GGUF language models: prefill and decode tokens per second).
     Bench(BenchArgs),
+    /// Generate text with a GGUF language model, streamed to stdout.
+    Generate(GenerateArgs),
     /// Write the built-in models (ResNet-style CNN, MLP, transformer block) as .onnx files.
     Export(ExportArgs),
     /// Run ONNX backend-test cases (`test_*` folders with model.onnx and test_data_set_*) and
@@ -59,7 +63,11 @@ fn main() -> ExitCode {
             Some(path) if inspect_gguf::is_gguf(path) => inspect_gguf::inspect(path, args.json),
             _ => inspect::inspect(&args),
         },
-        Some(Command::Bench(args)) => bench::bench(&args),
+        Some(Command::Bench(args)) => match &args.model.model {
+            Some(path) if inspect_gguf::is_gguf(path) => bench_llm::bench(&args),
+            _ => bench::bench(&args),
+        },
+        Some(Command::Generate(args)) => generate::generate(&args),
         Some(Command::Export(args)) => export::export(&args.dir),
         Some(Command::Conformance(args)) => conformance::conformance(&args),
     };

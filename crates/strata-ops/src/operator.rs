@@ -190,14 +190,41 @@ pub struct InferenceBatchNorm {
 pub struct KernelCapabilities<'a> {
     /// It makes its own outputs instead of writing into planned memory.
     pub makes_outputs: Option<&'a dyn MakesOutputs>,
+    /// It keeps state across runs in each execution context (a language model's KV cache).
+    pub context_state: Option<&'a dyn UsesContextState>,
 }
 
 impl fmt::Debug for KernelCapabilities<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KernelCapabilities")
             .field("makes_outputs", &self.makes_outputs.is_some())
+            .field("context_state", &self.context_state.is_some())
             .finish()
     }
+}
+
+/// A kernel with state that lives in each execution context and persists from one run to the
+/// next (a language model's KV cache). The context makes one state per such node when it is
+/// created and runs the node through [`UsesContextState::run_with_state`] instead of
+/// [`Kernel::run`]; many contexts thus share one plan, each with its own state.
+pub trait UsesContextState: Send + Sync {
+    /// A fresh state for a new context.
+    fn new_state(&self) -> OpResult<Box<dyn ContextState>>;
+
+    /// Runs the node with this context's state.
+    fn run_with_state(&self, io: &KernelIo<'_>, state: &mut dyn ContextState) -> OpResult<()>;
+}
+
+/// The per-context state of a [`UsesContextState`] kernel.
+pub trait ContextState: Send + fmt::Debug {
+    /// Back to the state of a new context, releasing what it holds.
+    fn reset(&mut self);
+
+    /// Bytes of memory the state holds now.
+    fn bytes(&self) -> usize;
+
+    /// For the kernel to reach its own state type.
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any;
 }
 
 /// A kernel whose outputs are known only by running it — control flow, where the taken branch or

@@ -3,7 +3,7 @@
 
 use crate::operator::{Constructor, OpContext, OpTable};
 use crate::ops::{
-    activation, attention, cast, convolution, generator, indexing, linalg, loss, math, ml,
+    activation, attention, cast, convolution, generator, indexing, linalg, llm, loss, math, ml,
     normalization, pooling, quantization, recurrent, reduce, resample, selection, shape, signal,
     text,
 };
@@ -33,6 +33,9 @@ const ONNX_FAMILIES: &[&[OpTable]] = &[
     text::OPS,
 ];
 
+/// The operator families of strata's language-model domain (`strata.llm`).
+const LLM_FAMILIES: &[&[OpTable]] = &[llm::OPS];
+
 /// The operator families of the `ai.onnx.ml` domain.
 const ML_FAMILIES: &[&[OpTable]] = &[ml::OPS, text::ML_OPS];
 
@@ -45,6 +48,8 @@ fn constructor(domain: &str, op_type: &str) -> Option<Constructor> {
         ONNX_FAMILIES
     } else if domain == "ai.onnx.ml" {
         ML_FAMILIES
+    } else if domain == llm::DOMAIN {
+        LLM_FAMILIES
     } else {
         return None;
     };

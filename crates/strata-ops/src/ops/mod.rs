@@ -12,6 +12,7 @@ pub mod convolution;
 pub mod generator;
 pub mod indexing;
 pub mod linalg;
+pub mod llm;
 pub mod loss;
 pub mod math;
 pub mod ml;

@@ -78,7 +78,7 @@ impl ExecutionContext {
         Ok(())
     }
 
-    fn run_static(&self, plan: &InferencePlan, planned: &Planned, i: usize) -> Result<()> {
+    fn run_static(&mut self, plan: &InferencePlan, planned: &Planned, i: usize) -> Result<()> {
         let node = &plan.graph().nodes[i];
         let kernel = plan.kernel(i).ok_or_else(|| RuntimeError::NoKernel {
             node: node.name.clone(),
@@ -101,7 +101,11 @@ impl ExecutionContext {
             in_place: planned.memory.in_place[i],
             threads: plan.config().threads,
         };
-        kernel.run(&io).map_err(|source| {
+        let result = match (kernel.capabilities().context_state, &mut self.states[i]) {
+            (Some(uses), Some(state)) => uses.run_with_state(&io, state.as_mut()),
+            _ => kernel.run(&io),
+        };
+        result.map_err(|source| {
             RuntimeError::node(
                 &node.name,
                 node.op.op_type(),

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use strata_core::{MemoryBlock, Tensor};
+use strata_ops::ContextState;
 
 use crate::planned::Planned;
 use crate::{InferencePlan, Result};
@@ -38,6 +39,9 @@ pub struct ExecutionContext {
     pub(super) stats: ContextStats,
     /// Cancellation flag, timeout and loop bound of this context's runs.
     pub(super) limits: super::limits::RunLimits,
+    /// Per node: the state its kernel keeps in this context across runs (a KV cache), made at
+    /// creation for kernels with the `context_state` capability.
+    pub(super) states: Vec<Option<Box<dyn ContextState>>>,
 }
 
 impl InferencePlan {
@@ -52,6 +56,17 @@ impl ExecutionContext {
         let n_values = plan.graph().values.len();
         let n_nodes = plan.graph().nodes.len();
         let n_inputs = plan.inputs().len();
+        let states = (0..n_nodes)
+            .map(|i| {
+                let Some(uses) = plan.kernel(i).and_then(|k| k.capabilities().context_state) else {
+                    return Ok(None);
+                };
+                let node = &plan.graph().nodes[i];
+                uses.new_state().map(Some).map_err(|source| {
+                    crate::RuntimeError::node(&node.name, node.op.op_type(), Vec::new(), source)
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         let mut ctx = ExecutionContext {
             planned: None,
             arena: None,
@@ -62,6 +77,7 @@ impl ExecutionContext {
             timings: vec![Duration::ZERO; if plan.config().profiling { n_nodes } else { 0 }],
             stats: ContextStats::default(),
             limits: super::limits::RunLimits::new(plan.config()),
+            states,
             plan,
         };
         if let Some(base) = ctx.plan.base().cloned() {
@@ -76,5 +92,16 @@ impl ExecutionContext {
 
     pub fn stats(&self) -> ContextStats {
         self.stats
+    }
+
+    /// Resets every kernel's per-context state (a KV cache forgets its sequence and releases its
+    /// memory), as in a new context.
+    pub fn reset_state(&mut self) {
+        self.states.iter_mut().flatten().for_each(|s| s.reset());
+    }
+
+    /// Bytes held by the kernels' per-context states.
+    pub fn state_bytes(&self) -> usize {
+        self.states.iter().flatten().map(|s| s.bytes()).sum()
     }
 }

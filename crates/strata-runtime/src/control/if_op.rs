@@ -151,6 +151,7 @@ impl Kernel for IfKernel {
     fn capabilities(&self) -> KernelCapabilities<'_> {
         KernelCapabilities {
             makes_outputs: Some(self),
+            ..Default::default()
         }
     }
 }

@@ -207,6 +207,7 @@ impl Kernel for LoopKernel {
     fn capabilities(&self) -> KernelCapabilities<'_> {
         KernelCapabilities {
             makes_outputs: Some(self),
+            ..Default::default()
         }
     }
 }

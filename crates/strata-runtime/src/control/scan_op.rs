@@ -419,6 +419,7 @@ impl Kernel for ScanKernel {
     fn capabilities(&self) -> KernelCapabilities<'_> {
         KernelCapabilities {
             makes_outputs: Some(self),
+            ..Default::default()
         }
     }
 }

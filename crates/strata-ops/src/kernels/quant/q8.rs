@@ -3,6 +3,8 @@
 
 use strata_core::QUANT_BLOCK;
 
+use crate::support::f16_bits::{f16_to_f32, f32_to_f16};
+
 /// 32 activations as `d · qs[i]`, with `s = d · Σ qs` for the formats with an offset (`_1`).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 #[repr(C, align(8))]
@@ -12,19 +14,26 @@ pub struct Q8Block {
     pub qs: [i8; QUANT_BLOCK],
 }
 
-/// Quantizes `x` (a multiple of 32 long) into `out`, one block per 32 values: scale absmax/127,
-/// round to nearest.
+/// Quantizes `x` (a multiple of 32 long) into `out`, one block per 32 values, exactly as
+/// llama.cpp's AVX2 `quantize_row_q8_0`/`q8_1` do, so products match its numbers: `qs =
+/// round_ties_even(x · 127/absmax)`, the scale `d = absmax/127` and `s = d · Σ qs` stored as f16
+/// (read back here as the f32 of that f16).
 pub fn quantize_activations(x: &[f32], out: &mut [Q8Block]) {
     for (xs, block) in x.chunks_exact(QUANT_BLOCK).zip(out.iter_mut()) {
         let amax = xs.iter().fold(0.0f32, |a, v| a.max(v.abs()));
         let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
         let mut sum = 0i32;
         for (q, &v) in block.qs.iter_mut().zip(xs) {
-            *q = (v * id).round() as i8;
+            *q = (v * id).round_ties_even() as i8;
             sum += *q as i32;
         }
-        block.d = d;
-        block.s = d * sum as f32;
+        block.d = through_f16(d);
+        block.s = through_f16(d * sum as f32);
     }
+}
+
+/// `v` rounded to the nearest f16 (as llama.cpp stores block scales).
+fn through_f16(v: f32) -> f32 {
+    f16_to_f32(f32_to_f16(v))
 }

@@ -168,9 +168,12 @@ impl<T: Real> Kernel for LayerNormKernel<T> {
         let bias = br.as_ref().map(|g| contiguous(op, "bias", g)).transpose()?;
 
         let eps = <T::Wide as WideFloat>::lit(f64::from(self.op.epsilon));
+        // Row statistics only when an output asks for them: without, a run allocates nothing.
+        let keep_stats = io.output(1).is_defined() || io.output(2).is_defined();
+        let stats_rows = if keep_stats { rows } else { 0 };
         let mut stats = RowStats {
-            mean: Vec::with_capacity(rows),
-            inv_std: Vec::with_capacity(rows),
+            mean: Vec::with_capacity(stats_rows),
+            inv_std: Vec::with_capacity(stats_rows),
         };
         let mut yw = io.output(0).write::<T>()?;
         let y = contiguous_mut(op, "Y", &mut yw)?;
@@ -188,8 +191,10 @@ impl<T: Real> Kernel for LayerNormKernel<T> {
                     }
                     *o = T::narrow(r);
                 }
-                stats.mean.push(mean);
-                stats.inv_std.push(inv_std);
+                if keep_stats {
+                    stats.mean.push(mean);
+                    stats.inv_std.push(inv_std);
+                }
             }
         }
         write_stats(op, io.output(1), &stats.mean, rows)?;

@@ -44,6 +44,7 @@ where
     fn capabilities(&self) -> KernelCapabilities<'_> {
         KernelCapabilities {
             makes_outputs: Some(self),
+            ..Default::default()
         }
     }
 }

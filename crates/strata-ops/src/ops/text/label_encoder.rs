@@ -440,6 +440,7 @@ impl Kernel for EncodeKernel {
     fn capabilities(&self) -> KernelCapabilities<'_> {
         KernelCapabilities {
             makes_outputs: matches!(self.0.values, Values::Text(..)).then_some(self as _),
+            ..Default::default()
         }
     }
 }

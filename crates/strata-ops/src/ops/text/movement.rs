@@ -250,6 +250,7 @@ impl Kernel for TextMovementKernel {
     fn capabilities(&self) -> KernelCapabilities<'_> {
         KernelCapabilities {
             makes_outputs: Some(self),
+            ..Default::default()
         }
     }
 }

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""llama.cpp's reference for strata-llm's SmolLM2 test, and llama.cpp's speed on the same file.
+
+    python3 scripts/llama_cpp_reference.py            # writes crates/strata-llm/tests/fixtures/smollm2_llama_cpp.json
+    python3 scripts/llama_cpp_reference.py --bench    # prefill (128 tokens) and decode tok/s at 1 and 2 threads
+
+The fixture holds, per prompt: the prompt ids (BOS and special tokens as llama.cpp adds them),
+the argmax of the logits at every prompt position, and 64 greedily generated tokens (stopping
+early at an end-of-generation token). Needs llama-cpp-python (`pip install llama-cpp-python`).
+"""
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+import llama_cpp
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODEL = os.path.join(ROOT, "..", "shared", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+FIXTURE = os.path.join(ROOT, "crates", "strata-llm", "tests", "fixtures", "smollm2_llama_cpp.json")
+
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "Once upon a time, in a small village by the sea, there lived",
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+    "<|im_start|>user\nWhat is the boiling point of water in Celsius?<|im_end|>\n<|im_start|>assistant\n",
+    "Les trois couleurs du drapeau français sont",
+    "1, 2, 3, 5, 8, 13, 21,",
+]
+GENERATE = 64
+
+
+def load(threads, n_ctx=512, logits_all=True):
+    return llama_cpp.Llama(
+        model_path=MODEL,
+        n_ctx=n_ctx,
+        n_batch=512,
+        n_threads=threads,
+        n_threads_batch=threads,
+        logits_all=logits_all,
+        verbose=False,
+    )
+
+
+def tokenize(llm, text):
+    return llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+
+
+def reference():
+    llm = load(threads=2)
+    eos = llm.token_eos()
+    cases = []
+    for text in PROMPTS:
+        ids = tokenize(llm, text)
+        llm.reset()
+        llm.eval(ids)
+        scores = np.array(llm.scores[: len(ids)])
+        argmax = [int(a) for a in scores.argmax(axis=1)]
+        generated = []
+        for _ in range(GENERATE):
+            nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            generated.append(nxt)
+            if nxt == eos or llama_cpp.llama_token_is_eog(llm._model.vocab, nxt):
+                break
+            llm.eval([nxt])
+        cases.append({"prompt": text, "prompt_ids": ids, "prefill_argmax": argmax, "generated": generated})
+        print(f"{len(ids)} prompt ids, {len(generated)} generated: {llm.detokenize(generated)!r}")
+    out = {
+        "model": os.path.basename(MODEL),
+        "llama_cpp_python": llama_cpp.__version__,
+        "generate": GENERATE,
+        "cases": cases,
+    }
+    with open(FIXTURE, "w") as f:
+        json.dump(out, f, indent=1)
+    print("wrote", FIXTURE)
+
+
+def bench(prompt_tokens=128, gen_tokens=64, repeats=3):
+    for threads in (1, 2):
+        llm = load(threads=threads, n_ctx=prompt_tokens + gen_tokens + 8, logits_all=False)
+        prompt = (tokenize(llm, "The quick brown fox jumps over the lazy dog. " * 40))[:prompt_tokens]
+        best_prefill, best_decode = 0.0, 0.0
+        for _ in range(repeats):
+            llm.reset()
+            t = time.perf_counter()
+            llm.eval(prompt)
+            prefill = prompt_tokens / (time.perf_counter() - t)
+            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            t = time.perf_counter()
+            for _ in range(gen_tokens):
+                llm.eval([tok])
+                tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            decode = gen_tokens / (time.perf_counter() - t)
+            best_prefill, best_decode = max(best_prefill, prefill), max(best_decode, decode)
+        print(json.dumps({"threads": threads, "prefill_tokens_per_s": round(best_prefill, 1),
+                          "decode_tokens_per_s": round(best_decode, 1)}))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bench", action="store_true")
+    args = parser.parse_args()
+    bench() if args.bench else reference()
