@@ -3,9 +3,9 @@
 
 use crate::operator::{Constructor, OpContext, OpTable};
 use crate::ops::{
-    activation, attention, cast, convolution, generator, indexing, linalg, loss, math, ml,
-    normalization, pooling, quantization, recurrent, reduce, resample, selection, shape, signal,
-    text,
+    activation, attention, cast, convolution, generator, indexing, linalg, loss, math, microsoft,
+    ml, normalization, pooling, quantization, recurrent, reduce, resample, selection, shape,
+    signal, text,
 };
 use crate::{OpError, OpResult, Operator};
 
@@ -31,7 +31,11 @@ const ONNX_FAMILIES: &[&[OpTable]] = &[
     shape::OPS,
     signal::OPS,
     text::OPS,
+    microsoft::ONNX_DOMAIN_OPS,
 ];
+
+/// The operator families of onnxruntime's `com.microsoft` domain.
+const MICROSOFT_FAMILIES: &[&[OpTable]] = &[microsoft::OPS];
 
 /// The operator families of the `ai.onnx.ml` domain.
 const ML_FAMILIES: &[&[OpTable]] = &[ml::OPS, text::ML_OPS];
@@ -45,6 +49,8 @@ fn constructor(domain: &str, op_type: &str) -> Option<Constructor> {
         ONNX_FAMILIES
     } else if domain == "ai.onnx.ml" {
         ML_FAMILIES
+    } else if domain == "com.microsoft" {
+        MICROSOFT_FAMILIES
     } else {
         return None;
     };

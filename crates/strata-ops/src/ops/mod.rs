@@ -14,6 +14,7 @@ pub mod indexing;
 pub mod linalg;
 pub mod loss;
 pub mod math;
+pub mod microsoft;
 pub mod ml;
 pub mod normalization;
 pub mod pooling;

@@ -1,0 +1,206 @@
+//! The kernel behind com.microsoft's Gelu family: `y = f(x + bias)`, with an optional bias
+//! vector broadcast along the last axis, for the GELU forms onnxruntime fuses (exact erf, tanh
+//! approximation, sigmoid approximation). The form is matched outside the loop so each arm
+//! compiles to one vectorized loop (AVX-512 / AVX2 chosen at run time).
+
+use std::marker::PhantomData;
+
+use strata_core::Device;
+
+use crate::cpu_float_kernel;
+use crate::kernels::simd::multiversion;
+use crate::ops::math::unary::sigmoid;
+use crate::support::inputs::{optional, required};
+use crate::support::numeric::{Real, WideFloat};
+use crate::{Dim, Fact, Kernel, KernelIo, OpError, OpResult, Operator};
+
+/// Which GELU the operator computes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum GeluForm {
+    /// `0.5 x (1 + erf(x / √2))`.
+    Erf,
+    /// `0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))`.
+    Tanh,
+    /// `x · sigmoid(alpha x)`.
+    Sigmoid { alpha: f32 },
+}
+
+/// Whether the operator takes a bias as input 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BiasInput {
+    None,
+    Optional,
+    Required,
+}
+
+/// One operator of the family: its name, its form and its bias rule.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BiasedActivation {
+    pub op: &'static str,
+    pub form: GeluForm,
+    pub bias: BiasInput,
+}
+
+impl BiasedActivation {
+    pub(crate) fn boxed(self) -> OpResult<Box<dyn Operator>> {
+        Ok(Box::new(self))
+    }
+}
+
+impl Operator for BiasedActivation {
+    fn op_type(&self) -> &str {
+        self.op
+    }
+
+    fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
+        let op = self.op;
+        let x = required(op, inputs, 0)?;
+        if !x.dtype.is_float() || x.dtype.is_quantized() {
+            return Err(OpError::DType {
+                op: op.into(),
+                index: 0,
+                expected: "a float type".into(),
+                actual: x.dtype,
+            });
+        }
+        let bias = match self.bias {
+            BiasInput::None => {
+                if optional(inputs, 1).is_some() {
+                    return Err(OpError::InputCount {
+                        op: op.into(),
+                        expected: "1".into(),
+                        actual: inputs.len(),
+                    });
+                }
+                None
+            }
+            BiasInput::Optional => optional(inputs, 1),
+            BiasInput::Required => Some(required(op, inputs, 1)?),
+        };
+        if let Some(b) = bias {
+            if b.dtype != x.dtype {
+                return Err(OpError::DType {
+                    op: op.into(),
+                    index: 1,
+                    expected: x.dtype.to_string(),
+                    actual: b.dtype,
+                });
+            }
+            let last = x.dims.last().cloned().unwrap_or(Dim::Known(1));
+            let fits = match b.dims.as_slice() {
+                [d] => d.known().is_none() || last.known().is_none() || *d == last,
+                _ => false,
+            };
+            if !fits {
+                return Err(OpError::shape(
+                    op,
+                    format!(
+                        "bias must be 1-D of the last input dim {last:?}, got {:?}",
+                        b.dims
+                    ),
+                ));
+            }
+        }
+        Ok(vec![Fact::new(x.dtype, x.dims.clone())])
+    }
+
+    fn kernel(
+        &self,
+        inputs: &[&Fact],
+        _outputs: &[&Fact],
+        device: Device,
+    ) -> OpResult<Box<dyn Kernel>> {
+        let dtype = required(self.op, inputs, 0)?.dtype;
+        cpu_float_kernel!(self.op, dtype, device, T => BiasedActivationKernel::<T> {
+            op: *self,
+            _t: PhantomData,
+        })
+    }
+}
+
+#[derive(Debug)]
+struct BiasedActivationKernel<T> {
+    op: BiasedActivation,
+    _t: PhantomData<T>,
+}
+
+impl<T: Real> Kernel for BiasedActivationKernel<T> {
+    fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
+        let op = self.op.op;
+        let not_contiguous = |what: &str| OpError::kernel(op, format!("{what} is not contiguous"));
+        let x_t = io.input(0);
+        let xr = x_t.read::<T>()?;
+        let x = xr.as_slice().ok_or_else(|| not_contiguous("X"))?;
+        let bias_t = io.input(1);
+        let br = if bias_t.is_defined() && self.op.bias != BiasInput::None {
+            Some(bias_t.read::<T>()?)
+        } else {
+            None
+        };
+        let bias: &[T] = match &br {
+            Some(r) => r.as_slice().ok_or_else(|| not_contiguous("bias"))?,
+            None => &[],
+        };
+        let last = x_t.dims().last().copied().unwrap_or(1);
+        if !bias.is_empty() && bias.len() != last {
+            return Err(OpError::kernel(
+                op,
+                format!(
+                    "bias has {} elements, the last input dim is {last}",
+                    bias.len()
+                ),
+            ));
+        }
+        let mut yw = io.output(0).write::<T>()?;
+        let y = yw.as_mut_slice().ok_or_else(|| not_contiguous("Y"))?;
+        if y.len() != x.len() {
+            return Err(OpError::kernel(
+                op,
+                format!("output has {} elements for {} inputs", y.len(), x.len()),
+            ));
+        }
+        apply(self.op.form, x, bias, y);
+        Ok(())
+    }
+}
+
+/// `x` mapped by `f` after adding `bias` row by row (no bias when it is empty).
+#[inline(always)]
+fn map_rows<T: Real>(x: &[T], bias: &[T], y: &mut [T], f: impl Fn(T::Wide) -> T::Wide) {
+    if bias.is_empty() {
+        for (o, &v) in y.iter_mut().zip(x) {
+            *o = T::narrow(f(v.widen()));
+        }
+        return;
+    }
+    for (xs, ys) in x
+        .chunks_exact(bias.len())
+        .zip(y.chunks_exact_mut(bias.len()))
+    {
+        for ((o, &v), &b) in ys.iter_mut().zip(xs).zip(bias) {
+            *o = T::narrow(f(v.widen() + b.widen()));
+        }
+    }
+}
+
+multiversion! {
+    /// `y = form(x + bias)`, compiled for the widest vectors this CPU has.
+    pub(crate) fn apply<T: Real>(form: GeluForm, x: &[T], bias: &[T], y: &mut [T]) {
+        let lit = <T::Wide as WideFloat>::lit;
+        let (half, one) = (lit(0.5), lit(1.0));
+        match form {
+            GeluForm::Erf => {
+                let r = lit(std::f64::consts::FRAC_1_SQRT_2);
+                map_rows(x, bias, y, |v| half * v * (one + (v * r).error_function()))
+            }
+            GeluForm::Tanh => {
+                let (k, c) = (lit((2.0 / std::f64::consts::PI).sqrt()), lit(0.044715));
+                map_rows(x, bias, y, |v| half * v * (one + (k * (v + c * v * v * v)).tanh_v()))
+            }
+            GeluForm::Sigmoid { alpha } => {
+                let a = lit(f64::from(alpha));
+                map_rows(x, bias, y, |v| v * sigmoid(a * v))
+            }
+        }
+    }
+}
