@@ -9,6 +9,8 @@ mod bias_gelu;
 mod biased_activation;
 mod fast_gelu;
 mod gelu;
+mod matmul_nbits;
+mod nbits_layout;
 mod norm_rows;
 mod quick_gelu;
 mod simplified_layer_norm;
@@ -29,6 +31,7 @@ pub const OPS: &[OpTable] = &[&[
         SkipLayerNorm::build_simplified,
     ),
     ("SimplifiedLayerNormalization", simplified_layer_norm::build),
+    ("MatMulNBits", matmul_nbits::build),
 ]];
 
 /// onnxruntime operators that its tools write in the default ONNX domain.
