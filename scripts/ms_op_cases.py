@@ -231,6 +231,42 @@ def matmul_nbits():
     nbits_case("ms_matmul_nbits_4bit_accuracy_level1_decode", (1,), 64, 33, 4, 16, level=1)
 
 
+# ---------------------------------------------------------------- fused products
+
+@case
+def fused_matmul():
+    r = rng("fused_matmul")
+    def fm(name, a, b, **attrs):
+        write_case(name, [helper.make_node("FusedMatMul", ["a", "b"], ["y"], domain=MS, **attrs)],
+                   {"a": a}, {"b": b}, ["y"])
+    fm("ms_fused_matmul_alpha", f32(r, 3, 4), f32(r, 4, 5), alpha=0.5)
+    fm("ms_fused_matmul_trans_a", f32(r, 2, 4, 3), f32(r, 4, 5), transA=1, alpha=1.5)
+    fm("ms_fused_matmul_trans_b_batch", f32(r, 2, 3, 4), f32(r, 2, 5, 4), transB=1, alpha=0.25)
+    fm("ms_fused_matmul_trans_both_broadcast", f32(r, 2, 1, 4, 3), f32(r, 3, 5, 4), transA=1, transB=1)
+    fm("ms_fused_matmul_trans_batch_a", f32(r, 3, 2, 4), f32(r, 2, 4, 5), transBatchA=1)
+    fm("ms_fused_matmul_trans_batch_b", f32(r, 2, 3, 4), f32(r, 4, 2, 5), transBatchB=1, alpha=2.0)
+
+
+# ---------------------------------------------------------------- embeddings
+
+@case
+def embed_layer_norm():
+    r = rng("embed_layer_norm")
+    b, s, h, v = 2, 5, 8, 30
+    ids = r.integers(0, v, (b, s)).astype(np.int32)
+    seg = r.integers(0, 2, (b, s)).astype(np.int32)
+    mask = np.ones((b, s), np.int32)
+    mask[1, 3:] = 0
+    tables = {"word": f32(r, v, h), "pos": f32(r, 16, h), "segt": f32(r, 2, h), "g": f32(r, h), "beta": f32(r, h)}
+    write_case("ms_embed_layer_norm", [helper.make_node(
+        "EmbedLayerNormalization", ["ids", "seg", "word", "pos", "segt", "g", "beta", "mask"], ["y", "mi"],
+        domain=MS, epsilon=1e-5)], {"ids": ids, "seg": seg, "mask": mask}, tables, ["y", "mi"])
+    no_seg = {k: v for k, v in tables.items() if k != "segt"}
+    write_case("ms_embed_layer_norm_no_segment_sum", [helper.make_node(
+        "EmbedLayerNormalization", ["ids", "", "word", "pos", "", "g", "beta"], ["y", "mi", "sum"],
+        domain=MS, epsilon=1e-5)], {"ids": ids}, no_seg, ["y", "sum"])
+
+
 def main():
     only = sys.argv[1:]
     os.makedirs(OUT, exist_ok=True)

@@ -7,7 +7,9 @@
 mod access;
 mod bias_gelu;
 mod biased_activation;
+mod embed_layer_norm;
 mod fast_gelu;
+mod fused_matmul;
 mod gelu;
 mod matmul_nbits;
 mod nbits_layout;
@@ -32,6 +34,8 @@ pub const OPS: &[OpTable] = &[&[
     ),
     ("SimplifiedLayerNormalization", simplified_layer_norm::build),
     ("MatMulNBits", matmul_nbits::build),
+    ("FusedMatMul", fused_matmul::build),
+    ("EmbedLayerNormalization", embed_layer_norm::build),
 ]];
 
 /// onnxruntime operators that its tools write in the default ONNX domain.

@@ -79,8 +79,7 @@ pub(crate) fn normalize_rows<T: Real>(
         mut mean,
         mut inv_std,
     } = out;
-    let lit = <T::Wide as WideFloat>::lit;
-    let (n, eps) = (lit(cols as f64), lit(f64::from(inp.epsilon)));
+    let eps = <T::Wide as WideFloat>::lit(f64::from(inp.epsilon));
     for (r, row_y) in y.chunks_exact_mut(cols).enumerate() {
         let at = r * cols;
         let xs = &inp.x[at..at + cols];
@@ -104,25 +103,7 @@ pub(crate) fn normalize_rows<T: Real>(
         if let Some(sum) = sum.as_deref_mut() {
             sum[at..at + cols].copy_from_slice(row_y);
         }
-        let m = if inp.centered {
-            row_y.iter().fold(T::Wide::zero(), |a, &v| a + v.widen()) / n
-        } else {
-            T::Wide::zero()
-        };
-        let var = row_y.iter().fold(T::Wide::zero(), |a, &v| {
-            let d = v.widen() - m;
-            a + d * d
-        }) / n;
-        let inv = (var + eps).sqrt().recip();
-        if inp.beta.is_empty() {
-            for (o, &g) in row_y.iter_mut().zip(inp.gamma) {
-                *o = T::narrow((o.widen() - m) * inv * g.widen());
-            }
-        } else {
-            for ((o, &g), &b) in row_y.iter_mut().zip(inp.gamma).zip(inp.beta) {
-                *o = T::narrow((o.widen() - m) * inv * g.widen() + b.widen());
-            }
-        }
+        let (m, inv) = normalize_row(row_y, inp.gamma, inp.beta, eps, inp.centered);
         if let Some(mean) = mean.as_deref_mut() {
             mean[r] = m.to_f32().unwrap_or(f32::NAN);
         }
@@ -131,4 +112,36 @@ pub(crate) fn normalize_rows<T: Real>(
         }
     }
     Ok(())
+}
+
+/// Normalizes one row in place (centered or RMS), scales by `gamma` and shifts by `beta` (when
+/// not empty); returns the row's mean (0 for RMS) and inverse standard deviation.
+pub(crate) fn normalize_row<T: Real>(
+    row: &mut [T],
+    gamma: &[T],
+    beta: &[T],
+    eps: T::Wide,
+    centered: bool,
+) -> (T::Wide, T::Wide) {
+    let n = <T::Wide as WideFloat>::lit(row.len().max(1) as f64);
+    let m = if centered {
+        row.iter().fold(T::Wide::zero(), |a, &v| a + v.widen()) / n
+    } else {
+        T::Wide::zero()
+    };
+    let var = row.iter().fold(T::Wide::zero(), |a, &v| {
+        let d = v.widen() - m;
+        a + d * d
+    }) / n;
+    let inv = (var + eps).sqrt().recip();
+    if beta.is_empty() {
+        for (o, &g) in row.iter_mut().zip(gamma) {
+            *o = T::narrow((o.widen() - m) * inv * g.widen());
+        }
+    } else {
+        for ((o, &g), &b) in row.iter_mut().zip(gamma).zip(beta) {
+            *o = T::narrow((o.widen() - m) * inv * g.widen() + b.widen());
+        }
+    }
+    (m, inv)
 }
