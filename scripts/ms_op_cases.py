@@ -267,6 +267,60 @@ def embed_layer_norm():
         domain=MS, epsilon=1e-5)], {"ids": ids}, no_seg, ["y", "sum"])
 
 
+# ---------------------------------------------------------------- rotary embedding
+
+@case
+def rotary_embedding():
+    r = rng("rotary_embedding")
+    b, s, n, h = 2, 3, 2, 8
+    def caches(rows, half):
+        ang = np.arange(rows)[:, None] * (1.0 / 10000 ** (np.arange(half) / half))[None, :]
+        return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    cos, sin = caches(16, h // 2)
+    pos = r.integers(0, 16, (b, s)).astype(np.int64)
+    def rope(name, x, pos, cos, sin, **attrs):
+        write_case(name, [helper.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], domain=MS, **attrs)],
+                   {"x": x, "pos": pos}, {"cos": cos, "sin": sin}, ["y"])
+    rope("ms_rotary_embedding_3d", f32(r, b, s, n * h), pos, cos, sin, num_heads=n)
+    rope("ms_rotary_embedding_3d_interleaved", f32(r, b, s, n * h), pos, cos, sin, num_heads=n, interleaved=1)
+    rope("ms_rotary_embedding_4d", f32(r, b, n, s, h), pos, cos, sin)
+    rope("ms_rotary_embedding_offset", f32(r, b, s, n * h), np.array([5], np.int64), cos, sin, num_heads=n)
+    c2, s2 = caches(16, 2)
+    rope("ms_rotary_embedding_partial", f32(r, b, s, n * h), pos, c2, s2, num_heads=n, rotary_embedding_dim=4)
+
+
+# ---------------------------------------------------------------- attention
+
+@case
+def attention():
+    r = rng("attention")
+    b, s, d, n = 2, 4, 8, 2
+    x = f32(r, b, s, d)
+    w, bias = f32(r, d, 3 * d) * 0.5, f32(r, 3 * d) * 0.1
+    def att(name, inputs, extra_inputs, outputs=("y",), node_outputs=None, **attrs):
+        names = ["x", "w", "bias"] + list(extra_inputs)
+        write_case(name, [helper.make_node("Attention", names, list(node_outputs or outputs), domain=MS,
+                                           num_heads=n, **attrs)],
+                   {"x": x, **inputs}, {"w": w, "bias": bias}, list(outputs))
+    att("ms_attention", {}, [])
+    att("ms_attention_unidirectional", {}, [], unidirectional=1)
+    end = np.array([4, 2], np.int32)
+    att("ms_attention_mask_end", {"m": end}, ["m"])
+    att("ms_attention_mask_end_start", {"m": np.array([4, 3, 0, 1], np.int32)}, ["m"])
+    raw = np.ones((b, s), np.int32)
+    raw[1, 2:] = 0
+    att("ms_attention_mask_2d", {"m": raw}, ["m"], mask_filter_value=-1e4)
+    raw3 = np.tril(np.ones((s, s), np.int32))[None].repeat(b, 0)
+    att("ms_attention_mask_3d", {"m": raw3}, ["m"])
+    att("ms_attention_past_present", {"past": f32(r, 2, b, n, 3, d // n)}, ["", "past"], outputs=("y", "present"),
+        unidirectional=1)
+    att("ms_attention_bias_scale", {"ab": f32(r, 1, n, s, s)}, ["", "", "ab"], scale=0.3)
+    w2 = f32(r, d, 8 + 8 + 4)
+    write_case("ms_attention_qkv_sizes", [helper.make_node("Attention", ["x", "w"], ["y"], domain=MS, num_heads=n,
+                                                           qkv_hidden_sizes=[8, 8, 4])],
+               {"x": x}, {"w": w2}, ["y"])
+
+
 def main():
     only = sys.argv[1:]
     os.makedirs(OUT, exist_ok=True)

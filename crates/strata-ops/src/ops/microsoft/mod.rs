@@ -5,6 +5,8 @@
 //! kernels and helpers.
 
 mod access;
+mod attention;
+mod attention_heads;
 mod bias_gelu;
 mod biased_activation;
 mod embed_layer_norm;
@@ -15,6 +17,7 @@ mod matmul_nbits;
 mod nbits_layout;
 mod norm_rows;
 mod quick_gelu;
+mod rotary_embedding;
 mod simplified_layer_norm;
 mod skip_layer_norm;
 
@@ -36,6 +39,8 @@ pub const OPS: &[OpTable] = &[&[
     ("MatMulNBits", matmul_nbits::build),
     ("FusedMatMul", fused_matmul::build),
     ("EmbedLayerNormalization", embed_layer_norm::build),
+    ("RotaryEmbedding", rotary_embedding::build),
+    ("Attention", attention::build),
 ]];
 
 /// onnxruntime operators that its tools write in the default ONNX domain.
