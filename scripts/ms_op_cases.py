@@ -247,6 +247,23 @@ def fused_matmul():
     fm("ms_fused_matmul_trans_batch_b", f32(r, 2, 3, 4), f32(r, 4, 2, 5), transBatchB=1, alpha=2.0)
 
 
+@case
+def fused_conv():
+    r = rng("fused_conv")
+    x, w, bias = f32(r, 1, 3, 6, 6), f32(r, 4, 3, 3, 3), f32(r, 4)
+    def fc(name, extra_inputs, inputs, **attrs):
+        names = ["x", "w", "b"] + list(extra_inputs)
+        write_case(name, [helper.make_node("FusedConv", names, ["y"], domain=MS, **attrs)],
+                   {"x": x, **inputs}, {"w": w, "b": bias}, ["y"])
+    fc("ms_fused_conv_relu", [], {}, activation="Relu", pads=[1, 1, 1, 1])
+    fc("ms_fused_conv_leaky_relu_stride", [], {}, activation="LeakyRelu", activation_params=[0.2], strides=[2, 2])
+    fc("ms_fused_conv_clip", [], {}, activation="Clip", activation_params=[-0.5, 0.5])
+    fc("ms_fused_conv_tanh", [], {}, activation="Tanh")
+    fc("ms_fused_conv_hard_sigmoid", [], {}, activation="HardSigmoid", activation_params=[0.3, 0.4])
+    fc("ms_fused_conv_sigmoid", [], {}, activation="Sigmoid")
+    fc("ms_fused_conv_relu_residual", ["z"], {"z": f32(r, 1, 4, 6, 6)}, activation="Relu", pads=[1, 1, 1, 1])
+
+
 # ---------------------------------------------------------------- embeddings
 
 @case

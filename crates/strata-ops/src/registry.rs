@@ -107,6 +107,9 @@ mod tests {
         assert_eq!(names.len(), total, "an op type appears in two tables");
         assert!(is_supported("", "Conv") && is_supported("ai.onnx", "Conv"));
         assert!(!is_supported("com.microsoft", "Conv"));
+        assert!(is_supported("com.microsoft", "MatMulNBits"));
+        assert!(is_supported("", "SimplifiedLayerNormalization"));
+        assert!(!is_supported("", "MatMulNBits"));
     }
 
     #[test]

@@ -105,7 +105,7 @@ impl MsAttention {
         }
         let qkv = match self.qkv_sizes {
             Some(s) => s,
-            None if w[1] % (3 * self.num_heads) == 0 => [w[1] / 3; 3],
+            None if w[1].is_multiple_of(3 * self.num_heads) => [w[1] / 3; 3],
             None => {
                 return Err(err(format!(
                     "weights {w:?}: columns are not 3 × a multiple of num_heads {}",

@@ -240,3 +240,63 @@ multiversion! {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(form: GeluForm, x: &[f32], bias: &[f32]) -> Vec<f32> {
+        let mut y = vec![f32::NAN; x.len()];
+        apply(form, x, bias, &mut y);
+        fix_negative_tail(form, x, bias, &mut y);
+        y
+    }
+
+    fn exact_erf_gelu(v: f64) -> f64 {
+        0.5 * v * (1.0 + crate::support::erf::erf(v * std::f64::consts::FRAC_1_SQRT_2))
+    }
+
+    #[test]
+    fn gelu_forms_match_f64_references_including_the_negative_tail() {
+        let x: Vec<f32> = (-60..=40).map(|i| i as f32 * 0.1).collect();
+        let y = run(GeluForm::Erf, &x, &[]);
+        for (&v, &g) in x.iter().zip(&y) {
+            let want = exact_erf_gelu(f64::from(v));
+            assert!(
+                (f64::from(g) - want).abs() <= 1e-6 * want.abs() + 1e-12,
+                "gelu({v}) = {g}, want {want}"
+            );
+        }
+        let k = (2.0 / std::f64::consts::PI).sqrt();
+        let y = run(GeluForm::Tanh, &x, &[]);
+        for (&v, &g) in x.iter().zip(&y) {
+            let v = f64::from(v);
+            let want = 0.5 * v * (1.0 + (k * (v + 0.044715 * v * v * v)).tanh());
+            assert!(
+                (f64::from(g) - want).abs() <= 1e-5 * want.abs() + 1e-12,
+                "fast_gelu({v})"
+            );
+        }
+        let y = run(GeluForm::Sigmoid { alpha: 1.702 }, &[0.0, 1.0], &[]);
+        assert_eq!(y[0], 0.0);
+        assert!((y[1] - 1.0 / (1.0 + (-1.702f32).exp())).abs() < 1e-6);
+    }
+
+    #[test]
+    fn bias_is_added_per_column_before_the_activation() {
+        let x = [0.0f32, 0.0, -5.0, 1.0];
+        let y = run(GeluForm::Erf, &x, &[1.0, -1.0]);
+        let want = [
+            exact_erf_gelu(1.0),
+            exact_erf_gelu(-1.0),
+            exact_erf_gelu(-4.0),
+            exact_erf_gelu(0.0),
+        ];
+        for (g, w) in y.iter().zip(want) {
+            assert!(
+                (f64::from(*g) - w).abs() <= 1e-6 * w.abs() + 1e-12,
+                "{g} vs {w}"
+            );
+        }
+    }
+}

@@ -166,7 +166,7 @@ impl<T: Real> Kernel for EmbedKernel<T> {
             ("position_ids", pos_ids.len(), [0, tokens]),
         ];
         for (what, len, ok) in checks {
-            if !ok.contains(&len) && !(what == "position_ids" && len == seq) {
+            if !(ok.contains(&len) || what == "position_ids" && len == seq) {
                 return Err(OpError::kernel(
                     OP,
                     format!("{what} has {len} elements for input_ids ({batch}, {seq})"),

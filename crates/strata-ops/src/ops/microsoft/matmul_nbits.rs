@@ -275,3 +275,80 @@ impl Kernel for MatMulNBitsKernel {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use strata_core::Tensor;
+
+    use crate::support::test_util::OpRun;
+    use crate::Attr;
+
+    /// K = 32, N = 2, one block per row: row 0 all q = 9 (value +1 · scale), row 1 q = i % 16.
+    fn weights() -> (Tensor, Tensor) {
+        let mut b = vec![0x99u8; 16];
+        b.extend((0..16).map(|i| ((2 * i % 16) | ((2 * i + 1) % 16) << 4) as u8));
+        (
+            Tensor::from_slice(&b, &[2, 1, 16]).unwrap(),
+            Tensor::from_slice(&[0.5f32, 2.0], &[2]).unwrap(),
+        )
+    }
+
+    fn run(inputs: &[Tensor], constant: bool) -> crate::OpResult<Vec<f32>> {
+        let attrs = [
+            ("K", Attr::Int(32)),
+            ("N", Attr::Int(2)),
+            ("bits", Attr::Int(4)),
+            ("block_size", Attr::Int(32)),
+        ];
+        let run = OpRun::new("MatMulNBits", 1)
+            .domain("com.microsoft")
+            .attrs(&attrs);
+        let run = if constant { run.constant_inputs() } else { run };
+        Ok(run.run(inputs)?[0].to_vec::<f32>()?)
+    }
+
+    #[test]
+    fn planned_and_run_time_dequantization_agree_with_the_naive_product() {
+        let (b, s) = weights();
+        let a: Vec<f32> = (0..32).map(|i| i as f32 * 0.25 - 3.0).collect();
+        let a = Tensor::from_slice(&a, &[1, 32]).unwrap();
+        let naive: Vec<f32> = (0..2)
+            .map(|n| {
+                (0..32)
+                    .map(|k| {
+                        let q = if n == 0 { 9.0 } else { (k % 16) as f32 };
+                        let scale = if n == 0 { 0.5 } else { 2.0 };
+                        (k as f32 * 0.25 - 3.0) * (q - 8.0) * scale
+                    })
+                    .sum()
+            })
+            .collect();
+        for constant in [true, false] {
+            let y = run(&[a.clone(), b.clone(), s.clone()], constant).unwrap();
+            for (g, w) in y.iter().zip(&naive) {
+                assert!(
+                    (g - w).abs() <= 1e-4 * w.abs().max(1.0),
+                    "{y:?} vs {naive:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn g_idx_and_wrong_sizes_are_errors() {
+        let (b, s) = weights();
+        let a = Tensor::from_slice(&[1.0f32; 32], &[1, 32]).unwrap();
+        let g_idx = Tensor::from_slice(&[0i32; 32], &[32]).unwrap();
+        let err = run(
+            &[a.clone(), b.clone(), s.clone(), Tensor::undefined(), g_idx],
+            true,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("g_idx"), "{err}");
+        let short = Tensor::from_slice(&[0u8; 31], &[31]).unwrap();
+        let err = run(&[a.clone(), short, s.clone()], true).unwrap_err();
+        assert!(err.to_string().contains("B has"), "{err}");
+        let a16 = Tensor::from_slice(&[1.0f32; 16], &[1, 16]).unwrap();
+        assert!(run(&[a16, b, s], true).is_err());
+    }
+}

@@ -11,6 +11,7 @@ mod bias_gelu;
 mod biased_activation;
 mod embed_layer_norm;
 mod fast_gelu;
+mod fused_conv;
 mod fused_matmul;
 mod gelu;
 mod matmul_nbits;
@@ -38,6 +39,7 @@ pub const OPS: &[OpTable] = &[&[
     ("SimplifiedLayerNormalization", simplified_layer_norm::build),
     ("MatMulNBits", matmul_nbits::build),
     ("FusedMatMul", fused_matmul::build),
+    ("FusedConv", fused_conv::build),
     ("EmbedLayerNormalization", embed_layer_norm::build),
     ("RotaryEmbedding", rotary_embedding::build),
     ("Attention", attention::build),

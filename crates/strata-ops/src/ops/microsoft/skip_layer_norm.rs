@@ -38,7 +38,7 @@ impl SkipLayerNorm {
 
     fn build(ctx: &OpContext, op: &'static str, centered: bool) -> OpResult<Box<dyn Operator>> {
         let epsilon = ctx.attrs.float_or("epsilon", 1e-12)?;
-        if !(epsilon >= 0.0) {
+        if epsilon.is_nan() || epsilon < 0.0 {
             return Err(OpError::attribute(
                 op,
                 "epsilon",
