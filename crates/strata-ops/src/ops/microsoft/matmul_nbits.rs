@@ -12,7 +12,7 @@ use super::access::{contiguous, contiguous_mut};
 use super::nbits_layout::{NBitsLayout, ZeroPoints};
 use crate::kernels::gemm;
 use crate::support::inputs::{optional, required};
-use crate::support::scratch::scratch_as;
+use crate::support::scratch::{carve, scratch_as};
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "MatMulNBits";
@@ -242,7 +242,8 @@ impl Kernel for MatMulNBitsKernel {
         let w: &[f32] = match (&planned, &mut scratch) {
             (Some(w), _) => contiguous(OP, "weights", w)?,
             (None, Some(s)) => {
-                let buf = &mut scratch_as::<f32>(OP, s.bytes())?[..k * n];
+                let mut rest = scratch_as::<f32>(OP, s.bytes())?;
+                let buf = carve(OP, &mut rest, k * n)?;
                 let zp = Some(io.input(3)).filter(|z| z.is_defined());
                 dequantize(l, io.input(1), io.input(2), zp, buf)?;
                 buf
