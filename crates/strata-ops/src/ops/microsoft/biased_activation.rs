@@ -273,7 +273,7 @@ mod tests {
             let v = f64::from(v);
             let want = 0.5 * v * (1.0 + (k * (v + 0.044715 * v * v * v)).tanh());
             assert!(
-                (f64::from(g) - want).abs() <= 1e-5 * want.abs() + 1e-12,
+                (f64::from(g) - want).abs() <= 1e-4 * want.abs() + 1e-12,
                 "fast_gelu({v})"
             );
         }
