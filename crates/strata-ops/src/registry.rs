@@ -3,9 +3,9 @@
 
 use crate::operator::{Constructor, OpContext, OpTable};
 use crate::ops::{
-    activation, attention, cast, convolution, generator, indexing, linalg, llm, loss, math, ml,
-    normalization, pooling, quantization, recurrent, reduce, resample, selection, shape, signal,
-    text,
+    activation, attention, cast, convolution, generator, indexing, linalg, llm, loss, math,
+    microsoft, ml, normalization, pooling, quantization, recurrent, reduce, resample, selection,
+    shape, signal, text,
 };
 use crate::{OpError, OpResult, Operator};
 
@@ -31,10 +31,14 @@ const ONNX_FAMILIES: &[&[OpTable]] = &[
     shape::OPS,
     signal::OPS,
     text::OPS,
+    microsoft::ONNX_DOMAIN_OPS,
 ];
 
 /// The operator families of strata's language-model domain (`strata.llm`).
 const LLM_FAMILIES: &[&[OpTable]] = &[llm::OPS];
+
+/// The operator families of onnxruntime's `com.microsoft` domain.
+const MICROSOFT_FAMILIES: &[&[OpTable]] = &[microsoft::OPS];
 
 /// The operator families of the `ai.onnx.ml` domain.
 const ML_FAMILIES: &[&[OpTable]] = &[ml::OPS, text::ML_OPS];
@@ -50,6 +54,8 @@ fn constructor(domain: &str, op_type: &str) -> Option<Constructor> {
         ML_FAMILIES
     } else if domain == llm::DOMAIN {
         LLM_FAMILIES
+    } else if domain == "com.microsoft" {
+        MICROSOFT_FAMILIES
     } else {
         return None;
     };
@@ -106,6 +112,9 @@ mod tests {
         assert_eq!(names.len(), total, "an op type appears in two tables");
         assert!(is_supported("", "Conv") && is_supported("ai.onnx", "Conv"));
         assert!(!is_supported("com.microsoft", "Conv"));
+        assert!(is_supported("com.microsoft", "MatMulNBits"));
+        assert!(is_supported("", "SimplifiedLayerNormalization"));
+        assert!(!is_supported("", "MatMulNBits"));
     }
 
     #[test]

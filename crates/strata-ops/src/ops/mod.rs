@@ -15,6 +15,7 @@ pub mod linalg;
 pub mod llm;
 pub mod loss;
 pub mod math;
+pub mod microsoft;
 pub mod ml;
 pub mod normalization;
 pub mod pooling;

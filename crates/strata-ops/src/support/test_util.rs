@@ -12,6 +12,7 @@ use crate::{build_operator, Attr, Attributes, Fact, KernelIo, OpContext, OpResul
 /// One operator run under test; [`OpRun::run`] executes it.
 pub(crate) struct OpRun<'a> {
     op_type: &'a str,
+    domain: &'a str,
     opset: i64,
     attrs: Vec<(&'a str, Attr)>,
     num_outputs: usize,
@@ -25,6 +26,7 @@ impl<'a> OpRun<'a> {
     pub(crate) fn new(op_type: &'a str, opset: i64) -> Self {
         OpRun {
             op_type,
+            domain: "",
             opset,
             attrs: Vec::new(),
             num_outputs: 1,
@@ -32,6 +34,12 @@ impl<'a> OpRun<'a> {
             in_place: false,
             checked_writes: false,
         }
+    }
+
+    /// The node's domain (the default ONNX domain unless set).
+    pub(crate) fn domain(mut self, domain: &'a str) -> Self {
+        self.domain = domain;
+        self
     }
 
     /// Adds attributes.
@@ -84,7 +92,7 @@ impl<'a> OpRun<'a> {
         }
         let op = build_operator(&OpContext {
             op_type: self.op_type,
-            domain: "",
+            domain: self.domain,
             opset: self.opset,
             attrs: &attributes,
             num_inputs: inputs.len(),

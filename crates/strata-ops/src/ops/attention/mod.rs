@@ -6,7 +6,7 @@ mod attention_geometry;
 mod attention_op;
 mod causal_conv_with_state;
 mod linear_attention;
-mod rotary_embedding;
+pub(crate) mod rotary_embedding;
 mod swiglu;
 
 use crate::OpTable;

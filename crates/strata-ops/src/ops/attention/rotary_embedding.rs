@@ -208,7 +208,7 @@ struct RotaryKernel<T> {
 }
 
 /// Rotates one head row: `x` in, `out` out (same length), with the row's `cos` / `sin`.
-fn rotate_row<T: Real>(x: &[T], out: &mut [T], cos: &[T], sin: &[T], interleaved: bool) {
+pub(crate) fn rotate_row<T: Real>(x: &[T], out: &mut [T], cos: &[T], sin: &[T], interleaved: bool) {
     let half = cos.len();
     for i in 0..half {
         let (a, b) = if interleaved {

@@ -1,0 +1,302 @@
+//! The kernel behind com.microsoft's Gelu family: `y = f(x + bias)`, with an optional bias
+//! vector broadcast along the last axis, for the GELU forms onnxruntime fuses (exact erf, tanh
+//! approximation, sigmoid approximation). The form is matched outside the loop so each arm
+//! compiles to one vectorized loop (AVX-512 / AVX2 chosen at run time).
+
+use std::marker::PhantomData;
+
+use strata_core::Device;
+
+use crate::cpu_float_kernel;
+use crate::kernels::simd::multiversion;
+use crate::ops::math::unary::sigmoid;
+use crate::support::inputs::{optional, required};
+use crate::support::numeric::{Real, WideFloat};
+use crate::{Dim, Fact, Kernel, KernelIo, OpError, OpResult, Operator};
+
+/// Which GELU the operator computes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum GeluForm {
+    /// `0.5 x (1 + erf(x / √2))`.
+    Erf,
+    /// `0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))`.
+    Tanh,
+    /// `x · sigmoid(alpha x)`.
+    Sigmoid { alpha: f32 },
+}
+
+/// Whether the operator takes a bias as input 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BiasInput {
+    None,
+    Optional,
+    Required,
+}
+
+/// One operator of the family: its name, its form and its bias rule.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BiasedActivation {
+    pub op: &'static str,
+    pub form: GeluForm,
+    pub bias: BiasInput,
+}
+
+impl BiasedActivation {
+    pub(crate) fn boxed(self) -> OpResult<Box<dyn Operator>> {
+        Ok(Box::new(self))
+    }
+}
+
+impl Operator for BiasedActivation {
+    fn op_type(&self) -> &str {
+        self.op
+    }
+
+    fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
+        let op = self.op;
+        let x = required(op, inputs, 0)?;
+        if !x.dtype.is_float() || x.dtype.is_quantized() {
+            return Err(OpError::DType {
+                op: op.into(),
+                index: 0,
+                expected: "a float type".into(),
+                actual: x.dtype,
+            });
+        }
+        let bias = match self.bias {
+            BiasInput::None => {
+                if optional(inputs, 1).is_some() {
+                    return Err(OpError::InputCount {
+                        op: op.into(),
+                        expected: "1".into(),
+                        actual: inputs.len(),
+                    });
+                }
+                None
+            }
+            BiasInput::Optional => optional(inputs, 1),
+            BiasInput::Required => Some(required(op, inputs, 1)?),
+        };
+        if let Some(b) = bias {
+            if b.dtype != x.dtype {
+                return Err(OpError::DType {
+                    op: op.into(),
+                    index: 1,
+                    expected: x.dtype.to_string(),
+                    actual: b.dtype,
+                });
+            }
+            let last = x.dims.last().cloned().unwrap_or(Dim::Known(1));
+            let fits = match b.dims.as_slice() {
+                [d] => d.known().is_none() || last.known().is_none() || *d == last,
+                _ => false,
+            };
+            if !fits {
+                return Err(OpError::shape(
+                    op,
+                    format!(
+                        "bias must be 1-D of the last input dim {last:?}, got {:?}",
+                        b.dims
+                    ),
+                ));
+            }
+        }
+        Ok(vec![Fact::new(x.dtype, x.dims.clone())])
+    }
+
+    fn kernel(
+        &self,
+        inputs: &[&Fact],
+        _outputs: &[&Fact],
+        device: Device,
+    ) -> OpResult<Box<dyn Kernel>> {
+        let dtype = required(self.op, inputs, 0)?.dtype;
+        cpu_float_kernel!(self.op, dtype, device, T => BiasedActivationKernel::<T> {
+            op: *self,
+            _t: PhantomData,
+        })
+    }
+}
+
+#[derive(Debug)]
+struct BiasedActivationKernel<T> {
+    op: BiasedActivation,
+    _t: PhantomData<T>,
+}
+
+impl<T: Real> Kernel for BiasedActivationKernel<T> {
+    fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
+        let op = self.op.op;
+        let not_contiguous = |what: &str| OpError::kernel(op, format!("{what} is not contiguous"));
+        let x_t = io.input(0);
+        let xr = x_t.read::<T>()?;
+        let x = xr.as_slice().ok_or_else(|| not_contiguous("X"))?;
+        let bias_t = io.input(1);
+        let br = if bias_t.is_defined() && self.op.bias != BiasInput::None {
+            Some(bias_t.read::<T>()?)
+        } else {
+            None
+        };
+        let bias: &[T] = match &br {
+            Some(r) => r.as_slice().ok_or_else(|| not_contiguous("bias"))?,
+            None => &[],
+        };
+        let last = x_t.dims().last().copied().unwrap_or(1);
+        if !bias.is_empty() && bias.len() != last {
+            return Err(OpError::kernel(
+                op,
+                format!(
+                    "bias has {} elements, the last input dim is {last}",
+                    bias.len()
+                ),
+            ));
+        }
+        let mut yw = io.output(0).write::<T>()?;
+        let y = yw.as_mut_slice().ok_or_else(|| not_contiguous("Y"))?;
+        if y.len() != x.len() {
+            return Err(OpError::kernel(
+                op,
+                format!("output has {} elements for {} inputs", y.len(), x.len()),
+            ));
+        }
+        apply(self.op.form, x, bias, y);
+        fix_negative_tail(self.op.form, x, bias, y);
+        Ok(())
+    }
+}
+
+/// `x` mapped by `f` after adding `bias` row by row (no bias when it is empty).
+#[inline(always)]
+fn map_rows<T: Real>(x: &[T], bias: &[T], y: &mut [T], f: impl Fn(T::Wide) -> T::Wide) {
+    if bias.is_empty() {
+        for (o, &v) in y.iter_mut().zip(x) {
+            *o = T::narrow(f(v.widen()));
+        }
+        return;
+    }
+    for (xs, ys) in x
+        .chunks_exact(bias.len())
+        .zip(y.chunks_exact_mut(bias.len()))
+    {
+        for ((o, &v), &b) in ys.iter_mut().zip(xs).zip(bias) {
+            *o = T::narrow(f(v.widen() + b.widen()));
+        }
+    }
+}
+
+/// Below this pre-activation the GELUs are `x` times a small difference `1 + erf` or `1 + tanh`
+/// that the fast f32 functions give with a few 1e-7 of absolute error, percents of the result:
+/// those elements (a fraction of a percent in practice) are recomputed in f64.
+const TAIL: f64 = -3.0;
+
+/// Recomputes the elements whose pre-activation is below [`TAIL`] in f64.
+fn fix_negative_tail<T: Real>(form: GeluForm, x: &[T], bias: &[T], y: &mut [T]) {
+    if matches!(form, GeluForm::Sigmoid { .. }) {
+        return;
+    }
+    let lit = <T::Wide as WideFloat>::lit;
+    let cols = if bias.is_empty() {
+        x.len().max(1)
+    } else {
+        bias.len()
+    };
+    for (i, (o, &v)) in y.iter_mut().zip(x).enumerate() {
+        let mut v = v.widen();
+        if !bias.is_empty() {
+            v = v + bias[i % cols].widen();
+        }
+        let Some(v) = num_traits::ToPrimitive::to_f64(&v).filter(|&v| v < TAIL) else {
+            continue;
+        };
+        let gate = match form {
+            GeluForm::Erf => 1.0 + crate::support::erf::erf(v * std::f64::consts::FRAC_1_SQRT_2),
+            _ => {
+                let k = (2.0 / std::f64::consts::PI).sqrt();
+                1.0 + (k * (v + 0.044715 * v * v * v)).tanh()
+            }
+        };
+        *o = T::narrow(lit(0.5 * v * gate));
+    }
+}
+
+multiversion! {
+    /// `y = form(x + bias)`, compiled for the widest vectors this CPU has.
+    pub(crate) fn apply<T: Real>(form: GeluForm, x: &[T], bias: &[T], y: &mut [T]) {
+        let lit = <T::Wide as WideFloat>::lit;
+        let (half, one) = (lit(0.5), lit(1.0));
+        match form {
+            GeluForm::Erf => {
+                let r = lit(std::f64::consts::FRAC_1_SQRT_2);
+                map_rows(x, bias, y, |v| half * v * (one + (v * r).error_function()))
+            }
+            GeluForm::Tanh => {
+                let (k, c) = (lit((2.0 / std::f64::consts::PI).sqrt()), lit(0.044715));
+                map_rows(x, bias, y, |v| half * v * (one + (k * (v + c * v * v * v)).tanh_v()))
+            }
+            GeluForm::Sigmoid { alpha } => {
+                let a = lit(f64::from(alpha));
+                map_rows(x, bias, y, |v| v * sigmoid(a * v))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(form: GeluForm, x: &[f32], bias: &[f32]) -> Vec<f32> {
+        let mut y = vec![f32::NAN; x.len()];
+        apply(form, x, bias, &mut y);
+        fix_negative_tail(form, x, bias, &mut y);
+        y
+    }
+
+    fn exact_erf_gelu(v: f64) -> f64 {
+        0.5 * v * (1.0 + crate::support::erf::erf(v * std::f64::consts::FRAC_1_SQRT_2))
+    }
+
+    #[test]
+    fn gelu_forms_match_f64_references_including_the_negative_tail() {
+        let x: Vec<f32> = (-60..=40).map(|i| i as f32 * 0.1).collect();
+        let y = run(GeluForm::Erf, &x, &[]);
+        for (&v, &g) in x.iter().zip(&y) {
+            let want = exact_erf_gelu(f64::from(v));
+            assert!(
+                (f64::from(g) - want).abs() <= 1e-4 * want.abs() + 1e-12,
+                "gelu({v}) = {g}, want {want}"
+            );
+        }
+        let k = (2.0 / std::f64::consts::PI).sqrt();
+        let y = run(GeluForm::Tanh, &x, &[]);
+        for (&v, &g) in x.iter().zip(&y) {
+            let v = f64::from(v);
+            let want = 0.5 * v * (1.0 + (k * (v + 0.044715 * v * v * v)).tanh());
+            assert!(
+                (f64::from(g) - want).abs() <= 1e-4 * want.abs() + 1e-12,
+                "fast_gelu({v})"
+            );
+        }
+        let y = run(GeluForm::Sigmoid { alpha: 1.702 }, &[0.0, 1.0], &[]);
+        assert_eq!(y[0], 0.0);
+        assert!((y[1] - 1.0 / (1.0 + (-1.702f32).exp())).abs() < 1e-6);
+    }
+
+    #[test]
+    fn bias_is_added_per_column_before_the_activation() {
+        let x = [0.0f32, 0.0, -5.0, 1.0];
+        let y = run(GeluForm::Erf, &x, &[1.0, -1.0]);
+        let want = [
+            exact_erf_gelu(1.0),
+            exact_erf_gelu(-1.0),
+            exact_erf_gelu(-4.0),
+            exact_erf_gelu(0.0),
+        ];
+        for (g, w) in y.iter().zip(want) {
+            assert!(
+                (f64::from(*g) - w).abs() <= 1e-6 * w.abs() + 1e-12,
+                "{g} vs {w}"
+            );
+        }
+    }
+}

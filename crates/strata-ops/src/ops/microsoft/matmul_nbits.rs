@@ -1,0 +1,355 @@
+//! com.microsoft MatMulNBits: `Y = A · Bᵀ (+ bias)` with B quantized to 2, 4 or 8 bits in blocks
+//! along K (layout in `nbits_layout.rs`). Weights that are plan-time constants (always, in
+//! models from onnxruntime's quantizer) are dequantized once into an f32 `K × N` matrix in
+//! persistent memory and every run is one f32 GEMM — exact up to f32 rounding, which is what
+//! onnxruntime's accuracy levels 0–3 compute; level 4 (int8 activations) is accepted and run
+//! the same, more accurate, way. Non-constant weights are dequantized into scratch each run.
+//! `g_idx` (act-order group indices, deprecated by onnxruntime) is refused.
+
+use strata_core::{DType, Device, MemoryKind, Tensor};
+
+use super::access::{contiguous, contiguous_mut};
+use super::nbits_layout::{NBitsLayout, ZeroPoints};
+use crate::kernels::gemm;
+use crate::support::inputs::{optional, required};
+use crate::support::scratch::{carve, scratch_as};
+use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+
+const OP: &str = "MatMulNBits";
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MatMulNBits {
+    layout: NBitsLayout,
+}
+
+pub(crate) fn build(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
+    let a = ctx.attrs;
+    let need = |name: &str| {
+        a.int(name)?
+            .ok_or_else(|| OpError::attribute(OP, name, "is required"))
+    };
+    let layout = NBitsLayout::new(
+        need("K")?,
+        need("N")?,
+        a.int_or("bits", 4)?,
+        need("block_size")?,
+    )?;
+    let level = a.int_or("accuracy_level", 0)?;
+    if !(0..=4).contains(&level) {
+        return Err(OpError::attribute(
+            OP,
+            "accuracy_level",
+            format!("must be 0 to 4, got {level}"),
+        ));
+    }
+    Ok(Box::new(MatMulNBits { layout }))
+}
+
+impl MatMulNBits {
+    fn check_inputs(&self, inputs: &[&Fact]) -> OpResult<()> {
+        let dtype_err = |index: usize, expected: &str, actual: DType| OpError::DType {
+            op: OP.into(),
+            index,
+            expected: expected.into(),
+            actual,
+        };
+        let a = required(OP, inputs, 0)?;
+        if a.dtype != DType::F32 {
+            return Err(dtype_err(0, "float32", a.dtype));
+        }
+        let b = required(OP, inputs, 1)?;
+        if b.dtype != DType::U8 {
+            return Err(dtype_err(1, "uint8", b.dtype));
+        }
+        let scales = required(OP, inputs, 2)?;
+        if scales.dtype != a.dtype {
+            return Err(dtype_err(2, "A's dtype", scales.dtype));
+        }
+        if let Some(z) = optional(inputs, 3) {
+            if z.dtype != DType::U8 && z.dtype != a.dtype {
+                return Err(dtype_err(3, "uint8 or A's dtype", z.dtype));
+            }
+        }
+        if optional(inputs, 4).is_some() {
+            return Err(OpError::shape(
+                OP,
+                "g_idx (act-order group indices) is not supported; quantize without act-order",
+            ));
+        }
+        if let Some(bias) = optional(inputs, 5) {
+            if bias.dtype != a.dtype || bias.dims != [Dim::Known(self.layout.n)] {
+                return Err(OpError::shape(
+                    OP,
+                    format!(
+                        "bias must be {} [{}], got {} {:?}",
+                        a.dtype, self.layout.n, bias.dtype, bias.dims
+                    ),
+                ));
+            }
+        }
+        let l = &self.layout;
+        let sizes = [
+            ("B", b.numel(), l.b_bytes()),
+            ("scales", scales.numel(), l.blocks()),
+        ];
+        for (what, got, want) in sizes {
+            if got.is_some_and(|g| g != want) {
+                return Err(OpError::shape(
+                    OP,
+                    format!(
+                        "{what} has {got:?} elements, K={} N={} bits={} block_size={} need {want}",
+                        l.k, l.n, l.bits, l.block_size
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether B, the scales and the zero points are all known at plan time.
+    fn constant_weights(inputs: &[&Fact]) -> bool {
+        [1, 2].iter().all(|&i| inputs[i].value.is_some())
+            && optional(inputs, 3).is_none_or(|z| z.value.is_some())
+    }
+}
+
+impl Operator for MatMulNBits {
+    fn op_type(&self) -> &str {
+        OP
+    }
+
+    fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
+        self.check_inputs(inputs)?;
+        let a = &inputs[0];
+        let k = self.layout.k;
+        match a.dims.last() {
+            Some(d) if d.known().is_none_or(|d| d == k) => {}
+            _ => {
+                return Err(OpError::shape(
+                    OP,
+                    format!("A {:?} must end in K = {k}", a.dims),
+                ))
+            }
+        }
+        let mut dims = a.dims.clone();
+        *dims.last_mut().expect("checked non-empty") = Dim::Known(self.layout.n);
+        Ok(vec![Fact::new(a.dtype, dims)])
+    }
+
+    fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
+        Ok(if Self::constant_weights(inputs) {
+            0
+        } else {
+            self.layout.k * self.layout.n * 4
+        })
+    }
+
+    fn kernel(
+        &self,
+        inputs: &[&Fact],
+        _outputs: &[&Fact],
+        device: Device,
+    ) -> OpResult<Box<dyn Kernel>> {
+        self.check_inputs(inputs)?;
+        crate::support::kernel_choice::cpu_only(OP, inputs[0].dtype, device)?;
+        let weights = if Self::constant_weights(inputs) {
+            let l = self.layout;
+            let w = Tensor::empty(&[l.k, l.n], DType::F32, Device::Cpu, MemoryKind::Persistent)?;
+            {
+                let value = |i: usize| inputs[i].value.clone().expect("checked constant");
+                let zp = optional(inputs, 3).map(|z| z.value.clone().expect("checked constant"));
+                let mut ww = w.write::<f32>()?;
+                dequantize(
+                    &l,
+                    &value(1),
+                    &value(2),
+                    zp.as_ref(),
+                    contiguous_mut(OP, "weights", &mut ww)?,
+                )?;
+            }
+            Some(w)
+        } else {
+            None
+        };
+        Ok(Box::new(MatMulNBitsKernel {
+            layout: self.layout,
+            weights,
+        }))
+    }
+}
+
+/// Dequantizes B (with its scales and optional zero points) into `w`.
+fn dequantize(
+    l: &NBitsLayout,
+    b: &Tensor,
+    scales: &Tensor,
+    zp: Option<&Tensor>,
+    w: &mut [f32],
+) -> OpResult<()> {
+    let (br, sr) = (b.read::<u8>()?, scales.read::<f32>()?);
+    let zr_u8 = zp
+        .filter(|z| z.dtype() == DType::U8)
+        .map(|z| z.read::<u8>())
+        .transpose()?;
+    let zr_f32 = zp
+        .filter(|z| z.dtype() == DType::F32)
+        .map(|z| z.read::<f32>())
+        .transpose()?;
+    let zero = match (&zr_u8, &zr_f32) {
+        (Some(z), _) => ZeroPoints::Packed(contiguous(OP, "zero_points", z)?),
+        (_, Some(z)) => ZeroPoints::Float(contiguous(OP, "zero_points", z)?),
+        _ => ZeroPoints::Default,
+    };
+    l.dequantize_transposed(
+        contiguous(OP, "B", &br)?,
+        contiguous(OP, "scales", &sr)?,
+        &zero,
+        w,
+    )
+}
+
+#[derive(Debug)]
+struct MatMulNBitsKernel {
+    layout: NBitsLayout,
+    /// The dequantized `K × N` weights, when they were constant at plan time.
+    weights: Option<Tensor>,
+}
+
+impl Kernel for MatMulNBitsKernel {
+    fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
+        let l = &self.layout;
+        let (k, n) = (l.k, l.n);
+        let a_t = io.input(0);
+        if a_t.dims().last() != Some(&k) {
+            return Err(OpError::kernel(
+                OP,
+                format!("A {:?} must end in K = {k}", a_t.dims()),
+            ));
+        }
+        let m = a_t.numel() / k;
+        let ar = a_t.read::<f32>()?;
+        let a = contiguous(OP, "A", &ar)?;
+        let mut yw = io.output(0).write::<f32>()?;
+        let y = contiguous_mut(OP, "Y", &mut yw)?;
+        if y.len() != m * n {
+            return Err(OpError::kernel(
+                OP,
+                format!("Y has {} elements, need {}", y.len(), m * n),
+            ));
+        }
+        let planned = self.weights.as_ref().map(|w| w.read::<f32>()).transpose()?;
+        let mut scratch = io.scratch.map(|s| s.write_bytes(OP)).transpose()?;
+        let w: &[f32] = match (&planned, &mut scratch) {
+            (Some(w), _) => contiguous(OP, "weights", w)?,
+            (None, Some(s)) => {
+                let mut rest = scratch_as::<f32>(OP, s.bytes())?;
+                let buf = carve(OP, &mut rest, k * n)?;
+                let zp = Some(io.input(3)).filter(|z| z.is_defined());
+                dequantize(l, io.input(1), io.input(2), zp, buf)?;
+                buf
+            }
+            (None, None) => return Err(OpError::kernel(OP, "non-constant weights need scratch")),
+        };
+        let row = |cols: usize| (cols as isize, 1isize);
+        gemm(
+            m,
+            n,
+            k,
+            a,
+            row(k),
+            w,
+            row(n),
+            y,
+            row(n),
+            1.0,
+            0.0,
+            io.threads,
+        )?;
+        let bias_t = io.input(5);
+        if bias_t.is_defined() {
+            let br = bias_t.read::<f32>()?;
+            let bias = contiguous(OP, "bias", &br)?;
+            for out in y.chunks_exact_mut(n) {
+                out.iter_mut().zip(bias).for_each(|(o, &b)| *o += b);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use strata_core::Tensor;
+
+    use crate::support::test_util::OpRun;
+    use crate::Attr;
+
+    /// K = 32, N = 2, one block per row: row 0 all q = 9 (value +1 · scale), row 1 q = i % 16.
+    fn weights() -> (Tensor, Tensor) {
+        let mut b = vec![0x99u8; 16];
+        b.extend((0..16).map(|i| ((2 * i % 16) | ((2 * i + 1) % 16) << 4) as u8));
+        (
+            Tensor::from_slice(&b, &[2, 1, 16]).unwrap(),
+            Tensor::from_slice(&[0.5f32, 2.0], &[2]).unwrap(),
+        )
+    }
+
+    fn run(inputs: &[Tensor], constant: bool) -> crate::OpResult<Vec<f32>> {
+        let attrs = [
+            ("K", Attr::Int(32)),
+            ("N", Attr::Int(2)),
+            ("bits", Attr::Int(4)),
+            ("block_size", Attr::Int(32)),
+        ];
+        let run = OpRun::new("MatMulNBits", 1)
+            .domain("com.microsoft")
+            .attrs(&attrs);
+        let run = if constant { run.constant_inputs() } else { run };
+        Ok(run.run(inputs)?[0].to_vec::<f32>()?)
+    }
+
+    #[test]
+    fn planned_and_run_time_dequantization_agree_with_the_naive_product() {
+        let (b, s) = weights();
+        let a: Vec<f32> = (0..32).map(|i| i as f32 * 0.25 - 3.0).collect();
+        let a = Tensor::from_slice(&a, &[1, 32]).unwrap();
+        let naive: Vec<f32> = (0..2)
+            .map(|n| {
+                (0..32)
+                    .map(|k| {
+                        let q = if n == 0 { 9.0 } else { (k % 16) as f32 };
+                        let scale = if n == 0 { 0.5 } else { 2.0 };
+                        (k as f32 * 0.25 - 3.0) * (q - 8.0) * scale
+                    })
+                    .sum()
+            })
+            .collect();
+        for constant in [true, false] {
+            let y = run(&[a.clone(), b.clone(), s.clone()], constant).unwrap();
+            for (g, w) in y.iter().zip(&naive) {
+                assert!(
+                    (g - w).abs() <= 1e-4 * w.abs().max(1.0),
+                    "{y:?} vs {naive:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn g_idx_and_wrong_sizes_are_errors() {
+        let (b, s) = weights();
+        let a = Tensor::from_slice(&[1.0f32; 32], &[1, 32]).unwrap();
+        let g_idx = Tensor::from_slice(&[0i32; 32], &[32]).unwrap();
+        let err = run(
+            &[a.clone(), b.clone(), s.clone(), Tensor::undefined(), g_idx],
+            true,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("g_idx"), "{err}");
+        let short = Tensor::from_slice(&[0u8; 31], &[31]).unwrap();
+        let err = run(&[a.clone(), short, s.clone()], true).unwrap_err();
+        assert!(err.to_string().contains("B has"), "{err}");
+        let a16 = Tensor::from_slice(&[1.0f32; 16], &[1, 16]).unwrap();
+        assert!(run(&[a16, b, s], true).is_err());
+    }
+}
