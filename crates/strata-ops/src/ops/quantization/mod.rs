@@ -6,6 +6,7 @@
 
 pub mod dequantize_linear;
 pub mod dynamic_quantize_linear;
+pub(crate) mod int_params;
 pub(crate) mod integer_operands;
 pub(crate) mod params;
 pub mod quantize_linear;
