@@ -194,3 +194,43 @@ pub(super) unsafe fn write_tile(
         }
     }
 }
+
+/// Writes finished sums `values` (zero points already applied), all of column `col` (one
+/// output channel), to `dest[start..start + values.len()]` through the epilogue: the int32
+/// bias, then the conversion to the destination's type. Used by direct kernels (depthwise
+/// convolution) that accumulate without the GEMM.
+pub fn write_line(
+    values: &[i32],
+    col: usize,
+    epilogue: &Epilogue<'_>,
+    dest: &mut Dest<'_>,
+    start: usize,
+) {
+    let bias = epilogue.bias_i32.map_or(0, |b| b[col]);
+    let m = epilogue.scale.map_or(1.0, |s| s.multiplier(0, col));
+    let zp = epilogue.zero_point;
+    let len = values.len();
+    match dest {
+        Dest::I32(d) => {
+            for (o, &v) in d[start..start + len].iter_mut().zip(values) {
+                *o = v.wrapping_add(bias);
+            }
+        }
+        Dest::U8(d) => {
+            for (o, &v) in d[start..start + len].iter_mut().zip(values) {
+                *o = quantize(v.wrapping_add(bias) as f32 * m, zp, 0.0, 255.0) as u8;
+            }
+        }
+        Dest::I8(d) => {
+            for (o, &v) in d[start..start + len].iter_mut().zip(values) {
+                *o = quantize(v.wrapping_add(bias) as f32 * m, zp, -128.0, 127.0) as i8;
+            }
+        }
+        Dest::F32(d) => {
+            let fb = epilogue.bias_f32.map_or(0.0, |b| b[col]);
+            for (o, &v) in d[start..start + len].iter_mut().zip(values) {
+                *o = v.wrapping_add(bias) as f32 * m + fb;
+            }
+        }
+    }
+}

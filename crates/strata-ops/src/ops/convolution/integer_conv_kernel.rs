@@ -20,10 +20,10 @@ use crate::{Dim, Fact, OpContext, OpError, OpResult};
 /// time, so a run with the planned dims resolves nothing).
 #[derive(Debug, Clone)]
 pub(crate) struct ResolvedConv {
-    x_dims: Vec<usize>,
-    w_dims: Vec<usize>,
-    params: ConvParams,
-    out_dims: Vec<usize>,
+    pub(crate) x_dims: Vec<usize>,
+    pub(crate) w_dims: Vec<usize>,
+    pub(crate) params: ConvParams,
+    pub(crate) out_dims: Vec<usize>,
 }
 
 /// Conv's attributes, resolved to kernel parameters once the dims are known.

@@ -12,6 +12,7 @@ pub mod conv_transpose;
 pub mod deform_conv;
 mod depthwise;
 mod im2col;
+mod integer_conv_gemm;
 mod integer_conv_kernel;
 pub mod qlinear_conv;
 
