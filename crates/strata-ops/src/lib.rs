@@ -18,7 +18,8 @@ pub use attributes::{Attr, Attributes};
 pub use error::{OpError, OpResult};
 pub use fact::{broadcast_dims, broadcast_shapes, int_values, Dim, Fact};
 pub use operator::{
-    Constructor, EpilogueStep, Fused, FusesEpilogue, InferenceBatchNorm, Kernel,
-    KernelCapabilities, KernelIo, MakesOutputs, OpCapabilities, OpContext, OpTable, Operator,
+    Constructor, EpilogueStep, Fused, FusesEpilogue, HasQLinearForm, InferenceBatchNorm, Kernel,
+    KernelCapabilities, KernelIo, LinearQuantization, MakesOutputs, OpCapabilities, OpContext,
+    OpTable, Operator,
 };
 pub use registry::{build_operator, is_supported, supported_ops};

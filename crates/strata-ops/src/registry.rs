@@ -33,6 +33,9 @@ const ONNX_FAMILIES: &[&[OpTable]] = &[
     text::OPS,
 ];
 
+/// The operator families of onnxruntime's `com.microsoft` domain.
+const MICROSOFT_FAMILIES: &[&[OpTable]] = &[quantization::MICROSOFT_OPS];
+
 /// The operator families of the `ai.onnx.ml` domain.
 const ML_FAMILIES: &[&[OpTable]] = &[ml::OPS, text::ML_OPS];
 
@@ -45,6 +48,8 @@ fn constructor(domain: &str, op_type: &str) -> Option<Constructor> {
         ONNX_FAMILIES
     } else if domain == "ai.onnx.ml" {
         ML_FAMILIES
+    } else if domain == "com.microsoft" {
+        MICROSOFT_FAMILIES
     } else {
         return None;
     };

@@ -26,6 +26,14 @@ impl<'a> IntSlice<'a> {
         self.len() == 0
     }
 
+    /// The values as raw bytes (two's complement for i8).
+    pub fn bytes(&self) -> &'a [u8] {
+        match self {
+            IntSlice::U8(s) => s,
+            IntSlice::I8(s) => bytemuck::cast_slice(s),
+        }
+    }
+
     /// Elements `start..start + len`.
     pub fn range(&self, start: usize, len: usize) -> IntSlice<'a> {
         match self {

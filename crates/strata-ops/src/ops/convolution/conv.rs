@@ -113,6 +113,23 @@ impl FusesEpilogue for Conv {
     }
 }
 
+impl crate::HasQLinearForm for Conv {
+    fn qlinear(&self) -> Option<Box<dyn Operator>> {
+        if self.post != Activation::None {
+            return None;
+        }
+        let attrs = crate::ops::convolution::integer_conv_kernel::ConvAttrs::new(
+            self.auto_pad.clone(),
+            self.kernel_shape.clone(),
+            self.strides.clone(),
+            self.pads.clone(),
+            self.dilations.clone(),
+            self.groups,
+        );
+        Some(crate::ops::convolution::qlinear_conv::QLinearConv::with_attrs(attrs))
+    }
+}
+
 impl Operator for Conv {
     fn op_type(&self) -> &str {
         "Conv"
@@ -166,6 +183,7 @@ impl Operator for Conv {
     fn capabilities(&self) -> OpCapabilities<'_> {
         OpCapabilities {
             epilogue: Some(self),
+            qlinear: Some(self),
             ..OpCapabilities::default()
         }
     }

@@ -38,6 +38,25 @@ pub(crate) struct ConvAttrs {
 }
 
 impl ConvAttrs {
+    /// Conv's attributes as given.
+    pub(crate) fn new(
+        auto_pad: String,
+        kernel_shape: Option<Vec<usize>>,
+        strides: Option<Vec<usize>>,
+        pads: Option<Vec<usize>>,
+        dilations: Option<Vec<usize>>,
+        groups: usize,
+    ) -> Self {
+        ConvAttrs {
+            auto_pad,
+            kernel_shape,
+            strides,
+            pads,
+            dilations,
+            groups,
+        }
+    }
+
     pub(crate) fn from_ctx(op: &str, ctx: &OpContext) -> OpResult<Self> {
         let a = ctx.attrs;
         let groups = a.int_or("group", 1)?;

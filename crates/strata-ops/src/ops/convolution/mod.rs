@@ -13,7 +13,7 @@ pub mod deform_conv;
 mod depthwise;
 mod im2col;
 mod integer_conv_gemm;
-mod integer_conv_kernel;
+pub(crate) mod integer_conv_kernel;
 pub mod qlinear_conv;
 
 use crate::OpTable;

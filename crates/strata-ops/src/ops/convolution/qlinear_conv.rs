@@ -38,11 +38,16 @@ pub struct QLinearConv {
 
 impl QLinearConv {
     pub fn build(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
-        Ok(Box::new(QLinearConv {
-            attrs: ConvAttrs::from_ctx(OP, ctx)?,
+        Ok(Self::with_attrs(ConvAttrs::from_ctx(OP, ctx)?))
+    }
+
+    /// The operator with Conv's attributes (the QDQ pass's rewrite of a Conv).
+    pub(crate) fn with_attrs(attrs: ConvAttrs) -> Box<dyn Operator> {
+        Box::new(QLinearConv {
+            attrs,
             planned: None,
             packed: None,
-        }))
+        })
     }
 }
 

@@ -57,6 +57,16 @@ fn is_quantized_input(dtype: DType) -> bool {
 }
 
 impl Operator for DequantizeLinear {
+    fn capabilities(&self) -> crate::OpCapabilities<'_> {
+        crate::OpCapabilities {
+            linear_quantization: Some(crate::LinearQuantization {
+                axis: self.axis,
+                block_size: self.block_size,
+            }),
+            ..crate::OpCapabilities::default()
+        }
+    }
+
     fn op_type(&self) -> &str {
         OP
     }

@@ -8,6 +8,7 @@ pub mod dequantize_linear;
 pub mod dynamic_quantize_linear;
 pub(crate) mod int_params;
 pub(crate) mod integer_operands;
+pub mod microsoft;
 pub(crate) mod params;
 pub mod quantize_linear;
 pub(crate) mod values;
@@ -26,3 +27,6 @@ pub const OPS: &[OpTable] = &[&[
         dynamic_quantize_linear::DynamicQuantizeLinear::build,
     ),
 ]];
+
+/// The com.microsoft quantized operators (QLinearConcat, QLinearAdd, ...), read by the registry.
+pub const MICROSOFT_OPS: &[OpTable] = microsoft::OPS;

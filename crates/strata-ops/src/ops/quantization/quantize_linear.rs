@@ -109,6 +109,16 @@ impl QuantizeLinear {
 }
 
 impl Operator for QuantizeLinear {
+    fn capabilities(&self) -> crate::OpCapabilities<'_> {
+        crate::OpCapabilities {
+            linear_quantization: Some(crate::LinearQuantization {
+                axis: self.axis,
+                block_size: self.block_size,
+            }),
+            ..crate::OpCapabilities::default()
+        }
+    }
+
     fn op_type(&self) -> &str {
         OP
     }
