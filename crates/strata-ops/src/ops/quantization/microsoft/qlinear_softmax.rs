@@ -23,7 +23,7 @@ impl QLinearSoftmax {
     pub fn build(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
         let opset = ctx.attrs.int_or("opset", 13)?;
         Ok(Box::new(QLinearSoftmax {
-            axis: ctx.attrs.int_or("axis", if opset < 13 { 1 } else { -1 })?,
+            axis: ctx.attrs.int_or("axis", -1)?,
             opset,
         }))
     }
