@@ -132,13 +132,24 @@ fn pick(values: &[i32], index: usize) -> i32 {
     }
 }
 
+/// `x` rounded half to even, for |x| up to 2^22 (larger values are clamped there first, which
+/// no 8-bit result can tell apart). Adding and subtracting 1.5 · 2^23 rounds in the FPU's
+/// default mode, without the library call `round_ties_even` becomes on baseline x86_64.
+#[inline(always)]
+pub fn round_half_even(x: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    (x.clamp(-4_194_304.0, 4_194_304.0) + MAGIC) - MAGIC
+}
+
 #[inline(always)]
 fn quantize(value: f32, zero_point: i32, lo: f32, hi: f32) -> f32 {
-    (value.round_ties_even() + zero_point as f32).clamp(lo, hi)
+    // NaN (from a NaN scale) clamps to nothing in particular; `as` then gives 0.
+    (round_half_even(value) + zero_point as f32).clamp(lo, hi)
 }
 
 /// Writes rows `i0..i0 + rows` by columns `j0..j0 + cols` of C from the raw sums `acc` (row
-/// stride [`super::NR`]).
+/// stride [`super::NR`]). Per-column terms (zero-point corrections, bias, multipliers) are
+/// computed once per tile; the loops run along whichever of C's axes is contiguous.
 ///
 /// # Safety
 /// Every element `(i, j)` written is inside C's storage (the driver checked C's extent) and no
@@ -153,45 +164,79 @@ pub(super) unsafe fn write_tile(
     dest: RawDest,
     (rs, cs): (usize, usize),
 ) {
-    for i in 0..rows {
-        let row = i0 + i;
-        let za = pick(fix.a_zero, row).wrapping_add(fix.a_shift);
-        let row_sum = fix.row_sums[i];
-        let line = &acc[i * super::NR..i * super::NR + cols];
-        for (jj, &raw) in line.iter().enumerate() {
-            let col = j0 + jj;
-            let zb = pick(fix.b_zero, col).wrapping_add(fix.b_shift);
-            // Σ(a-za)(b-zb) = Σab - zb·Σa - za·Σb + K·za·zb, wrapping like i32 accumulation.
-            let mut v = raw
-                .wrapping_sub(zb.wrapping_mul(row_sum))
-                .wrapping_sub(za.wrapping_mul(fix.col_sums[col]))
-                .wrapping_add(fix.depth.wrapping_mul(za).wrapping_mul(zb));
-            if let Some(bias) = epilogue.bias_i32 {
-                v = v.wrapping_add(bias[col]);
-            }
-            let index = row * rs + col * cs;
-            let scaled = || {
-                let m = epilogue.scale.map_or(1.0, |s| s.multiplier(row, col));
-                v as f32 * m
-            };
-            // SAFETY: `index` addresses an element of C inside its storage that only this call
-            // writes (the caller's contract).
-            unsafe {
-                match dest {
-                    RawDest::I32(p) => *p.add(index) = v,
-                    RawDest::U8(p) => {
-                        *p.add(index) = quantize(scaled(), epilogue.zero_point, 0.0, 255.0) as u8
+    const NR: usize = super::NR;
+    // Per column: the constant term, B's zero point, the multiplier and the float bias.
+    let mut col_term = [0i32; NR];
+    let mut col_zero = [0i32; NR];
+    let mut col_mult = [1f32; NR];
+    let mut col_bias = [0f32; NR];
+    let row_scaled = epilogue.scale.is_some_and(|s| s.row.is_some());
+    for jj in 0..cols {
+        let col = j0 + jj;
+        let zb = pick(fix.b_zero, col).wrapping_add(fix.b_shift);
+        col_zero[jj] = zb;
+        col_term[jj] = epilogue.bias_i32.map_or(0, |b| b[col]);
+        if let Some(scale) = &epilogue.scale {
+            col_mult[jj] = scale.multiplier(0, col);
+        }
+        col_bias[jj] = epilogue.bias_f32.map_or(0.0, |b| b[col]);
+    }
+    // The corrected sum of tile element (i, jj):
+    // Σ(a-za)(b-zb) = Σab - zb·Σa - za·Σb + K·za·zb (+ bias), wrapping like i32 accumulation.
+    let value = |i: usize, jj: usize| -> i32 {
+        let za = pick(fix.a_zero, i0 + i).wrapping_add(fix.a_shift);
+        let zb = col_zero[jj];
+        acc[i * NR + jj]
+            .wrapping_sub(zb.wrapping_mul(fix.row_sums[i]))
+            .wrapping_sub(za.wrapping_mul(fix.col_sums[j0 + jj]))
+            .wrapping_add(fix.depth.wrapping_mul(za).wrapping_mul(zb))
+            .wrapping_add(col_term[jj])
+    };
+    let mult = |i: usize, jj: usize| -> f32 {
+        match (row_scaled, &epilogue.scale) {
+            (true, Some(s)) => s.multiplier(i0 + i, j0 + jj),
+            _ => col_mult[jj],
+        }
+    };
+    macro_rules! store {
+        ($p:expr, $convert:expr) => {{
+            let p = $p;
+            let convert = $convert;
+            if cs == 1 {
+                for i in 0..rows {
+                    let base = (i0 + i) * rs + j0;
+                    for jj in 0..cols {
+                        // SAFETY: (i0 + i, j0 + jj) is an element of C inside its storage that
+                        // only this call writes (the caller's contract).
+                        unsafe { *p.add(base + jj) = convert(value(i, jj), i, jj) };
                     }
-                    RawDest::I8(p) => {
-                        *p.add(index) = quantize(scaled(), epilogue.zero_point, -128.0, 127.0) as i8
-                    }
-                    RawDest::F32(p) => {
-                        let bias = epilogue.bias_f32.map_or(0.0, |b| b[col]);
-                        *p.add(index) = scaled() + bias
+                }
+            } else {
+                for jj in 0..cols {
+                    let base = i0 * rs + (j0 + jj) * cs;
+                    for i in 0..rows {
+                        // SAFETY: as above.
+                        unsafe { *p.add(base + i * rs) = convert(value(i, jj), i, jj) };
                     }
                 }
             }
-        }
+        }};
+    }
+    match dest {
+        RawDest::I32(p) => store!(p, |v: i32, _, _| v),
+        RawDest::U8(p) => store!(p, |v: i32, i, jj| quantize(
+            v as f32 * mult(i, jj),
+            epilogue.zero_point,
+            0.0,
+            255.0
+        ) as u8),
+        RawDest::I8(p) => store!(p, |v: i32, i, jj| quantize(
+            v as f32 * mult(i, jj),
+            epilogue.zero_point,
+            -128.0,
+            127.0
+        ) as i8),
+        RawDest::F32(p) => store!(p, |v: i32, i, jj| v as f32 * mult(i, jj) + col_bias[jj]),
     }
 }
 

@@ -27,7 +27,7 @@ mod tests;
 mod x86;
 
 pub use driver::igemm;
-pub use epilogue::{write_line, Dest, Epilogue, OutMat, Requant};
+pub use epilogue::{round_half_even, write_line, Dest, Epilogue, OutMat, Requant};
 pub use pack::{
     pack_b_into, Im2colA, Im2colGeometry, IntSlice, MatrixA, PackA, PackedB, PackedBRef,
 };

@@ -10,6 +10,7 @@ pub(crate) mod int_params;
 pub(crate) mod integer_operands;
 pub mod microsoft;
 pub(crate) mod params;
+mod per_tensor;
 pub mod quantize_linear;
 pub(crate) mod values;
 

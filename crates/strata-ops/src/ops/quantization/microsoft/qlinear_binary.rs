@@ -116,7 +116,7 @@ impl Kernel for QLinearBinary {
                         Arith::Add => x * ra + y * rb,
                         Arith::Mul => x * y * rab,
                     };
-                    (v.round_ties_even() + zc).clamp(lo, hi) as $t
+                    (crate::kernels::igemm::round_half_even(v) + zc).clamp(lo, hi) as $t
                 };
                 zip2(&walk, ga.storage_data(), gb.storage_data(), data, f);
             }};

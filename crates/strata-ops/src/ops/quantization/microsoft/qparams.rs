@@ -60,7 +60,8 @@ impl QParam {
         } else {
             (0.0, 255.0)
         };
-        let q = ((v / self.scale).round_ties_even() + self.zero as f32).clamp(lo, hi);
+        let q = (crate::kernels::igemm::round_half_even(v / self.scale) + self.zero as f32)
+            .clamp(lo, hi);
         // NaN saturates to the low end (the cast gives 0).
         (q as i32) as u8
     }
@@ -73,7 +74,7 @@ impl QParam {
         } else {
             (0.0, 255.0)
         };
-        let q = (scaled.round_ties_even() + self.zero as f32).clamp(lo, hi);
+        let q = (crate::kernels::igemm::round_half_even(scaled) + self.zero as f32).clamp(lo, hi);
         (q as i32) as u8
     }
 
