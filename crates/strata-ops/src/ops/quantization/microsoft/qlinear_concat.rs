@@ -26,7 +26,7 @@ impl QLinearConcat {
     }
 
     fn data_count(count: usize) -> OpResult<usize> {
-        if count < 5 || (count - 2) % 3 != 0 {
+        if count < 5 || !(count - 2).is_multiple_of(3) {
             return Err(OpError::shape(
                 OP,
                 format!("takes Y_scale, Y_zero_point and triples (X, scale, zero point); got {count} inputs"),
