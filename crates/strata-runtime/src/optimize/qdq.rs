@@ -126,12 +126,11 @@ fn onnx(op_type: &str) -> Option<Box<dyn Operator>> {
     .ok()
 }
 
+/// A QLinear operator and the inputs it reads.
+type Replacement = (Box<dyn Operator>, Vec<Option<ValueId>>);
+
 /// The QLinear replacement of node `i` and its inputs, or `None` when it does not qualify.
-fn rewrite(
-    graph: &Graph,
-    i: usize,
-    output: (ValueId, ValueId, DType),
-) -> Option<(Box<dyn Operator>, Vec<Option<ValueId>>)> {
+fn rewrite(graph: &Graph, i: usize, output: (ValueId, ValueId, DType)) -> Option<Replacement> {
     let node = &graph.nodes[i];
     let (out_scale, out_zero, out_dtype) = output;
     let input = |k: usize| node.inputs.get(k).copied().flatten();

@@ -121,8 +121,9 @@ pub fn igemm(
     Ok(())
 }
 
-/// Runs a product with the portable microkernel whatever the CPU (for tests).
+/// Runs a product with the microkernels of `isa` (for tests).
 #[cfg(test)]
+#[allow(clippy::too_many_arguments)]
 pub(super) fn igemm_with(
     isa: IntIsa,
     a: &dyn PackA,
