@@ -20,7 +20,7 @@ pub use error::{OpError, OpResult};
 pub use fact::{broadcast_dims, broadcast_shapes, int_values, Dim, Fact};
 pub use operator::{
     Constructor, ContextState, EpilogueStep, FusableActivation, Fused, FusesEpilogue,
-    InferenceBatchNorm, Kernel, KernelCapabilities, KernelIo, MakesOutputs, OpCapabilities,
-    OpContext, OpTable, Operator, UsesContextState,
+    HasQLinearForm, InferenceBatchNorm, Kernel, KernelCapabilities, KernelIo, LinearQuantization,
+    MakesOutputs, OpCapabilities, OpContext, OpTable, Operator, UsesContextState,
 };
 pub use registry::{build_operator, is_supported, supported_ops};

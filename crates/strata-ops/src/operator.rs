@@ -124,6 +124,11 @@ pub struct OpCapabilities<'a> {
     pub batch_norm: Option<InferenceBatchNorm>,
     /// It is an element-wise activation that a producer's epilogue can apply instead.
     pub activation: Option<&'a dyn FusableActivation>,
+    /// It has a QLinear form the QDQ pass may run `DequantizeLinear → op → QuantizeLinear` as
+    /// (an operator whose form depends on its attributes, such as Conv).
+    pub qlinear: Option<&'a dyn HasQLinearForm>,
+    /// It is a QuantizeLinear or DequantizeLinear with these parameters.
+    pub linear_quantization: Option<LinearQuantization>,
 }
 
 impl fmt::Debug for OpCapabilities<'_> {
@@ -132,6 +137,8 @@ impl fmt::Debug for OpCapabilities<'_> {
             .field("epilogue", &self.epilogue.is_some())
             .field("batch_norm", &self.batch_norm)
             .field("activation", &self.activation.is_some())
+            .field("qlinear", &self.qlinear.is_some())
+            .field("linear_quantization", &self.linear_quantization)
             .finish()
     }
 }
@@ -183,6 +190,25 @@ pub trait FusableActivation: Send + Sync {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct InferenceBatchNorm {
     pub epsilon: f32,
+}
+
+/// The QLinear operator computing an operator on 8-bit tensors: its inputs are, for each of the
+/// float op's data inputs, the triple (quantized x, scale, zero point), then the output's
+/// (scale, zero point), then (QLinearConv) an int32 bias.
+pub trait HasQLinearForm: Send + Sync {
+    /// The QLinear operator with this operator's attributes, or `None` when this instance has
+    /// no such form (an activation fused in, say).
+    fn qlinear(&self) -> Option<Box<dyn Operator>>;
+}
+
+/// The parameters of a QuantizeLinear or DequantizeLinear node that decide how its scale maps
+/// onto elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinearQuantization {
+    /// The axis a 1-D scale runs along.
+    pub axis: i64,
+    /// Elements per scale along the axis (0: not blocked).
+    pub block_size: i64,
 }
 
 /// What a kernel offers the runtime beyond [`crate::Kernel::run`].

@@ -38,7 +38,7 @@ const ONNX_FAMILIES: &[&[OpTable]] = &[
 const LLM_FAMILIES: &[&[OpTable]] = &[llm::OPS];
 
 /// The operator families of onnxruntime's `com.microsoft` domain.
-const MICROSOFT_FAMILIES: &[&[OpTable]] = &[microsoft::OPS];
+const MICROSOFT_FAMILIES: &[&[OpTable]] = &[microsoft::OPS, quantization::MICROSOFT_OPS];
 
 /// The operator families of the `ai.onnx.ml` domain.
 const ML_FAMILIES: &[&[OpTable]] = &[ml::OPS, text::ML_OPS];

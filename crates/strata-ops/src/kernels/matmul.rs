@@ -102,10 +102,10 @@ pub fn batched_matmul<T: GemmFloat>(
 }
 
 /// Validated MatMul dims: the product sizes and how each output batch maps to input matrices.
-struct MatMulGeometry {
-    m: usize,
-    n: usize,
-    k: usize,
+pub(crate) struct MatMulGeometry {
+    pub(crate) m: usize,
+    pub(crate) n: usize,
+    pub(crate) k: usize,
     /// Inline (no heap allocation per run) for up to 6 dims.
     out_dims: Dims,
     out_len: usize,
@@ -114,13 +114,13 @@ struct MatMulGeometry {
     /// Per batch axis, the step in A's (B's) matrix index; 0 where that operand broadcasts.
     a_steps: Dims,
     b_steps: Dims,
-    batches: usize,
-    a_batches: usize,
-    b_batches: usize,
+    pub(crate) batches: usize,
+    pub(crate) a_batches: usize,
+    pub(crate) b_batches: usize,
 }
 
 impl MatMulGeometry {
-    fn new(a_dims: &[usize], b_dims: &[usize]) -> KernelResult<Self> {
+    pub(crate) fn new(a_dims: &[usize], b_dims: &[usize]) -> KernelResult<Self> {
         let mismatch = |reason: String| KernelError::ShapeMismatch {
             op: OP,
             a: a_dims.to_vec(),
@@ -207,7 +207,7 @@ impl MatMulGeometry {
     }
 
     /// Matrix indices into A and B for output batch `index` (row-major over `batch_dims`).
-    fn batch_offsets(&self, mut index: usize) -> (usize, usize) {
+    pub(crate) fn batch_offsets(&self, mut index: usize) -> (usize, usize) {
         let (mut a, mut b) = (0, 0);
         for axis in (0..self.batch_dims.len()).rev() {
             let d = self.batch_dims[axis];

@@ -12,6 +12,7 @@ pub mod auto_pad;
 pub mod error;
 pub mod float;
 pub mod gemm;
+pub mod igemm;
 pub mod matmul;
 pub mod quant;
 pub(crate) mod simd;

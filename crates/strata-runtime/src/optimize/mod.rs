@@ -5,12 +5,14 @@ mod epilogue;
 mod fold;
 mod fuse;
 mod matmul_bias;
+mod qdq;
 
 pub use dce::remove_dead_nodes;
 pub use epilogue::{fuse_epilogues, Fusion};
 pub use fold::fold_constants;
 pub use fuse::fold_batch_norms;
 pub use matmul_bias::fuse_matmul_bias;
+pub use qdq::quantize_qdq;
 
 use crate::{Graph, Result};
 
@@ -18,6 +20,7 @@ use crate::{Graph, Result};
 /// epilogue fusion (MatMul + bias into Gemm, then residual Adds and activations into their
 /// producers).
 pub fn optimize(graph: &mut Graph, threads: usize) -> Result<OptimizeReport> {
+    let quantized = quantize_qdq(graph)?;
     let folded = fold_constants(graph, threads)?;
     let removed = remove_dead_nodes(graph);
     let batch_norms = fold_batch_norms(graph)?;
@@ -27,6 +30,7 @@ pub fn optimize(graph: &mut Graph, threads: usize) -> Result<OptimizeReport> {
     // Folding left the original weights of folded convolutions unread.
     remove_dead_nodes(graph);
     Ok(OptimizeReport {
+        quantized,
         folded,
         removed,
         batch_norms,
@@ -38,6 +42,8 @@ pub fn optimize(graph: &mut Graph, threads: usize) -> Result<OptimizeReport> {
 /// What the passes changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OptimizeReport {
+    /// `DequantizeLinear → op → QuantizeLinear` groups now run as one QLinear operator.
+    pub quantized: usize,
     /// Nodes evaluated at plan time.
     pub folded: usize,
     /// Nodes that did not contribute to any output.

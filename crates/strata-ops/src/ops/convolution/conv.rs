@@ -132,6 +132,23 @@ impl FusesEpilogue for Conv {
 /// The input a fused residual Add's other operand is read from.
 const RESIDUAL_SLOT: usize = 3;
 
+impl crate::HasQLinearForm for Conv {
+    fn qlinear(&self) -> Option<Box<dyn Operator>> {
+        if self.post != Activation::None || self.residual {
+            return None;
+        }
+        let attrs = crate::ops::convolution::integer_conv_kernel::ConvAttrs::new(
+            self.auto_pad.clone(),
+            self.kernel_shape.clone(),
+            self.strides.clone(),
+            self.pads.clone(),
+            self.dilations.clone(),
+            self.groups,
+        );
+        Some(crate::ops::convolution::qlinear_conv::QLinearConv::with_attrs(attrs))
+    }
+}
+
 impl Operator for Conv {
     fn op_type(&self) -> &str {
         "Conv"
@@ -197,6 +214,7 @@ impl Operator for Conv {
     fn capabilities(&self) -> OpCapabilities<'_> {
         OpCapabilities {
             epilogue: Some(self),
+            qlinear: Some(self),
             ..OpCapabilities::default()
         }
     }

@@ -1,11 +1,20 @@
 //! ConvInteger (opset 10): `Y = conv(X - x_zero_point, W - w_zero_point)` as int32 for
 //! uint8/int8 operands, with Conv's attributes; W's zero point may be one per output channel.
+//! 1-D and 2-D convolutions run on the integer GEMM (weights packed at plan time when
+//! constant) or the direct depthwise kernel; 3-D ones on the exact f64 path.
+
+use std::sync::Arc;
 
 use strata_core::{DType, Device};
 
+use crate::kernels::igemm::Epilogue;
+use crate::ops::convolution::integer_conv_gemm::{
+    int_conv, int_conv_words, prepack_weights, supports, ConvWeights,
+};
 use crate::ops::convolution::integer_conv_kernel::{centered_conv, ConvAttrs, ResolvedConv};
+use crate::ops::quantization::int_params::{param_words, words_to_bytes, zero_points_into};
 use crate::ops::quantization::integer_operands::check_operand;
-use crate::ops::quantization::values::{f64_scratch_bytes, scratch};
+use crate::ops::quantization::values::{f64_scratch_bytes, read_scalar, scratch};
 use crate::support::inputs::{optional, required};
 use crate::support::kernel_choice::cpu_only;
 use crate::support::scratch::scratch_as;
@@ -18,6 +27,8 @@ pub struct ConvInteger {
     attrs: ConvAttrs,
     /// Resolved when the kernel is made for known dims.
     planned: Option<ResolvedConv>,
+    /// The weights packed at plan time.
+    packed: Option<Arc<ConvWeights>>,
 }
 
 impl ConvInteger {
@@ -25,7 +36,28 @@ impl ConvInteger {
         Ok(Box::new(ConvInteger {
             attrs: ConvAttrs::from_ctx(OP, ctx)?,
             planned: None,
+            packed: None,
         }))
+    }
+}
+
+/// Scratch bytes of an integer convolution of `x` by `w` (GEMM path when it applies, else the
+/// f64 path with `per_channel` extra values per output channel).
+pub(crate) fn int_conv_scratch_bytes(
+    op: &str,
+    attrs: &ConvAttrs,
+    x: &Fact,
+    w: &Fact,
+    per_channel: usize,
+) -> OpResult<usize> {
+    match attrs.resolve_facts(op, x, w)? {
+        Some(r) if supports(&r) => {
+            let words = int_conv_words(&r, w.value.is_some())
+                .zip(param_words(r.out_dims[1], r.out_dims[1]))
+                .and_then(|(a, b)| a.checked_add(b));
+            words_to_bytes(op, words)
+        }
+        _ => f64_scratch_bytes(op, attrs.work_len(op, x, w, per_channel)?),
     }
 }
 
@@ -47,7 +79,7 @@ impl Operator for ConvInteger {
 
     fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
         let (x, w) = (required(OP, inputs, 0)?, required(OP, inputs, 1)?);
-        f64_scratch_bytes(OP, self.attrs.work_len(OP, x, w, 0)?)
+        int_conv_scratch_bytes(OP, &self.attrs, x, w, 0)
     }
 
     fn kernel(
@@ -58,30 +90,60 @@ impl Operator for ConvInteger {
     ) -> OpResult<Box<dyn Kernel>> {
         cpu_only(OP, required(OP, inputs, 0)?.dtype, device)?;
         let (x, w) = (required(OP, inputs, 0)?, required(OP, inputs, 1)?);
+        let planned = self.attrs.resolve_facts(OP, x, w)?;
+        let packed = prepack_weights(OP, planned.as_ref(), w)?;
         Ok(Box::new(ConvInteger {
             attrs: self.attrs.clone(),
-            planned: self.attrs.resolve_facts(OP, x, w)?,
+            planned,
+            packed,
         }))
     }
 }
 
 impl Kernel for ConvInteger {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
+        let (x, w, out) = (io.input(0), io.input(1), io.output(0));
         let mut guard = scratch(OP, io)?;
+        if let Some(r) = self
+            .planned
+            .as_ref()
+            .filter(|r| supports(r) && r.x_dims == x.dims() && r.w_dims == w.dims())
+        {
+            let mut work: &mut [i32] = scratch_as(OP, guard.bytes())?;
+            let x_zero = if io.input(2).is_defined() {
+                read_scalar(OP, "x_zero_point", io.input(2))? as i32
+            } else {
+                0
+            };
+            let w_zero =
+                zero_points_into(OP, "w_zero_point", io.input(3), r.out_dims[1], &mut work)?;
+            return int_conv(
+                OP,
+                r,
+                x,
+                x_zero,
+                w,
+                w_zero,
+                self.packed.as_deref(),
+                &Epilogue::default(),
+                out,
+                &mut work,
+                io.threads,
+            );
+        }
         let mut work: &mut [f64] = scratch_as(OP, guard.bytes())?;
         let (product, _, _) = centered_conv(
             OP,
             &self.attrs,
             self.planned.as_ref(),
-            io.input(0),
+            x,
             io.input(2),
-            io.input(1),
+            w,
             io.input(3),
             None,
             io.threads,
             &mut work,
         )?;
-        let out = io.output(0);
         let mut write = out.write::<i32>()?;
         let data = write
             .as_mut_slice()

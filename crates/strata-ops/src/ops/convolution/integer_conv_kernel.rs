@@ -20,10 +20,10 @@ use crate::{Dim, Fact, OpContext, OpError, OpResult};
 /// time, so a run with the planned dims resolves nothing).
 #[derive(Debug, Clone)]
 pub(crate) struct ResolvedConv {
-    x_dims: Vec<usize>,
-    w_dims: Vec<usize>,
-    params: ConvParams,
-    out_dims: Vec<usize>,
+    pub(crate) x_dims: Vec<usize>,
+    pub(crate) w_dims: Vec<usize>,
+    pub(crate) params: ConvParams,
+    pub(crate) out_dims: Vec<usize>,
 }
 
 /// Conv's attributes, resolved to kernel parameters once the dims are known.
@@ -38,6 +38,25 @@ pub(crate) struct ConvAttrs {
 }
 
 impl ConvAttrs {
+    /// Conv's attributes as given.
+    pub(crate) fn new(
+        auto_pad: String,
+        kernel_shape: Option<Vec<usize>>,
+        strides: Option<Vec<usize>>,
+        pads: Option<Vec<usize>>,
+        dilations: Option<Vec<usize>>,
+        groups: usize,
+    ) -> Self {
+        ConvAttrs {
+            auto_pad,
+            kernel_shape,
+            strides,
+            pads,
+            dilations,
+            groups,
+        }
+    }
+
     pub(crate) fn from_ctx(op: &str, ctx: &OpContext) -> OpResult<Self> {
         let a = ctx.attrs;
         let groups = a.int_or("group", 1)?;

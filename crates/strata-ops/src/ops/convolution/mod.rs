@@ -12,7 +12,8 @@ pub mod conv_transpose;
 pub mod deform_conv;
 mod depthwise;
 mod im2col;
-mod integer_conv_kernel;
+mod integer_conv_gemm;
+pub(crate) mod integer_conv_kernel;
 pub mod qlinear_conv;
 
 use crate::OpTable;

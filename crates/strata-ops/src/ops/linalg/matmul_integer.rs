@@ -1,26 +1,50 @@
 //! MatMulInteger (opset 10): `Y = (A - a_zero_point) @ (B - b_zero_point)` as int32, for
 //! uint8/int8 operands; A's zero point is a scalar or one per row, B's a scalar or one per column.
+//! Runs on the integer GEMM, B packed at plan time when it is a constant.
+
+use std::sync::Arc;
 
 use strata_core::{DType, Device};
 
-use crate::ops::linalg::integer_matmul_kernel::{centered_product, product_work_len};
+use crate::kernels::igemm::{Epilogue, PackedB};
+use crate::ops::linalg::integer_matmul_kernel::{int_matmul, int_matmul_words, matmul_mkn};
 use crate::ops::linalg::matmul::matmul_dims;
+use crate::ops::quantization::int_params::{
+    param_words, prepack_matrix, words_to_bytes, zero_points_into,
+};
 use crate::ops::quantization::integer_operands::check_operand;
-use crate::ops::quantization::values::{f64_scratch_bytes, scratch};
+use crate::ops::quantization::values::scratch;
 use crate::support::inputs::{optional, required};
 use crate::support::kernel_choice::cpu_only;
 use crate::support::scratch::scratch_as;
-use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{Fact, Kernel, KernelIo, OpContext, OpResult, Operator};
 
 const OP: &str = "MatMulInteger";
 
-#[derive(Debug, Clone, Copy)]
-pub struct MatMulInteger;
+#[derive(Debug, Clone, Default)]
+pub struct MatMulInteger {
+    /// B packed at plan time, when it is a constant matrix.
+    packed: Option<Arc<PackedB>>,
+}
 
 impl MatMulInteger {
     pub fn build(_ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
-        Ok(Box::new(MatMulInteger))
+        Ok(Box::new(MatMulInteger::default()))
     }
+}
+
+/// Scratch bytes of an integer matmul of `a` by `b` with its per-line parameters (0 while a
+/// dim is unknown).
+pub(crate) fn int_matmul_scratch_bytes(op: &str, a: &Fact, b: &Fact) -> OpResult<usize> {
+    let (Some(a_dims), Some(b_dims)) = (a.concrete(), b.concrete()) else {
+        return Ok(0);
+    };
+    let (m, _, n) = matmul_mkn(&a_dims, &b_dims);
+    let prepacked = b.value.is_some() && b_dims.len() == 2;
+    let words = int_matmul_words(&a_dims, &b_dims, prepacked)
+        .zip(param_words(m, n))
+        .and_then(|(x, y)| x.checked_add(y));
+    words_to_bytes(op, words)
 }
 
 impl Operator for MatMulInteger {
@@ -36,16 +60,8 @@ impl Operator for MatMulInteger {
         Ok(vec![Fact::new(DType::I32, matmul_dims(&a.dims, &b.dims)?)])
     }
 
-    fn scratch_bytes(&self, inputs: &[&Fact], outputs: &[&Fact]) -> OpResult<usize> {
-        let (a, b) = (required(OP, inputs, 0)?, required(OP, inputs, 1)?);
-        let (Some(a), Some(b), Some(y)) = (
-            a.concrete(),
-            b.concrete(),
-            outputs.first().and_then(|y| y.concrete()),
-        ) else {
-            return Ok(0);
-        };
-        f64_scratch_bytes(OP, product_work_len(&a, &b, y.iter().product()))
+    fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
+        int_matmul_scratch_bytes(OP, required(OP, inputs, 0)?, required(OP, inputs, 1)?)
     }
 
     fn kernel(
@@ -55,34 +71,32 @@ impl Operator for MatMulInteger {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         cpu_only(OP, required(OP, inputs, 0)?.dtype, device)?;
-        Ok(Box::new(MatMulInteger))
+        Ok(Box::new(MatMulInteger {
+            packed: prepack_matrix(OP, required(OP, inputs, 1)?)?,
+        }))
     }
 }
 
 impl Kernel for MatMulInteger {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
-        let out = io.output(0);
+        let (a, b) = (io.input(0), io.input(1));
+        let (m, _, n) = matmul_mkn(a.dims(), b.dims());
         let mut guard = scratch(OP, io)?;
-        let mut work: &mut [f64] = scratch_as(OP, guard.bytes())?;
-        let (product, _, _) = centered_product(
+        let mut work: &mut [i32] = scratch_as(OP, guard.bytes())?;
+        let a_zero = zero_points_into(OP, "a_zero_point", io.input(2), m, &mut work)?;
+        let b_zero = zero_points_into(OP, "b_zero_point", io.input(3), n, &mut work)?;
+        int_matmul(
             OP,
-            io.input(0),
-            io.input(2),
-            io.input(1),
-            io.input(3),
-            out.numel(),
-            io.threads,
+            a,
+            a_zero,
+            b,
+            b_zero,
+            self.packed.as_deref(),
+            io.output(0),
+            &Epilogue::default(),
             &mut work,
-        )?;
-        let mut write = out.write::<i32>()?;
-        let data = write
-            .as_mut_slice()
-            .ok_or_else(|| OpError::kernel(OP, "output is not contiguous"))?;
-        for (slot, &value) in data.iter_mut().zip(product) {
-            // Exact integers; a sum past i32's range wraps as int32 accumulation does.
-            *slot = value as i64 as i32;
-        }
-        Ok(())
+            io.threads,
+        )
     }
 }
 

@@ -1,32 +1,38 @@
 //! QLinearMatMul (opsets 10, 21): quantized matrix product. The exact integer product of the
-//! centered operands is rescaled by `a_scale * b_scale / y_scale` (computed in the scales' type,
-//! as the ONNX reference does), rounded half to even, offset by `y_zero_point` and saturated to
-//! the output type (uint8/int8, the type of `y_zero_point`). A's scale and zero point may be one
-//! per row, B's one per column.
+//! centered operands is rescaled by `a_scale * b_scale / y_scale` (in f32, as onnxruntime
+//! does), rounded half to even, offset by `y_zero_point` and saturated to the output type
+//! (uint8/int8, the type of `y_zero_point`). A's scale and zero point may be one per row, B's
+//! one per column. Runs on the integer GEMM with the requantization in its write-back.
+
+use std::sync::Arc;
 
 use strata_core::Device;
 
-use crate::ops::linalg::integer_matmul_kernel::{centered_product, product_work_len};
+use crate::kernels::igemm::{Epilogue, PackedB, Requant};
+use crate::ops::linalg::integer_matmul_kernel::{int_matmul, matmul_mkn};
 use crate::ops::linalg::matmul::matmul_dims;
-use crate::ops::quantization::integer_operands::{
-    check_qlinear_inputs, line_value, per_line, round_to,
+use crate::ops::linalg::matmul_integer::int_matmul_scratch_bytes;
+use crate::ops::quantization::int_params::{
+    column_multipliers, prepack_matrix, scales_into, zero_points_into,
 };
-use crate::ops::quantization::values::{
-    f64_scratch_bytes, read_scalar, scratch, write_quantized, QuantTarget,
-};
+use crate::ops::quantization::integer_operands::check_qlinear_inputs;
+use crate::ops::quantization::values::scratch;
 use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_only;
 use crate::support::scratch::scratch_as;
-use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{Fact, Kernel, KernelIo, OpContext, OpResult, Operator};
 
 const OP: &str = "QLinearMatMul";
 
-#[derive(Debug, Clone, Copy)]
-pub struct QLinearMatMul;
+#[derive(Debug, Clone, Default)]
+pub struct QLinearMatMul {
+    /// B packed at plan time, when it is a constant matrix.
+    packed: Option<Arc<PackedB>>,
+}
 
 impl QLinearMatMul {
     pub fn build(_ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
-        Ok(Box::new(QLinearMatMul))
+        Ok(Box::new(QLinearMatMul::default()))
     }
 }
 
@@ -40,20 +46,8 @@ impl Operator for QLinearMatMul {
         Ok(vec![Fact::new(dtype, matmul_dims(&a.dims, &b.dims)?)])
     }
 
-    fn scratch_bytes(&self, inputs: &[&Fact], outputs: &[&Fact]) -> OpResult<usize> {
-        let (a, b) = (required(OP, inputs, 0)?, required(OP, inputs, 3)?);
-        let (Some(a), Some(b), Some(y)) = (
-            a.concrete(),
-            b.concrete(),
-            outputs.first().and_then(|y| y.concrete()),
-        ) else {
-            return Ok(0);
-        };
-        // The product's buffers, then A's per-row and B's per-column scales.
-        let lines = a.len().checked_sub(2).map_or(1, |r| a[r]) + b.last().copied().unwrap_or(1);
-        let values =
-            product_work_len(&a, &b, y.iter().product()).and_then(|v| v.checked_add(lines));
-        f64_scratch_bytes(OP, values)
+    fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
+        int_matmul_scratch_bytes(OP, required(OP, inputs, 0)?, required(OP, inputs, 3)?)
     }
 
     fn kernel(
@@ -63,48 +57,52 @@ impl Operator for QLinearMatMul {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         cpu_only(OP, required(OP, inputs, 0)?.dtype, device)?;
-        Ok(Box::new(QLinearMatMul))
+        Ok(Box::new(QLinearMatMul {
+            packed: prepack_matrix(OP, required(OP, inputs, 3)?)?,
+        }))
     }
 }
 
 impl Kernel for QLinearMatMul {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
-        let out = io.output(0);
+        let (a, b) = (io.input(0), io.input(3));
+        let (m, _, n) = matmul_mkn(a.dims(), b.dims());
         let mut guard = scratch(OP, io)?;
-        let mut work: &mut [f64] = scratch_as(OP, guard.bytes())?;
-        let (product, m, n) = centered_product(
+        let mut work: &mut [i32] = scratch_as(OP, guard.bytes())?;
+        let a_scale = scales_into(OP, "a_scale", io.input(1), m, &mut work)?;
+        let a_zero = zero_points_into(OP, "a_zero_point", io.input(2), m, &mut work)?;
+        let b_scale = scales_into(OP, "b_scale", io.input(4), n, &mut work)?;
+        let b_zero = zero_points_into(OP, "b_zero_point", io.input(5), n, &mut work)?;
+        let y_scale = scales_into(OP, "y_scale", io.input(6), 1, &mut work)?[0];
+        let y_zero = zero_points_into(OP, "y_zero_point", io.input(7), 1, &mut work)?[0];
+        let scale = if a_scale.len() == 1 {
+            Requant {
+                col: column_multipliers(OP, a_scale[0], b_scale, Some(y_scale), &mut work)?,
+                row: None,
+            }
+        } else {
+            Requant {
+                col: b_scale,
+                row: Some((a_scale, y_scale)),
+            }
+        };
+        let epilogue = Epilogue {
+            scale: Some(scale),
+            zero_point: y_zero,
+            ..Epilogue::default()
+        };
+        int_matmul(
             OP,
-            io.input(0),
-            io.input(2),
-            io.input(3),
-            io.input(5),
-            out.numel(),
-            io.threads,
+            a,
+            a_zero,
+            b,
+            b_zero,
+            self.packed.as_deref(),
+            io.output(0),
+            &epilogue,
             &mut work,
-        )?;
-        let a_scale = per_line(OP, "a_scale", io.input(1), m, &mut work)?.unwrap_or_default();
-        let b_scale = per_line(OP, "b_scale", io.input(4), n, &mut work)?.unwrap_or_default();
-        let y_scale = read_scalar(OP, "y_scale", io.input(6))?;
-        let y_zero_point = read_scalar(OP, "y_zero_point", io.input(7))?;
-        if a_scale.is_empty() || b_scale.is_empty() {
-            return Err(OpError::shape(OP, "every scale must be present"));
-        }
-        let target = QuantTarget::of(out.dtype())
-            .ok_or_else(|| OpError::kernel(OP, format!("cannot write {}", out.dtype())))?;
-        let scale_type = io.input(1).dtype();
-        let (rows, cols) = (m.max(1), n.max(1));
-        let values = product.iter().enumerate().map(|(i, &acc)| {
-            let (row, col) = ((i / cols) % rows, i % cols);
-            let ab = round_to(
-                scale_type,
-                line_value(a_scale, row) * line_value(b_scale, col),
-            );
-            let multiplier = round_to(scale_type, ab / y_scale);
-            let scaled = acc * multiplier;
-            // Round half to even, add the zero point and saturate, like QuantizeLinear.
-            target.quantize(scaled, y_zero_point, true)
-        });
-        write_quantized(OP, out, values)
+            io.threads,
+        )
     }
 }
 

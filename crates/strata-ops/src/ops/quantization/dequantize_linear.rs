@@ -57,6 +57,16 @@ fn is_quantized_input(dtype: DType) -> bool {
 }
 
 impl Operator for DequantizeLinear {
+    fn capabilities(&self) -> crate::OpCapabilities<'_> {
+        crate::OpCapabilities {
+            linear_quantization: Some(crate::LinearQuantization {
+                axis: self.axis,
+                block_size: self.block_size,
+            }),
+            ..crate::OpCapabilities::default()
+        }
+    }
+
     fn op_type(&self) -> &str {
         OP
     }
@@ -117,6 +127,9 @@ impl Operator for DequantizeLinear {
 impl Kernel for DequantizeLinear {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
         let (x, scale, zero_point, out) = (io.input(0), io.input(1), io.input(2), io.output(0));
+        if self.block_size == 0 && super::per_tensor::dequantize(x, scale, zero_point, out)? {
+            return Ok(());
+        }
         let mut guard = scratch(OP, io)?;
         let mut work: &mut [f64] = scratch_as(OP, guard.bytes())?;
         let scale_at = ParamIndex::new(

@@ -6,8 +6,11 @@
 
 pub mod dequantize_linear;
 pub mod dynamic_quantize_linear;
+pub(crate) mod int_params;
 pub(crate) mod integer_operands;
+pub mod microsoft;
 pub(crate) mod params;
+mod per_tensor;
 pub mod quantize_linear;
 pub(crate) mod values;
 
@@ -25,3 +28,6 @@ pub const OPS: &[OpTable] = &[&[
         dynamic_quantize_linear::DynamicQuantizeLinear::build,
     ),
 ]];
+
+/// The com.microsoft quantized operators (QLinearConcat, QLinearAdd, ...), read by the registry.
+pub const MICROSOFT_OPS: &[OpTable] = microsoft::OPS;

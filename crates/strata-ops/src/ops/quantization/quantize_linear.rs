@@ -109,6 +109,16 @@ impl QuantizeLinear {
 }
 
 impl Operator for QuantizeLinear {
+    fn capabilities(&self) -> crate::OpCapabilities<'_> {
+        crate::OpCapabilities {
+            linear_quantization: Some(crate::LinearQuantization {
+                axis: self.axis,
+                block_size: self.block_size,
+            }),
+            ..crate::OpCapabilities::default()
+        }
+    }
+
     fn op_type(&self) -> &str {
         OP
     }
@@ -158,6 +168,12 @@ impl Operator for QuantizeLinear {
 impl Kernel for QuantizeLinear {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
         let (x, scale, zero_point, out) = (io.input(0), io.input(1), io.input(2), io.output(0));
+        if self.precision.is_none()
+            && self.block_size == 0
+            && super::per_tensor::quantize(x, scale, zero_point, out)?
+        {
+            return Ok(());
+        }
         let mut guard = scratch(OP, io)?;
         let mut work: &mut [f64] = scratch_as(OP, guard.bytes())?;
         let target = QuantTarget::of(out.dtype()).ok_or_else(|| {

@@ -1,0 +1,1 @@
+Bc_zero_pointJÅ

@@ -1,0 +1,1 @@
+ByJ3¾q}lÐzwnpruÌwoÿÿxz|qpv´r¬}¿väìlìÆ}vù¬zoÿÿuÿlØt²qy

@@ -1,0 +1,281 @@
+//! The write-back of an integer product: raw tile sums corrected for the zero points, plus an
+//! int32 bias, then stored as int32, requantized to u8/i8 (per-tensor or per-column scale,
+//! rounding half to even, saturating) or scaled to f32 (plus an f32 bias).
+
+/// Where C goes: element `(i, j)` at `index = i * rs + j * cs`.
+#[derive(Debug)]
+pub struct OutMat<'a> {
+    pub dest: Dest<'a>,
+    pub rs: usize,
+    pub cs: usize,
+}
+
+/// C's storage and element type.
+#[derive(Debug)]
+pub enum Dest<'a> {
+    I32(&'a mut [i32]),
+    U8(&'a mut [u8]),
+    I8(&'a mut [i8]),
+    F32(&'a mut [f32]),
+}
+
+impl Dest<'_> {
+    /// Elements `start..start + len` as a destination of their own.
+    pub fn sub(&mut self, start: usize, len: usize) -> Dest<'_> {
+        match self {
+            Dest::I32(s) => Dest::I32(&mut s[start..start + len]),
+            Dest::U8(s) => Dest::U8(&mut s[start..start + len]),
+            Dest::I8(s) => Dest::I8(&mut s[start..start + len]),
+            Dest::F32(s) => Dest::F32(&mut s[start..start + len]),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Dest::I32(s) => s.len(),
+            Dest::U8(s) => s.len(),
+            Dest::I8(s) => s.len(),
+            Dest::F32(s) => s.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The storage as a raw pointer the workers write disjoint elements through.
+    pub(super) fn raw(&mut self) -> RawDest {
+        match self {
+            Dest::I32(s) => RawDest::I32(s.as_mut_ptr()),
+            Dest::U8(s) => RawDest::U8(s.as_mut_ptr()),
+            Dest::I8(s) => RawDest::I8(s.as_mut_ptr()),
+            Dest::F32(s) => RawDest::F32(s.as_mut_ptr()),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) enum RawDest {
+    I32(*mut i32),
+    U8(*mut u8),
+    I8(*mut i8),
+    F32(*mut f32),
+}
+
+// SAFETY: a `RawDest` is shared by the workers of one product only, each writing a disjoint
+// set of C's elements (the driver hands out disjoint tiles); the pointees are plain numbers.
+unsafe impl Send for RawDest {}
+// SAFETY: as above.
+unsafe impl Sync for RawDest {}
+
+/// The scale from the corrected i32 sum to the output's real value, for u8/i8/f32 outputs.
+#[derive(Clone, Copy, Debug)]
+pub struct Requant<'a> {
+    /// One multiplier per column (or one for all), applied as `acc as f32 * col[j]`.
+    pub col: &'a [f32],
+    /// When set, the multiplier is `(row[i] * col[j]) / divisor` instead (per-row A scales).
+    pub row: Option<(&'a [f32], f32)>,
+}
+
+impl Requant<'_> {
+    #[inline(always)]
+    fn multiplier(&self, i: usize, j: usize) -> f32 {
+        let col = if self.col.len() == 1 {
+            self.col[0]
+        } else {
+            self.col[j]
+        };
+        match self.row {
+            None => col,
+            Some((row, divisor)) => {
+                let r = if row.len() == 1 { row[0] } else { row[i] };
+                (r * col) / divisor
+            }
+        }
+    }
+}
+
+/// What is done to each corrected sum before it is stored.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Epilogue<'a> {
+    /// Added to the i32 sum (one per column), before any scaling (QLinearConv's bias).
+    pub bias_i32: Option<&'a [i32]>,
+    /// Scaling for u8/i8/f32 outputs (required for those).
+    pub scale: Option<Requant<'a>>,
+    /// Output zero point for u8/i8 outputs.
+    pub zero_point: i32,
+    /// Added after scaling for f32 outputs (one per column).
+    pub bias_f32: Option<&'a [f32]>,
+}
+
+/// The per-tile facts the write-back needs besides the raw sums.
+pub(super) struct TileCorrection<'a> {
+    pub depth: i32,
+    /// A's zero point per row (or one), in A's own domain, and what packing added to A.
+    pub a_zero: &'a [i32],
+    pub a_shift: i32,
+    /// B's zero point per column (or one), in B's own domain, and what packing added to B.
+    pub b_zero: &'a [i32],
+    pub b_shift: i32,
+    /// Packed A's row sums for this tile's rows.
+    pub row_sums: &'a [i32],
+    /// Packed B's column sums (all columns).
+    pub col_sums: &'a [i32],
+}
+
+#[inline(always)]
+fn pick(values: &[i32], index: usize) -> i32 {
+    if values.len() == 1 {
+        values[0]
+    } else {
+        values[index]
+    }
+}
+
+/// `x` rounded half to even, for |x| up to 2^22 (larger values are clamped there first, which
+/// no 8-bit result can tell apart). Adding and subtracting 1.5 · 2^23 rounds in the FPU's
+/// default mode, without the library call `round_ties_even` becomes on baseline x86_64.
+#[inline(always)]
+pub fn round_half_even(x: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    (x.clamp(-4_194_304.0, 4_194_304.0) + MAGIC) - MAGIC
+}
+
+#[inline(always)]
+fn quantize(value: f32, zero_point: i32, lo: f32, hi: f32) -> f32 {
+    // NaN (from a NaN scale) clamps to nothing in particular; `as` then gives 0.
+    (round_half_even(value) + zero_point as f32).clamp(lo, hi)
+}
+
+/// Writes rows `i0..i0 + rows` by columns `j0..j0 + cols` of C from the raw sums `acc` (row
+/// stride [`super::NR`]). Per-column terms (zero-point corrections, bias, multipliers) are
+/// computed once per tile; the loops run along whichever of C's axes is contiguous.
+///
+/// # Safety
+/// Every element `(i, j)` written is inside C's storage (the driver checked C's extent) and no
+/// other thread accesses it during the call.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn write_tile(
+    acc: &[i32],
+    (i0, rows): (usize, usize),
+    (j0, cols): (usize, usize),
+    fix: &TileCorrection<'_>,
+    epilogue: &Epilogue<'_>,
+    dest: RawDest,
+    (rs, cs): (usize, usize),
+) {
+    const NR: usize = super::NR;
+    // Per column: the constant term, B's zero point, the multiplier and the float bias.
+    let mut col_term = [0i32; NR];
+    let mut col_zero = [0i32; NR];
+    let mut col_mult = [1f32; NR];
+    let mut col_bias = [0f32; NR];
+    let row_scaled = epilogue.scale.is_some_and(|s| s.row.is_some());
+    for jj in 0..cols {
+        let col = j0 + jj;
+        let zb = pick(fix.b_zero, col).wrapping_add(fix.b_shift);
+        col_zero[jj] = zb;
+        col_term[jj] = epilogue.bias_i32.map_or(0, |b| b[col]);
+        if let Some(scale) = &epilogue.scale {
+            col_mult[jj] = scale.multiplier(0, col);
+        }
+        col_bias[jj] = epilogue.bias_f32.map_or(0.0, |b| b[col]);
+    }
+    // The corrected sum of tile element (i, jj):
+    // Σ(a-za)(b-zb) = Σab - zb·Σa - za·Σb + K·za·zb (+ bias), wrapping like i32 accumulation.
+    let value = |i: usize, jj: usize| -> i32 {
+        let za = pick(fix.a_zero, i0 + i).wrapping_add(fix.a_shift);
+        let zb = col_zero[jj];
+        acc[i * NR + jj]
+            .wrapping_sub(zb.wrapping_mul(fix.row_sums[i]))
+            .wrapping_sub(za.wrapping_mul(fix.col_sums[j0 + jj]))
+            .wrapping_add(fix.depth.wrapping_mul(za).wrapping_mul(zb))
+            .wrapping_add(col_term[jj])
+    };
+    let mult = |i: usize, jj: usize| -> f32 {
+        match (row_scaled, &epilogue.scale) {
+            (true, Some(s)) => s.multiplier(i0 + i, j0 + jj),
+            _ => col_mult[jj],
+        }
+    };
+    macro_rules! store {
+        ($p:expr, $convert:expr) => {{
+            let p = $p;
+            let convert = $convert;
+            if cs == 1 {
+                for i in 0..rows {
+                    let base = (i0 + i) * rs + j0;
+                    for jj in 0..cols {
+                        // SAFETY: (i0 + i, j0 + jj) is an element of C inside its storage that
+                        // only this call writes (the caller's contract).
+                        unsafe { *p.add(base + jj) = convert(value(i, jj), i, jj) };
+                    }
+                }
+            } else {
+                for jj in 0..cols {
+                    let base = i0 * rs + (j0 + jj) * cs;
+                    for i in 0..rows {
+                        // SAFETY: as above.
+                        unsafe { *p.add(base + i * rs) = convert(value(i, jj), i, jj) };
+                    }
+                }
+            }
+        }};
+    }
+    match dest {
+        RawDest::I32(p) => store!(p, |v: i32, _, _| v),
+        RawDest::U8(p) => store!(p, |v: i32, i, jj| quantize(
+            v as f32 * mult(i, jj),
+            epilogue.zero_point,
+            0.0,
+            255.0
+        ) as u8),
+        RawDest::I8(p) => store!(p, |v: i32, i, jj| quantize(
+            v as f32 * mult(i, jj),
+            epilogue.zero_point,
+            -128.0,
+            127.0
+        ) as i8),
+        RawDest::F32(p) => store!(p, |v: i32, i, jj| v as f32 * mult(i, jj) + col_bias[jj]),
+    }
+}
+
+/// Writes finished sums `values` (zero points already applied), all of column `col` (one
+/// output channel), to `dest[start..start + values.len()]` through the epilogue: the int32
+/// bias, then the conversion to the destination's type. Used by direct kernels (depthwise
+/// convolution) that accumulate without the GEMM.
+pub fn write_line(
+    values: &[i32],
+    col: usize,
+    epilogue: &Epilogue<'_>,
+    dest: &mut Dest<'_>,
+    start: usize,
+) {
+    let bias = epilogue.bias_i32.map_or(0, |b| b[col]);
+    let m = epilogue.scale.map_or(1.0, |s| s.multiplier(0, col));
+    let zp = epilogue.zero_point;
+    let len = values.len();
+    match dest {
+        Dest::I32(d) => {
+            for (o, &v) in d[start..start + len].iter_mut().zip(values) {
+                *o = v.wrapping_add(bias);
+            }
+        }
+        Dest::U8(d) => {
+            for (o, &v) in d[start..start + len].iter_mut().zip(values) {
+                *o = quantize(v.wrapping_add(bias) as f32 * m, zp, 0.0, 255.0) as u8;
+            }
+        }
+        Dest::I8(d) => {
+            for (o, &v) in d[start..start + len].iter_mut().zip(values) {
+                *o = quantize(v.wrapping_add(bias) as f32 * m, zp, -128.0, 127.0) as i8;
+            }
+        }
+        Dest::F32(d) => {
+            let fb = epilogue.bias_f32.map_or(0.0, |b| b[col]);
+            for (o, &v) in d[start..start + len].iter_mut().zip(values) {
+                *o = v.wrapping_add(bias) as f32 * m + fb;
+            }
+        }
+    }
+}

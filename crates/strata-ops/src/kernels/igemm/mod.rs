@@ -1,0 +1,81 @@
+//! Integer GEMM: `C = (A - a_zero) (B - b_zero)` with 8-bit operands and i32 accumulation, and
+//! the write-back that turns the accumulators into int32, requantized 8-bit or scaled f32
+//! outputs (the kernel behind MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv and the
+//! com.microsoft quantized products).
+//!
+//! The products run as u8 × i8: a signed A is shifted by +128 and an unsigned B by −128 (with
+//! their zero points shifted alike), which leaves every centered value unchanged. Zero points
+//! never touch the inner loop: `Σ(a−za)(b−zb) = Σab − zb·Σa − za·Σb + K·za·zb`, with A's row
+//! sums taken while packing A and B's column sums stored with packed B ([`PackedB`], packed once
+//! at plan time when B is a constant).
+//!
+//! Layout and loops follow the f32 GEMM (`kernels/gemm`): B in panels of [`PANEL`] columns,
+//! depth in groups of 4 (one 32-bit lane holds 4 bytes of one column); A packed per register
+//! tile of `MR` rows, group-interleaved, row sums alongside ([`PackA`]); a microkernel computes
+//! an `MR × NR` tile of raw sums and the [`epilogue`] corrects and writes it. Microkernels: AVX-512
+//! VNNI (`vpdpbusd`, exact: no intermediate saturation), AVX2 (operands widened to i16 and
+//! multiplied with `vpmaddwd`, which cannot saturate, unlike `vpmaddubsw` on u8 × i8 pairs),
+//! and a portable one; chosen at run time. Blocks of C are spread over the rayon pool.
+
+mod driver;
+pub mod epilogue;
+mod microkernel;
+pub mod pack;
+#[cfg(test)]
+mod tests;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+pub use driver::igemm;
+pub use epilogue::{round_half_even, write_line, Dest, Epilogue, OutMat, Requant};
+pub use pack::{
+    pack_b_into, Im2colA, Im2colGeometry, IntSlice, MatrixA, PackA, PackedB, PackedBRef,
+};
+
+/// Columns of one packed B panel (one 512-bit vector of i32 lanes).
+pub const PANEL: usize = 16;
+/// Columns of a microkernel tile: two panels.
+pub const NR: usize = 2 * PANEL;
+
+/// `k` rounded up to whole groups of 4 (the packed depth), `None` on overflow.
+pub fn padded_depth(k: usize) -> Option<usize> {
+    k.checked_add(3).map(|v| v / 4 * 4)
+}
+
+/// The microkernels an integer product may run with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IntIsa {
+    /// Plain Rust.
+    Portable,
+    /// x86_64 AVX2 (`vpmaddwd` on widened operands).
+    Avx2,
+    /// x86_64 AVX-512 with VNNI (`vpdpbusd`).
+    Avx512Vnni,
+}
+
+impl IntIsa {
+    /// The fastest one this CPU has.
+    pub fn detect() -> IntIsa {
+        [IntIsa::Avx512Vnni, IntIsa::Avx2]
+            .into_iter()
+            .find(|isa| isa.is_available())
+            .unwrap_or(IntIsa::Portable)
+    }
+
+    /// Whether this CPU can run it (checked at run time).
+    pub fn is_available(self) -> bool {
+        match self {
+            IntIsa::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            IntIsa::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
+            #[cfg(target_arch = "x86_64")]
+            IntIsa::Avx512Vnni => {
+                std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512bw")
+                    && std::arch::is_x86_feature_detected!("avx512vnni")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            IntIsa::Avx2 | IntIsa::Avx512Vnni => false,
+        }
+    }
+}

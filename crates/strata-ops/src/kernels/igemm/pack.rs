@@ -1,0 +1,419 @@
+//! Operand packing for the integer GEMM: A (activations) per register tile, from a strided
+//! matrix ([`MatrixA`]) or straight from a convolution input ([`Im2colA`]); B (weights) whole,
+//! in panels ([`PackedB`], once at plan time for constant weights).
+
+use super::{padded_depth, NR, PANEL};
+use crate::kernels::error::{KernelError, KernelResult};
+
+const OP: &str = "IntegerGemm";
+
+/// 8-bit operand values, signed or not.
+#[derive(Clone, Copy, Debug)]
+pub enum IntSlice<'a> {
+    U8(&'a [u8]),
+    I8(&'a [i8]),
+}
+
+impl<'a> IntSlice<'a> {
+    pub fn len(&self) -> usize {
+        match self {
+            IntSlice::U8(s) => s.len(),
+            IntSlice::I8(s) => s.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The values as raw bytes (two's complement for i8).
+    pub fn bytes(&self) -> &'a [u8] {
+        match self {
+            IntSlice::U8(s) => s,
+            IntSlice::I8(s) => bytemuck::cast_slice(s),
+        }
+    }
+
+    /// Elements `start..start + len`.
+    pub fn range(&self, start: usize, len: usize) -> IntSlice<'a> {
+        match self {
+            IntSlice::U8(s) => IntSlice::U8(&s[start..start + len]),
+            IntSlice::I8(s) => IntSlice::I8(&s[start..start + len]),
+        }
+    }
+
+    pub fn is_signed(&self) -> bool {
+        matches!(self, IntSlice::I8(_))
+    }
+
+    /// Element `i` in A's unsigned domain: an i8 `v` becomes `v + 128`.
+    #[inline(always)]
+    fn a_at(&self, i: usize) -> u8 {
+        match self {
+            IntSlice::U8(s) => s[i],
+            IntSlice::I8(s) => (s[i] as u8) ^ 0x80,
+        }
+    }
+
+    /// Element `i` in B's signed domain: a u8 `v` becomes `v - 128`.
+    #[inline(always)]
+    fn b_at(&self, i: usize) -> i8 {
+        match self {
+            IntSlice::I8(s) => s[i],
+            IntSlice::U8(s) => (s[i] ^ 0x80) as i8,
+        }
+    }
+
+    /// What A's packing adds to every value (and so to its zero points).
+    pub fn a_shift(&self) -> i32 {
+        if self.is_signed() {
+            128
+        } else {
+            0
+        }
+    }
+
+    /// What B's packing adds to every value (and so to its zero points).
+    pub fn b_shift(&self) -> i32 {
+        if self.is_signed() {
+            0
+        } else {
+            -128
+        }
+    }
+}
+
+/// Checks that a `rows x cols` operand with strides `(rs, cs)` lies inside a slice of `len`.
+fn check_extent(
+    operand: &'static str,
+    rows: usize,
+    cols: usize,
+    (rs, cs): (usize, usize),
+    len: usize,
+) -> KernelResult<()> {
+    if rows == 0 || cols == 0 {
+        return Ok(());
+    }
+    let last = (rows - 1)
+        .checked_mul(rs)
+        .and_then(|r| (cols - 1).checked_mul(cs).and_then(|c| r.checked_add(c)));
+    match last {
+        Some(last) if last < len => Ok(()),
+        _ => Err(KernelError::InvalidLayout {
+            op: OP,
+            operand,
+            rows,
+            cols,
+            strides: (rs as isize, cs as isize),
+            reason: format!("reaches outside its {len} elements"),
+        }),
+    }
+}
+
+/// A source of A's rows, packed one register tile (`mr` rows) at a time.
+pub trait PackA: Sync {
+    /// Rows of A (M).
+    fn rows(&self) -> usize;
+    /// Columns of A (K).
+    fn depth(&self) -> usize;
+    /// What packing adds to every value (128 for an i8 source).
+    fn shift(&self) -> i32;
+    /// Packs rows `i0..i0 + rows` (`rows <= mr`) as one tile: row `i`'s depth `k` at
+    /// `dst[(k / 4) * mr * 4 + i * 4 + k % 4]`, zero past the depth and past `rows`; `sums[i]`
+    /// is the sum of row `i`'s packed values. `dst` holds `padded_depth * mr` bytes, `sums` `mr`.
+    fn pack_tile(&self, i0: usize, rows: usize, mr: usize, dst: &mut [u8], sums: &mut [i32]);
+}
+
+#[inline(always)]
+fn slot(k: usize, i: usize, mr: usize) -> usize {
+    (k / 4) * mr * 4 + i * 4 + k % 4
+}
+
+/// A as a strided matrix: element `(i, k)` at `data[i * rs + k * cs]`.
+#[derive(Clone, Copy, Debug)]
+pub struct MatrixA<'a> {
+    data: IntSlice<'a>,
+    m: usize,
+    k: usize,
+    rs: usize,
+    cs: usize,
+}
+
+impl<'a> MatrixA<'a> {
+    pub fn new(
+        data: IntSlice<'a>,
+        m: usize,
+        k: usize,
+        strides: (usize, usize),
+    ) -> KernelResult<Self> {
+        check_extent("A", m, k, strides, data.len())?;
+        Ok(MatrixA {
+            data,
+            m,
+            k,
+            rs: strides.0,
+            cs: strides.1,
+        })
+    }
+}
+
+impl PackA for MatrixA<'_> {
+    fn rows(&self) -> usize {
+        self.m
+    }
+
+    fn depth(&self) -> usize {
+        self.k
+    }
+
+    fn shift(&self) -> i32 {
+        self.data.a_shift()
+    }
+
+    fn pack_tile(&self, i0: usize, rows: usize, mr: usize, dst: &mut [u8], sums: &mut [i32]) {
+        dst.fill(0);
+        sums.fill(0);
+        if self.cs == 1 || self.rs == 0 {
+            for (i, sum) in sums.iter_mut().enumerate().take(rows) {
+                let base = (i0 + i) * self.rs;
+                for k in 0..self.k {
+                    let v = self.data.a_at(base + k * self.cs);
+                    dst[slot(k, i, mr)] = v;
+                    *sum += i32::from(v);
+                }
+            }
+        } else {
+            // Column-strided (a transposed or channel-major source): walk the rows of a tile
+            // together so each strided read serves neighbouring bytes.
+            for k in 0..self.k {
+                let base = i0 * self.rs + k * self.cs;
+                for (i, sum) in sums.iter_mut().enumerate().take(rows) {
+                    let v = self.data.a_at(base + i * self.rs);
+                    dst[slot(k, i, mr)] = v;
+                    *sum += i32::from(v);
+                }
+            }
+        }
+    }
+}
+
+/// A read from one image (and channel group) of a 2-D convolution input `[C, H, W]` as the
+/// im2col matrix: row `p` is output pixel `(p / out_w, p % out_w)`, column `(c, ky, kx)` its
+/// input under that kernel tap, the zero point where the tap falls in the padding.
+#[derive(Clone, Copy, Debug)]
+pub struct Im2colA<'a> {
+    data: IntSlice<'a>,
+    geometry: Im2colGeometry,
+    /// The zero point in the packed (unsigned) domain.
+    pad: u8,
+}
+
+/// Where an [`Im2colA`] reads: `channels` planes of `in_h x in_w` from `offset` on, a
+/// `kernel_h x kernel_w` window moved by `stride`, spread by `dilation`, starting at `-pad`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Im2colGeometry {
+    pub offset: usize,
+    pub channels: usize,
+    pub in_h: usize,
+    pub in_w: usize,
+    pub kernel: (usize, usize),
+    pub stride: (usize, usize),
+    pub dilation: (usize, usize),
+    pub pad: (usize, usize),
+    pub out_h: usize,
+    pub out_w: usize,
+}
+
+impl<'a> Im2colA<'a> {
+    /// `zero_point` is the input's own zero point (of `data`'s signedness).
+    pub fn new(
+        data: IntSlice<'a>,
+        geometry: Im2colGeometry,
+        zero_point: i32,
+    ) -> KernelResult<Self> {
+        let g = &geometry;
+        let plane = g.in_h.checked_mul(g.in_w);
+        let end = plane
+            .and_then(|p| p.checked_mul(g.channels))
+            .and_then(|v| v.checked_add(g.offset));
+        if end.is_none_or(|end| end > data.len()) {
+            return Err(KernelError::BufferLength {
+                op: OP,
+                buffer: "convolution input",
+                expected: end.unwrap_or(usize::MAX),
+                actual: data.len(),
+            });
+        }
+        let pad = (zero_point + data.a_shift()).clamp(0, 255) as u8;
+        Ok(Im2colA {
+            data,
+            geometry,
+            pad,
+        })
+    }
+}
+
+impl PackA for Im2colA<'_> {
+    fn rows(&self) -> usize {
+        self.geometry.out_h * self.geometry.out_w
+    }
+
+    fn depth(&self) -> usize {
+        self.geometry.channels * self.geometry.kernel.0 * self.geometry.kernel.1
+    }
+
+    fn shift(&self) -> i32 {
+        self.data.a_shift()
+    }
+
+    fn pack_tile(&self, i0: usize, rows: usize, mr: usize, dst: &mut [u8], sums: &mut [i32]) {
+        let g = &self.geometry;
+        let (kh, kw) = g.kernel;
+        dst.fill(0);
+        sums.fill(0);
+        for (i, sum) in sums.iter_mut().enumerate().take(rows) {
+            let p = i0 + i;
+            let (oy, ox) = (p / g.out_w, p % g.out_w);
+            let mut k = 0;
+            for c in 0..g.channels {
+                let plane = g.offset + c * g.in_h * g.in_w;
+                for ky in 0..kh {
+                    let iy = (oy * g.stride.0 + ky * g.dilation.0).wrapping_sub(g.pad.0);
+                    for kx in 0..kw {
+                        let ix = (ox * g.stride.1 + kx * g.dilation.1).wrapping_sub(g.pad.1);
+                        let v = if iy < g.in_h && ix < g.in_w {
+                            self.data.a_at(plane + iy * g.in_w + ix)
+                        } else {
+                            self.pad
+                        };
+                        dst[slot(k, i, mr)] = v;
+                        *sum += i32::from(v);
+                        k += 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// B packed for the microkernels, borrowed: panels of [`PANEL`] columns (an even number of
+/// them), each `padded_depth(k) * PANEL` bytes with column `j`'s depth `k` at `(k / 4) * 64 + j
+/// * 4 + k % 4`; plus each column's sum.
+#[derive(Clone, Copy, Debug)]
+pub struct PackedBRef<'a> {
+    pub(super) data: &'a [i8],
+    pub(super) col_sums: &'a [i32],
+    pub(super) k: usize,
+    pub(super) n: usize,
+    pub(super) shift: i32,
+}
+
+impl PackedBRef<'_> {
+    pub fn depth(&self) -> usize {
+        self.k
+    }
+
+    pub fn cols(&self) -> usize {
+        self.n
+    }
+
+    /// What packing added to every value (−128 for a u8 source).
+    pub fn shift(&self) -> i32 {
+        self.shift
+    }
+}
+
+/// B packed once and owned (constant weights, packed at plan time).
+#[derive(Clone, Debug)]
+pub struct PackedB {
+    data: Vec<i8>,
+    col_sums: Vec<i32>,
+    k: usize,
+    n: usize,
+    shift: i32,
+}
+
+impl PackedB {
+    /// Bytes of packed B for a `k x n` operand (`None` on overflow).
+    pub fn packed_len(k: usize, n: usize) -> Option<usize> {
+        let panels = n.checked_add(NR - 1)? / NR * 2;
+        padded_depth(k)?.checked_mul(PANEL)?.checked_mul(panels)
+    }
+
+    /// Packs `k x n` B, element `(p, j)` at `b[p * rs + j * cs]`.
+    pub fn new(b: IntSlice<'_>, k: usize, n: usize, strides: (usize, usize)) -> KernelResult<Self> {
+        let len = Self::packed_len(k, n).ok_or(KernelError::SizeOverflow {
+            op: OP,
+            what: "packed B",
+        })?;
+        let mut data = vec![0i8; len];
+        let mut col_sums = vec![0i32; n];
+        let view = pack_b_into(b, k, n, strides, &mut data, &mut col_sums)?;
+        let shift = view.shift;
+        Ok(PackedB {
+            data,
+            col_sums,
+            k,
+            n,
+            shift,
+        })
+    }
+
+    pub fn view(&self) -> PackedBRef<'_> {
+        PackedBRef {
+            data: &self.data,
+            col_sums: &self.col_sums,
+            k: self.k,
+            n: self.n,
+            shift: self.shift,
+        }
+    }
+}
+
+/// Packs `k x n` B (element `(p, j)` at `b[p * rs + j * cs]`) into `data` (at least
+/// [`PackedB::packed_len`] bytes) and `col_sums` (at least `n`), without allocating.
+pub fn pack_b_into<'d>(
+    b: IntSlice<'_>,
+    k: usize,
+    n: usize,
+    strides: (usize, usize),
+    data: &'d mut [i8],
+    col_sums: &'d mut [i32],
+) -> KernelResult<PackedBRef<'d>> {
+    check_extent("B", k, n, strides, b.len())?;
+    let len = PackedB::packed_len(k, n).ok_or(KernelError::SizeOverflow {
+        op: OP,
+        what: "packed B",
+    })?;
+    if data.len() < len || col_sums.len() < n {
+        return Err(KernelError::BufferLength {
+            op: OP,
+            buffer: "packed B",
+            expected: len,
+            actual: data.len().min(if col_sums.len() < n { 0 } else { len }),
+        });
+    }
+    let (data, col_sums) = (&mut data[..len], &mut col_sums[..n]);
+    data.fill(0);
+    let kp = padded_depth(k).unwrap_or(0);
+    let (rs, cs) = strides;
+    let at = |p: usize, j: usize| {
+        (j / PANEL) * kp * PANEL + (p / 4) * PANEL * 4 + (j % PANEL) * 4 + p % 4
+    };
+    for (j, sum) in col_sums.iter_mut().enumerate() {
+        let mut s = 0i32;
+        for p in 0..k {
+            let v = b.b_at(p * rs + j * cs);
+            data[at(p, j)] = v;
+            s += i32::from(v);
+        }
+        *sum = s;
+    }
+    Ok(PackedBRef {
+        data,
+        col_sums,
+        k,
+        n,
+        shift: b.b_shift(),
+    })
+}
