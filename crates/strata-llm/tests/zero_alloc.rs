@@ -1,6 +1,8 @@
 //! A decode step in steady state allocates nothing: after the first step (which plans the
 //! one-token dims) and inside one KV cache block, `Session::step` makes no heap allocation.
 
+// The same counting allocator as strata-onnx's zero-allocation tests, not a copy of it.
+#[path = "../../strata-onnx/tests/alloc_counter/mod.rs"]
 mod alloc_counter;
 mod common;
 
