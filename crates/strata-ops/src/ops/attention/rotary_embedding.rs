@@ -208,6 +208,40 @@ struct RotaryKernel<T> {
 }
 
 /// Rotates one head row: `x` in, `out` out (same length), with the row's `cos` / `sin`.
+/// Where the heads of one position lie: `[B, S, H, D]` (`packed`) or `[B, H, S, D]`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeadLayout {
+    pub seq: usize,
+    pub heads: usize,
+    pub head_size: usize,
+    pub packed: bool,
+}
+
+/// Rotates every head of position `s` of batch `b` with one cache row (`cos`, `sin`).
+pub(crate) fn rotate_heads<T: Real>(
+    x: &[T],
+    out: &mut [T],
+    layout: HeadLayout,
+    (b, s): (usize, usize),
+    (cos, sin): (&[T], &[T]),
+    interleaved: bool,
+) {
+    let HeadLayout {
+        seq,
+        heads,
+        head_size: d,
+        packed,
+    } = layout;
+    for h in 0..heads {
+        let at = if packed {
+            ((b * seq + s) * heads + h) * d
+        } else {
+            ((b * heads + h) * seq + s) * d
+        };
+        rotate_row(&x[at..at + d], &mut out[at..at + d], cos, sin, interleaved);
+    }
+}
+
 pub(crate) fn rotate_row<T: Real>(x: &[T], out: &mut [T], cos: &[T], sin: &[T], interleaved: bool) {
     let half = cos.len();
     for i in 0..half {
@@ -280,20 +314,13 @@ impl<T: Real> Kernel for RotaryKernel<T> {
                     &cos[row * half..(row + 1) * half],
                     &sin[row * half..(row + 1) * half],
                 );
-                for h in 0..g.heads {
-                    let at = if g.packed {
-                        ((b * g.seq + s) * g.heads + h) * d
-                    } else {
-                        ((b * g.heads + h) * g.seq + s) * d
-                    };
-                    rotate_row(
-                        &x[at..at + d],
-                        &mut out[at..at + d],
-                        c,
-                        sn,
-                        self.op.interleaved,
-                    );
-                }
+                let layout = HeadLayout {
+                    seq: g.seq,
+                    heads: g.heads,
+                    head_size: d,
+                    packed: g.packed,
+                };
+                rotate_heads(x, out, layout, (b, s), (c, sn), self.op.interleaved);
             }
         }
         Ok(())

@@ -11,7 +11,7 @@ use strata_core::{DType, Device};
 
 use super::access::{contiguous, contiguous_mut};
 use crate::cpu_float_kernel;
-use crate::ops::attention::rotary_embedding::rotate_row;
+use crate::ops::attention::rotary_embedding::{rotate_heads, HeadLayout};
 use crate::support::inputs::required;
 use crate::support::numeric::Real;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
@@ -233,20 +233,13 @@ impl<T: Real> Kernel for MsRotaryKernel<T> {
                     &cos[row * g.half..(row + 1) * g.half],
                     &sin[row * g.half..(row + 1) * g.half],
                 );
-                for h in 0..g.heads {
-                    let at = if g.packed {
-                        ((b * g.seq + s) * g.heads + h) * d
-                    } else {
-                        ((b * g.heads + h) * g.seq + s) * d
-                    };
-                    rotate_row(
-                        &x[at..at + d],
-                        &mut y[at..at + d],
-                        c,
-                        sn,
-                        self.op.interleaved,
-                    );
-                }
+                let layout = HeadLayout {
+                    seq: g.seq,
+                    heads: g.heads,
+                    head_size: d,
+                    packed: g.packed,
+                };
+                rotate_heads(x, y, layout, (b, s), (c, sn), self.op.interleaved);
             }
         }
         Ok(())
