@@ -8,6 +8,7 @@ use strata_ops::kernels::{gemm_f32, gemm_prepacked, Prepacked};
 use strata_ops::ops::convolution::conv_kernel::{
     conv_f32, conv_output_dims, conv_scratch_len, ConvParams,
 };
+use strata_ops::parallel::{self, ThreadPool};
 
 const THREADS: [usize; 2] = [1, 2];
 
@@ -111,16 +112,13 @@ fn bench_skinny_gemm(c: &mut Criterion) {
         let mut out = vec![0.0f32; m * n];
         group.throughput(Throughput::Elements(2 * (m * n * k) as u64));
         for threads in THREADS {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
+            let pool = ThreadPool::new(threads).unwrap();
             for (layout, b_strides) in [("B", (n as isize, 1)), ("B^T", (1, k as isize))] {
                 group.bench_with_input(
                     BenchmarkId::new(format!("{m}x{k}x{n} {layout}"), format!("{threads}t")),
                     &threads,
                     |bench, &t| {
-                        pool.install(|| {
+                        parallel::install(&pool, || {
                             bench.iter(|| {
                                 gemm_f32(
                                     m,
@@ -167,15 +165,12 @@ fn bench_prepacked_gemm(c: &mut Criterion) {
         group.throughput(Throughput::Elements(2 * (m * n * k) as u64));
         group.sample_size(20);
         for threads in THREADS {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
+            let pool = ThreadPool::new(threads).unwrap();
             let id = |what: &str| {
                 BenchmarkId::new(format!("{name} {m}x{k}x{n} {what}"), format!("{threads}t"))
             };
             group.bench_with_input(id("prepacked"), &threads, |bench, &t| {
-                pool.install(|| {
+                parallel::install(&pool, || {
                     bench.iter(|| {
                         let (other, other_strides, rows_or_cols) = if packed_side_a {
                             (&b, sb, n)
@@ -198,7 +193,7 @@ fn bench_prepacked_gemm(c: &mut Criterion) {
                 })
             });
             group.bench_with_input(id("packed per call"), &threads, |bench, &t| {
-                pool.install(|| {
+                parallel::install(&pool, || {
                     bench.iter(|| {
                         gemm_f32(
                             m,
@@ -276,15 +271,12 @@ fn bench_conv(c: &mut Criterion) {
         group.throughput(Throughput::Elements(2 * out.len() as u64 * depth));
         group.sample_size(20);
         for threads in THREADS {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
+            let pool = ThreadPool::new(threads).unwrap();
             group.bench_with_input(
                 BenchmarkId::new(name, format!("{threads}t")),
                 &threads,
                 |bench, &t| {
-                    pool.install(|| {
+                    parallel::install(&pool, || {
                         bench.iter(|| {
                             conv_f32(
                                 black_box(&input),

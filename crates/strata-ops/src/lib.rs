@@ -11,6 +11,7 @@ pub mod fact;
 pub mod kernels;
 pub mod operator;
 pub mod ops;
+pub mod parallel;
 mod registry;
 pub mod run_control;
 pub mod support;

@@ -1,20 +1,21 @@
 //! The intra-op thread pool a plan runs its kernels on.
 //!
-//! Kernels split their work with rayon (`par_iter`, `join`) and size the split by
-//! `rayon::current_num_threads()`; running a whole `execute` inside [`IntraOpPool::run`] makes
-//! those calls use this pool, sized by `PlanConfig::threads`, instead of rayon's global one
-//! (sized by the machine). The graph then runs on one of the pool's workers, so a kernel's
-//! fork-join is a push on that worker's own deque that the other workers — spinning briefly
-//! before they park, as onnxruntime's pool does — steal, rather than a cross-thread injection
-//! per kernel from a thread outside the pool.
+//! Kernels split their work with `strata_ops::parallel` and size the split by
+//! `parallel::threads()`; running a whole `execute` inside [`IntraOpPool::run`] installs this
+//! pool, sized by `PlanConfig::threads`, on the calling thread. The graph runs on the caller,
+//! which takes its share of every parallel kernel beside the pool's workers (a 2-thread pool is
+//! the caller and one worker); workers spin briefly after each job before they park, as
+//! onnxruntime's pool does, so the next kernel's fork costs an atomic store, not a wake-up.
 //!
 //! Pools are shared by size across plans (a process with ten 2-thread plans has one 2-thread
-//! pool, not ten), and one thread runs everything on the caller with no pool at all.
+//! pool, not ten); contexts running at once on one pool take turns per kernel (a kernel that
+//! finds the pool busy runs on its own thread). One thread runs everything on the caller with
+//! no pool at all.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use rayon::{ThreadPool, ThreadPoolBuilder};
+use strata_ops::parallel::{self, ThreadPool};
 
 use crate::{Result, RuntimeError};
 
@@ -25,7 +26,7 @@ pub struct IntraOpPool {
 }
 
 impl IntraOpPool {
-    /// The pool for `threads` workers: none for one thread, else the process's shared pool of
+    /// The pool for `threads` threads: none for one thread, else the process's shared pool of
     /// that size (built on first use).
     pub fn for_threads(threads: usize) -> Result<Self> {
         if threads <= 1 {
@@ -41,28 +42,24 @@ impl IntraOpPool {
                 pool: Some(pool.clone()),
             });
         }
-        let pool = ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(move |i| format!("strata-{threads}t-{i}"))
-            .build()
-            .map_err(|e| RuntimeError::ThreadPool {
-                threads,
-                reason: e.to_string(),
-            })?;
+        let pool = ThreadPool::new(threads).map_err(|e| RuntimeError::ThreadPool {
+            threads,
+            reason: e.to_string(),
+        })?;
         let pool = Arc::new(pool);
         pools.insert(threads, pool.clone());
         Ok(IntraOpPool { pool: Some(pool) })
     }
 
-    /// Worker threads (1 when everything runs on the caller).
+    /// Threads kernels may use (1 when everything runs on the caller).
     pub fn threads(&self) -> usize {
-        self.pool.as_ref().map_or(1, |p| p.current_num_threads())
+        self.pool.as_ref().map_or(1, |p| p.threads())
     }
 
-    /// Runs `f` with this pool as the current rayon pool (on the caller when there is none).
-    pub fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+    /// Runs `f` on the calling thread with this pool installed for its kernels.
+    pub fn run<R>(&self, f: impl FnOnce() -> R) -> R {
         match &self.pool {
-            Some(pool) => pool.install(f),
+            Some(pool) => parallel::install(pool, f),
             None => f(),
         }
     }
@@ -75,14 +72,14 @@ mod tests {
     #[test]
     fn one_thread_runs_on_the_caller_and_larger_pools_are_shared_by_size() {
         let single = IntraOpPool::for_threads(1).unwrap();
-        let caller = std::thread::current().id();
-        assert_eq!(single.run(|| std::thread::current().id()), caller);
         assert_eq!(single.threads(), 1);
+        assert_eq!(single.run(parallel::threads), 1);
 
         let two = IntraOpPool::for_threads(2).unwrap();
         assert_eq!(two.threads(), 2);
-        assert_eq!(two.run(rayon::current_num_threads), 2);
-        assert_ne!(two.run(|| std::thread::current().id()), caller);
+        let caller = std::thread::current().id();
+        assert_eq!(two.run(|| std::thread::current().id()), caller);
+        assert_eq!(two.run(parallel::threads), 2);
         let again = IntraOpPool::for_threads(2).unwrap();
         let (a, b) = (two.pool.unwrap(), again.pool.unwrap());
         assert!(Arc::ptr_eq(&a, &b), "same size, same pool");

@@ -1,8 +1,6 @@
 //! ONNX MatMul: numpy-style matrix product with broadcast batch dims, on contiguous row-major
 //! operands, as a sequence of [`gemm`] calls (one call when B is shared by every batch).
 
-use rayon::prelude::*;
-
 use super::error::{KernelError, KernelResult};
 use super::gemm::{gemm, GemmFloat};
 use super::spatial::{check_len, checked_product, Dims};
@@ -90,10 +88,10 @@ pub fn batched_matmul<T: GemmFloat>(
         )
     };
     if threads > 1 && g.batches >= threads {
-        out.par_chunks_mut(mat_out)
-            .enumerate()
-            .with_min_len(g.batches.div_ceil(threads))
-            .try_for_each(|(index, out)| product(index, out, 1))
+        let per_task = g.batches.div_ceil(threads);
+        crate::parallel::try_for_each_chunk_mut(out, mat_out, per_task, |index, out| {
+            product(index, out, 1)
+        })
     } else {
         out.chunks_mut(mat_out)
             .enumerate()

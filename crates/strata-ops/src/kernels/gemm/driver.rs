@@ -1,6 +1,6 @@
 //! The blocked GEMM driver (after BLIS): loops over cache blocks of the operands, packs them and
 //! calls a microkernel per register tile of C; with several threads, blocks of C are spread over
-//! the current rayon pool.
+//! the current intra-op pool.
 //!
 //! Loop nest over one block of C (rows `rows`, columns `cols`):
 //!
@@ -17,11 +17,11 @@
 use std::ops::Range;
 
 use bytemuck::Pod;
-use rayon::prelude::*;
 
 use super::super::float::Float;
 use super::microkernel::{Microkernel, Tile};
 use super::pack::{with_pack_buffers, MatRef};
+use crate::parallel;
 
 /// Below this many multiply-adds a product stays on the calling thread: handing blocks to the
 /// pool costs more than it saves.
@@ -100,7 +100,7 @@ pub unsafe fn run<T: Float + Pod, K: Microkernel<T>>(p: &Problem<'_, T>, threads
     let threads = if work < PARALLEL_MIN_MULADDS {
         1
     } else {
-        threads.min(rayon::current_num_threads())
+        threads.min(parallel::threads())
     };
     if threads <= 1 {
         // SAFETY: the whole of C, per the caller's contract.
@@ -109,17 +109,14 @@ pub unsafe fn run<T: Float + Pod, K: Microkernel<T>>(p: &Problem<'_, T>, threads
     }
     let (row_chunk, col_chunk) = split(p.m, p.n, K::MR, K::NR, threads);
     let (row_blocks, col_blocks) = (p.m.div_ceil(row_chunk), p.n.div_ceil(col_chunk));
-    (0..row_blocks * col_blocks)
-        .into_par_iter()
-        .with_max_len(1)
-        .for_each(|index| {
-            let (r, c) = (index / col_blocks, index % col_blocks);
-            let rows = r * row_chunk..((r + 1) * row_chunk).min(p.m);
-            let cols = c * col_chunk..((c + 1) * col_chunk).min(p.n);
-            // SAFETY: the blocks partition C (disjoint row or column ranges), so each task
-            // owns its elements; the rest is the caller's contract.
-            unsafe { block::<T, K>(p, rows, cols) };
-        });
+    parallel::for_each_index(row_blocks * col_blocks, |index| {
+        let (r, c) = (index / col_blocks, index % col_blocks);
+        let rows = r * row_chunk..((r + 1) * row_chunk).min(p.m);
+        let cols = c * col_chunk..((c + 1) * col_chunk).min(p.n);
+        // SAFETY: the blocks partition C (disjoint row or column ranges), so each task owns
+        // its elements; the rest is the caller's contract.
+        unsafe { block::<T, K>(p, rows, cols) };
+    });
 }
 
 /// Rows and columns per parallel block: split the dimension with more register tiles (so the

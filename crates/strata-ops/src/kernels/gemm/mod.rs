@@ -2,7 +2,7 @@
 //!
 //! Operands are packed block by block into aligned thread-local buffers ([`pack`]), the product
 //! of each packed block pair is computed by a register-blocked microkernel ([`microkernel`],
-//! [`x86`]) under cache blocking ([`driver`]), and blocks of C are spread over the rayon pool
+//! [`x86`]) under cache blocking ([`driver`]), and blocks of C are spread over the intra-op pool
 //! when asked. Products with at most four rows or columns of C skip packing and stream the
 //! operands ([`skinny`]). The microkernel is chosen at run time: AVX-512F, else AVX2+FMA on x86_64, else a
 //! portable kernel that the compiler vectorizes (what other targets use). Arbitrary row/column
@@ -223,7 +223,7 @@ pub fn gemm_f32(
 /// extent 1), and C's strides must not map two elements to one place. `beta == 0` means C is
 /// write-only (NaNs in it do not propagate), as in BLAS. `k == 0` gives `C = beta * C`.
 /// `threads <= 1` runs on the calling thread; more uses up to that many workers of the current
-/// rayon pool for large products. Allocates nothing once the calling thread (or each worker)
+/// intra-op pool for large products. Allocates nothing once the calling thread (or each worker)
 /// has run a product of this size before.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm<T: GemmFloat>(

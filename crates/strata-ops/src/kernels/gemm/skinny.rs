@@ -15,12 +15,11 @@
 
 use std::ops::Range;
 
-use rayon::prelude::*;
-
 use super::super::float::Float;
 use super::driver::{MatMut, Problem};
 use super::pack::MatRef;
 use crate::kernels::simd::multiversion;
+use crate::parallel;
 
 /// Products with at most this many rows of C take the streaming path.
 pub(super) const MAX_ROWS: usize = 4;
@@ -57,7 +56,7 @@ pub(super) unsafe fn try_run<T: Float>(p: &Problem<'_, T>, threads: usize) -> bo
     };
     let work = p.m.saturating_mul(p.n).saturating_mul(p.k);
     if threads > 1 && blocks > 1 && work >= PARALLEL_MIN_MULADDS {
-        (0..blocks).into_par_iter().for_each(block);
+        parallel::for_each_index(blocks, block);
     } else {
         (0..blocks).for_each(block);
     }

@@ -1,5 +1,5 @@
 //! The integer GEMM driver: checks the operands, picks the microkernel, splits C into blocks
-//! over the rayon pool and, per block, packs A a chunk of rows at a time and runs the
+//! over the intra-op pool and, per block, packs A a chunk of rows at a time and runs the
 //! microkernel and the write-back per tile.
 //!
 //! ```text
@@ -11,8 +11,6 @@
 
 use std::cell::RefCell;
 use std::ops::Range;
-
-use rayon::prelude::*;
 
 use super::epilogue::{write_tile, Epilogue, OutMat, RawDest, TileCorrection};
 use super::microkernel::{IntMicrokernel, Portable};
@@ -204,7 +202,7 @@ fn run<K: IntMicrokernel>(p: &Problem<'_>, threads: usize) {
     let threads = if work < PARALLEL_MIN_MULADDS {
         1
     } else {
-        threads.min(rayon::current_num_threads())
+        threads.min(crate::parallel::threads())
     };
     if threads <= 1 {
         block::<K>(p, 0..p.m, 0..p.n);
@@ -212,15 +210,12 @@ fn run<K: IntMicrokernel>(p: &Problem<'_>, threads: usize) {
     }
     let (row_chunk, col_chunk) = split(p.m, p.n, K::MR, threads);
     let (row_blocks, col_blocks) = (p.m.div_ceil(row_chunk), p.n.div_ceil(col_chunk));
-    (0..row_blocks * col_blocks)
-        .into_par_iter()
-        .with_max_len(1)
-        .for_each(|index| {
-            let (r, c) = (index / col_blocks, index % col_blocks);
-            let rows = r * row_chunk..((r + 1) * row_chunk).min(p.m);
-            let cols = c * col_chunk..((c + 1) * col_chunk).min(p.n);
-            block::<K>(p, rows, cols);
-        });
+    crate::parallel::for_each_index(row_blocks * col_blocks, |index| {
+        let (r, c) = (index / col_blocks, index % col_blocks);
+        let rows = r * row_chunk..((r + 1) * row_chunk).min(p.m);
+        let cols = c * col_chunk..((c + 1) * col_chunk).min(p.n);
+        block::<K>(p, rows, cols);
+    });
 }
 
 /// Rows and columns per parallel block, in whole tiles: the dimension with more tiles is split

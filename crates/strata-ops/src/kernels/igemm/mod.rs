@@ -15,7 +15,7 @@
 //! an `MR × NR` tile of raw sums and the [`epilogue`] corrects and writes it. Microkernels: AVX-512
 //! VNNI (`vpdpbusd`, exact: no intermediate saturation), AVX2 (operands widened to i16 and
 //! multiplied with `vpmaddwd`, which cannot saturate, unlike `vpmaddubsw` on u8 × i8 pairs),
-//! and a portable one; chosen at run time. Blocks of C are spread over the rayon pool.
+//! and a portable one; chosen at run time. Blocks of C are spread over the intra-op pool.
 
 mod driver;
 pub mod epilogue;

@@ -2,7 +2,7 @@
 //! of `k` inputs in any GGUF weight type, and embedding lookup from quantized tables. Shared by
 //! GGUF language models and the ONNX 4-bit/8-bit weight-only operators.
 //!
-//! Two strategies, both parallel over output rows on the current rayon pool:
+//! Two strategies, both parallel over output rows on the current intra-op pool:
 //! - [`Strategy::IntDot`] (legacy formats q4_0 … q8_0): the activations are quantized once to
 //!   8-bit blocks of 32 ([`Q8Block`]), then every weight block meets its activation block in an
 //!   integer dot product, as llama.cpp does. Reads 4.5–8.5 bits per weight and does no float
@@ -25,7 +25,6 @@ mod tests;
 
 use std::cell::RefCell;
 
-use rayon::prelude::*;
 use strata_core::dtype::block::{block_dequantizer, dequantize_row};
 use strata_core::{DType, QUANT_BLOCK};
 
@@ -37,7 +36,7 @@ use super::error::{KernelError, KernelResult};
 
 const OP: &str = "QuantMatMul";
 
-/// Below this many weight elements a product runs on the calling thread (rayon's fork/join
+/// Below this many weight elements a product runs on the calling thread (the pool's fork/join
 /// costs more than it saves).
 const PARALLEL_MIN_WEIGHTS: usize = 1 << 16;
 
@@ -209,7 +208,7 @@ pub fn quant_matmul_scratch_len(dtype: DType, m: usize, k: usize) -> usize {
 }
 
 /// `y = x · Wᵀ`: `x` is `m × k` row-major, `y` is `m × n` row-major, `W` is `n × k`. Runs the
-/// best strategy on the best ISA, on up to `threads` threads of the current rayon pool.
+/// best strategy on the best ISA, on up to `threads` threads of the current intra-op pool.
 /// `scratch` holds [`quant_matmul_scratch_len`] blocks; nothing is allocated in steady state.
 pub fn quant_matmul(
     w: &QuantMatrix<'_>,
@@ -321,17 +320,17 @@ fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
     portable::dot_f32(a, b)
 }
 
-/// Runs `row(j)` for every output row `j < n`, split over up to `threads` rayon tasks when the
+/// Runs `row(j)` for every output row `j < n`, split over up to `threads` pool threads when the
 /// matrix is large enough to pay for it.
 fn for_rows(n: usize, k: usize, threads: usize, row: impl Fn(usize) + Sync) {
-    let tasks = threads.min(rayon::current_num_threads()).max(1);
+    let tasks = threads.min(crate::parallel::threads()).max(1);
     if tasks == 1 || n * k < PARALLEL_MIN_WEIGHTS {
         (0..n).for_each(row);
         return;
     }
     // A few chunks per thread, so a slow thread does not hold up the product.
     let chunk = n.div_ceil(tasks * 4).max(1);
-    (0..n.div_ceil(chunk)).into_par_iter().for_each(|c| {
+    crate::parallel::for_each_index(n.div_ceil(chunk), |c| {
         (c * chunk..((c + 1) * chunk).min(n)).for_each(&row);
     });
 }

@@ -4,12 +4,12 @@
 //! scores, probabilities), so f16/bf16 results follow it closely.
 
 use num_traits::{Float, One, ToPrimitive, Zero};
-use rayon::prelude::*;
 use strata_core::{bf16, f16};
 
 use super::attention_bias::Bias;
 use super::attention_geometry::Geometry;
 use crate::kernels::{gemm, GemmFloat};
+use crate::parallel;
 use crate::support::numeric::{Real, WideFloat};
 use crate::OpResult;
 
@@ -156,47 +156,43 @@ where
         head_probabilities::<T>(g, block, (q, k), scores, qk, bias, params)
     };
     match qk_output {
-        Some(qk) => scores
-            .par_chunks_mut(score_len)
-            .zip(qk.par_chunks_mut(score_len))
-            .enumerate()
-            .with_min_len(min_len)
-            .try_for_each(|(block, (s, qk))| probabilities(block, s, Some(qk)))?,
-        None => scores
-            .par_chunks_mut(score_len)
-            .enumerate()
-            .with_min_len(min_len)
-            .try_for_each(|(block, s)| probabilities(block, s, None))?,
+        Some(qk) => parallel::try_for_each_chunk_pair_mut(
+            (scores, score_len),
+            (qk, score_len),
+            min_len,
+            |block, s, qk| probabilities(block, s, Some(qk)),
+        )?,
+        None => parallel::try_for_each_chunk_mut(scores, score_len, min_len, |block, s| {
+            probabilities(block, s, None)
+        })?,
     }
     if y_len == 0 {
         return Ok(());
     }
     let (l, dv) = (g.total_kv, g.v_head_size);
-    y.par_chunks_mut(y_len)
-        .zip(scores.par_chunks(score_len))
-        .enumerate()
-        .with_min_len(min_len)
-        .try_for_each(|(block, (y, p))| {
-            // Y (s × dv) = P (s × l) · V (l × dv).
-            let kv_block = kv_block(g, block);
-            let v = &v[kv_block * l * dv..(kv_block + 1) * l * dv];
-            let (one, zero) = (T::Wide::one(), T::Wide::zero());
-            let row = |cols: usize| (cols as isize, 1);
-            gemm(
-                g.q_len,
-                dv,
-                l,
-                p,
-                row(l),
-                v,
-                row(dv),
-                y,
-                row(dv),
-                one,
-                zero,
-                1,
-            )
-        })?;
+    let scores = &*scores;
+    parallel::try_for_each_chunk_mut(y, y_len, min_len, |block, y| {
+        let p = &scores[block * score_len..(block + 1) * score_len];
+        // Y (s × dv) = P (s × l) · V (l × dv).
+        let kv_block = kv_block(g, block);
+        let v = &v[kv_block * l * dv..(kv_block + 1) * l * dv];
+        let (one, zero) = (T::Wide::one(), T::Wide::zero());
+        let row = |cols: usize| (cols as isize, 1);
+        gemm(
+            g.q_len,
+            dv,
+            l,
+            p,
+            row(l),
+            v,
+            row(dv),
+            y,
+            row(dv),
+            one,
+            zero,
+            1,
+        )
+    })?;
     Ok(())
 }
 

@@ -3,8 +3,6 @@
 //! scatter-adding each value at `input position * stride + tap * dilation - pad`. This is the
 //! second half of a transposed convolution (`col = W^T X`, then fold).
 
-use rayon::prelude::*;
-
 use crate::kernels::Float;
 use crate::support::strided::advance_index;
 
@@ -50,10 +48,8 @@ pub(crate) fn col2im_add<T: Float>(
         }
     };
     if threads > 1 && out.len() >= PARALLEL_MIN_ELEMENTS {
-        out.par_chunks_mut(g.out_len)
-            .enumerate()
-            .with_min_len(channels.div_ceil(threads))
-            .for_each(fold);
+        let per_task = channels.div_ceil(threads);
+        crate::parallel::for_each_chunk_mut(out, g.out_len, per_task, |i, plane| fold((i, plane)));
     } else {
         out.chunks_mut(g.out_len).enumerate().for_each(fold);
     }

@@ -11,7 +11,6 @@
 
 use std::marker::PhantomData;
 
-use rayon::prelude::*;
 use strata_core::{DType, Device};
 
 use crate::cpu_float_kernel;
@@ -528,9 +527,9 @@ fn deformable_im2col<T: Real>(
     };
     if threads > 1 && cg > 1 && col.len() >= PARALLEL_MIN_ELEMENTS {
         let block = cg.div_ceil(threads);
-        col.par_chunks_mut(block * rows_per_channel)
-            .enumerate()
-            .for_each(|(b, dst)| fill_block(b * block, dst));
+        crate::parallel::for_each_chunk_mut(col, block * rows_per_channel, 1, |b, dst| {
+            fill_block(b * block, dst)
+        });
     } else {
         fill_block(0, col);
     }

@@ -7,8 +7,6 @@
 //! inside the input, so padding costs no branch): with stride 1 that is a contiguous multiply-add
 //! the compiler vectorizes, and the row stays in L1 for all taps.
 
-use rayon::prelude::*;
-
 use crate::kernels::activation::Activation;
 use crate::kernels::float::Float;
 use crate::kernels::simd::multiversion;
@@ -117,10 +115,8 @@ pub(crate) fn depthwise<T: Float>(
     if threads <= 1 || planes < 2 || per_plane.saturating_mul(planes) < 2 * TASK_MIN_MULADDS {
         out.chunks_mut(w.out_len).enumerate().for_each(plane);
     } else {
-        out.par_chunks_mut(w.out_len)
-            .enumerate()
-            .with_min_len(TASK_MIN_MULADDS.div_ceil(per_plane))
-            .for_each(plane);
+        let per_task = TASK_MIN_MULADDS.div_ceil(per_plane);
+        crate::parallel::for_each_chunk_mut(out, w.out_len, per_task, |i, y| plane((i, y)));
     }
 }
 

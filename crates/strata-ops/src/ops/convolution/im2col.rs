@@ -4,7 +4,6 @@
 
 use std::ops::Range;
 
-use rayon::prelude::*;
 use smallvec::SmallVec;
 
 use crate::kernels::float::Float;
@@ -42,10 +41,8 @@ pub(crate) fn im2col<T: Float>(
         );
     };
     if threads > 1 && col.len() >= PARALLEL_MIN_ELEMENTS {
-        col.par_chunks_mut(width)
-            .enumerate()
-            .with_min_len(rows.div_ceil(threads))
-            .for_each(unfold);
+        let per_task = rows.div_ceil(threads);
+        crate::parallel::for_each_chunk_mut(col, width, per_task, |i, dst| unfold((i, dst)));
     } else {
         col.chunks_mut(width).enumerate().for_each(unfold);
     }

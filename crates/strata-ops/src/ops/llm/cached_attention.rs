@@ -12,7 +12,6 @@
 //! The cache is per-context state ([`crate::UsesContextState`]): each context gets its own
 //! [`KvCache`] when it is created, so many conversations share one plan.
 
-use rayon::prelude::*;
 use strata_core::{DType, Device};
 
 use super::kv_cache::{KvCache, KV_BLOCK_TOKENS};
@@ -260,7 +259,7 @@ impl UsesContextState for CachedAttentionKernel {
         let work = seq * (start + seq) * qw;
         let parallel = io.threads > 1 && work >= PARALLEL_MIN_WORK;
         if parallel {
-            scores.par_chunks_mut(per_head).enumerate().for_each(head);
+            crate::parallel::for_each_chunk_mut(scores, per_head, 1, |h, s| head((h, s)));
         } else {
             scores.chunks_mut(per_head).enumerate().for_each(head);
         }

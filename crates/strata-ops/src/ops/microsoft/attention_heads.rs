@@ -5,8 +5,6 @@
 //! GEMM) into a head-major buffer. Blocks run in parallel; query head `h` reads key/value head
 //! `h / (q_heads / kv_heads)`.
 
-use rayon::prelude::*;
-
 use crate::kernels::gemm;
 use crate::support::numeric::WideFloat;
 use crate::{OpError, OpResult};
@@ -150,12 +148,11 @@ pub(crate) fn attend_heads(
     let group = s.q_heads / s.kv_heads;
     let blocks = s.batch * s.q_heads;
     let min_len = blocks.div_ceil(threads.max(1));
-    scores[..s.scores_len()]
-        .par_chunks_mut(score_len)
-        .zip(context.par_chunks_mut(ctx_len))
-        .enumerate()
-        .with_min_len(min_len)
-        .try_for_each(|(block, (p, ctx))| -> OpResult<()> {
+    crate::parallel::try_for_each_chunk_pair_mut(
+        (&mut scores[..s.scores_len()], score_len),
+        (context, ctx_len),
+        min_len,
+        |block, p, ctx| -> OpResult<()> {
             let (b, h) = (block / s.q_heads, block % s.q_heads);
             let kvh = h / group;
             let (qs, ks, vs) = (q.start(b, h), k.start(b, kvh), v.start(b, kvh));
@@ -193,7 +190,8 @@ pub(crate) fn attend_heads(
                 1,
             )?;
             Ok(())
-        })
+        },
+    )
 }
 
 /// Softmax of a row in place; a row that is all -inf becomes zeros.

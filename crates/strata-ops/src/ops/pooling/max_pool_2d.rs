@@ -7,8 +7,6 @@
 //! (contiguous, vectorized), then each output takes `kw` elements of it — `kh + kw` steps per
 //! output instead of `kh * kw`.
 
-use rayon::prelude::*;
-
 use crate::kernels::error::KernelResult;
 use crate::kernels::simd::multiversion;
 use crate::kernels::spatial::{check_len, WindowGeometry};
@@ -65,10 +63,8 @@ pub(crate) fn max_pool_2d<T: MaxPoolElement>(
     if threads <= 1 || planes < 2 || planes * g.out_len < 2 * TASK_MIN_OUTPUTS {
         out.chunks_mut(g.out_len).enumerate().for_each(plane);
     } else {
-        out.par_chunks_mut(g.out_len)
-            .enumerate()
-            .with_min_len(TASK_MIN_OUTPUTS.div_ceil(g.out_len))
-            .for_each(plane);
+        let per_task = TASK_MIN_OUTPUTS.div_ceil(g.out_len);
+        crate::parallel::for_each_chunk_mut(out, g.out_len, per_task, |i, y| plane((i, y)));
     }
 }
 

@@ -12,7 +12,6 @@
 use std::marker::PhantomData;
 
 use num_traits::ToPrimitive;
-use rayon::prelude::*;
 use strata_core::{DType, Device};
 
 use crate::cpu_float_kernel;
@@ -477,21 +476,29 @@ where
             if threads > 1 && work >= PARALLEL_MIN_WORK {
                 // Channel blocks are independent: each owns its accumulators and output planes.
                 let block = channels.div_ceil(threads);
-                out_roi
-                    .par_chunks_mut(block * out_h * out_w)
-                    .zip(acc.par_chunks_mut(block))
-                    .zip(planes.par_chunks(block * height * width))
-                    .for_each(|((out_block, acc_block), plane_block)| {
-                        pool_region(
-                            self.op.mode,
-                            &region,
-                            plane_block,
-                            (height, width),
-                            (out_h, out_w),
-                            out_block,
-                            acc_block,
-                        )
-                    });
+                let plane_len = block * height * width;
+                let result: Result<(), std::convert::Infallible> =
+                    crate::parallel::try_for_each_chunk_pair_mut(
+                        (out_roi, block * out_h * out_w),
+                        (&mut acc[..], block),
+                        1,
+                        |b, out_block, acc_block| {
+                            // Channel block `b` of the input, as of the output and accumulators.
+                            let start = b * plane_len;
+                            let plane_block = &planes[start..(start + plane_len).min(planes.len())];
+                            pool_region(
+                                self.op.mode,
+                                &region,
+                                plane_block,
+                                (height, width),
+                                (out_h, out_w),
+                                out_block,
+                                acc_block,
+                            );
+                            Ok(())
+                        },
+                    );
+                let Ok(()) = result;
             } else {
                 pool_region(
                     self.op.mode,
