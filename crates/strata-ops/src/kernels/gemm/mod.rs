@@ -21,6 +21,7 @@ use bytemuck::Pod;
 
 use self::driver::{MatMut, Problem};
 use self::microkernel::{Microkernel, Portable};
+pub(crate) use self::pack::with_pack_buffers;
 use self::pack::MatRef;
 pub use self::prepacked::{gemm_prepacked, PackedOperand, Prepacked};
 use super::error::{KernelError, KernelResult};

@@ -2,13 +2,20 @@
 //! kernel per channel plane, planes spread over the threads.
 //!
 //! im2col + GEMM on a depthwise layer is a `1 x k*k` by `k*k x HW` product per channel — all
-//! packing and no reuse. Directly, each output row is accumulated in place from `k*k` shifted
-//! input rows (`out[ox] += w * in[ox * stride + offset]` over the range of `ox` whose tap lies
-//! inside the input, so padding costs no branch): with stride 1 that is a contiguous multiply-add
-//! the compiler vectorizes, and the row stays in L1 for all taps.
+//! packing and no reuse. Directly, a plane is first copied once into zero-padded *phase planes*
+//! (one per stride phase: padded element `(r, c)` goes to phase `(r % sr, c % sc)` at
+//! `(r / sr, c / sc)`). Every tap then reads its inputs as one flat run of a phase plane: output
+//! `(oy, ox)` of a virtual output `WP` columns wide (the phase planes' width, `>= OW`) takes tap
+//! `(ky, kx)` from flat index `oy * WP + ox + shift(ky, kx)`. So the whole plane is one long
+//! multiply-add per tap, whatever its width (7x7 planes fill vectors as well as 112x112 ones),
+//! with no edge cases for padding; the `WP - OW` extra columns per row are computed and dropped.
+//! Outputs are accumulated [`BLOCK`] at a time in registers over all taps.
+
+use bytemuck::Pod;
 
 use crate::kernels::activation::Activation;
 use crate::kernels::float::Float;
+use crate::kernels::gemm::with_pack_buffers;
 use crate::kernels::simd::multiversion;
 use crate::kernels::spatial::WindowGeometry;
 
@@ -81,7 +88,7 @@ pub(crate) fn supports(w: &WindowGeometry) -> bool {
 /// in_channels * w.in_len`, `out` `batch * out_channels * w.out_len`, `weight` `out_channels *
 /// w.kernel_len`, `bias` `out_channels` and `residual` (added before `post`) as `out`.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn depthwise<T: Float>(
+pub(crate) fn depthwise<T: Float + Pod>(
     input: &[T],
     weight: &[T],
     bias: Option<&[T]>,
@@ -101,11 +108,11 @@ pub(crate) fn depthwise<T: Float>(
         _ => (Axis::of(w, 0), Axis::of(w, 1)),
     };
     let multiplier = (out_channels / in_channels.max(1)).max(1);
-    let plane = |(p, y): (usize, &mut [T])| {
+    let conv_plane = |(p, y): (usize, &mut [T])| {
         let (b, ch) = (p / out_channels, p % out_channels);
         let x = &input[(b * in_channels + ch / multiplier) * w.in_len..][..w.in_len];
         let k = &weight[ch * w.kernel_len..][..w.kernel_len];
-        plane_conv(x, k, rows, cols, y);
+        plane(x, k, rows, cols, y);
         let shift = bias.map_or(T::ZERO, |b| b[ch]);
         let r = residual.map(|r| &r[p * w.out_len..][..w.out_len]);
         post.add_residual_bias_and_apply(y, r, shift);
@@ -113,10 +120,149 @@ pub(crate) fn depthwise<T: Float>(
     let per_plane = w.out_len.saturating_mul(w.kernel_len).max(1);
     let planes = out.len() / w.out_len;
     if threads <= 1 || planes < 2 || per_plane.saturating_mul(planes) < 2 * TASK_MIN_MULADDS {
-        out.chunks_mut(w.out_len).enumerate().for_each(plane);
+        out.chunks_mut(w.out_len).enumerate().for_each(conv_plane);
     } else {
         let per_task = TASK_MIN_MULADDS.div_ceil(per_plane);
-        crate::parallel::for_each_chunk_mut(out, w.out_len, per_task, |i, y| plane((i, y)));
+        crate::parallel::for_each_chunk_mut(out, w.out_len, per_task, |i, y| conv_plane((i, y)));
+    }
+}
+
+/// Outputs accumulated in registers at once: whole vectors at AVX-512 and AVX2 widths.
+const BLOCK: usize = 64;
+/// Largest phase-plane buffer (elements) the flat path takes; larger planes use the row path.
+const FLAT_MAX: usize = 1 << 18;
+
+/// The flat layout of one plane: phase planes of `hp x wp`, their count, and each tap's phase
+/// plane and flat shift.
+struct FlatGeometry {
+    wp: usize,
+    plane_len: usize,
+    phases: (usize, usize),
+    /// Virtual output elements: `rows.output * wp`, rounded up to whole blocks.
+    virtual_len: usize,
+    /// Buffer elements: every phase plane, then slack so the last block's reads stay inside.
+    buffer_len: usize,
+}
+
+impl FlatGeometry {
+    fn of(rows: Axis, cols: Axis) -> Option<Self> {
+        let span = |a: Axis| (a.output - 1) * a.stride + (a.taps - 1) * a.dilation + 1;
+        let (hp, wp) = (
+            span(rows).div_ceil(rows.stride),
+            span(cols).div_ceil(cols.stride),
+        );
+        let phases = (rows.stride, cols.stride);
+        let plane_len = hp.checked_mul(wp)?;
+        let virtual_len = rows.output.checked_mul(wp)?.div_ceil(BLOCK) * BLOCK;
+        let buffer_len = plane_len
+            .checked_mul(phases.0.checked_mul(phases.1)?)?
+            .checked_add(virtual_len)?;
+        (buffer_len <= FLAT_MAX).then_some(FlatGeometry {
+            wp,
+            plane_len,
+            phases,
+            virtual_len,
+            buffer_len,
+        })
+    }
+
+    /// Where tap `(ky, kx)` reads: the start of its phase plane plus its shift in it.
+    fn tap_start(&self, rows: Axis, cols: Axis, ky: usize, kx: usize) -> usize {
+        let (ay, ax) = (ky * rows.dilation, kx * cols.dilation);
+        let phase = (ay % rows.stride) * self.phases.1 + ax % cols.stride;
+        phase * self.plane_len + (ay / rows.stride) * self.wp + ax / cols.stride
+    }
+}
+
+/// One plane, `y = conv(x, k)`, through the flat path when its buffers are small enough.
+fn plane<T: Float + Pod>(x: &[T], k: &[T], rows: Axis, cols: Axis, y: &mut [T]) {
+    match FlatGeometry::of(rows, cols) {
+        Some(g) => with_pack_buffers::<T, _>(g.buffer_len, g.virtual_len, |buffer, virtual_y| {
+            fill_phase_planes(x, rows, cols, &g, buffer);
+            flat_taps(buffer, k, rows, cols, &g, virtual_y);
+            for (y_row, v_row) in y
+                .chunks_exact_mut(cols.output)
+                .zip(virtual_y.chunks_exact(g.wp))
+            {
+                y_row.copy_from_slice(&v_row[..cols.output]);
+            }
+        }),
+        None => plane_conv(x, k, rows, cols, y),
+    }
+}
+
+/// Copies plane `x` into the zero-padded phase planes of `g` (the slack after them is left as
+/// is: only dropped columns read it).
+fn fill_phase_planes<T: Float>(
+    x: &[T],
+    rows: Axis,
+    cols: Axis,
+    g: &FlatGeometry,
+    buffer: &mut [T],
+) {
+    for pr in 0..g.phases.0 {
+        for pc in 0..g.phases.1 {
+            let phase = &mut buffer[(pr * g.phases.1 + pc) * g.plane_len..][..g.plane_len];
+            for (i, dst) in phase.chunks_exact_mut(g.wp).enumerate() {
+                // Padded row i * sr + pr is input row iy.
+                let iy = (i * rows.stride + pr) as isize - rows.pad as isize;
+                if iy < 0 || iy >= rows.input as isize {
+                    dst.fill(T::ZERO);
+                    continue;
+                }
+                let src = &x[iy as usize * cols.input..][..cols.input];
+                // Padded column j * sc + pc is input column j * sc + pc - pad: inside the row
+                // for j in lo..hi.
+                let (sc, pad) = (cols.stride, cols.pad);
+                let lo = pad.saturating_sub(pc).div_ceil(sc).min(g.wp);
+                let hi = (cols.input + pad)
+                    .saturating_sub(pc)
+                    .div_ceil(sc)
+                    .min(g.wp)
+                    .max(lo);
+                dst[..lo].fill(T::ZERO);
+                dst[hi..].fill(T::ZERO);
+                if lo == hi {
+                    continue;
+                }
+                let first = lo * sc + pc - pad;
+                if sc == 1 {
+                    dst[lo..hi].copy_from_slice(&src[first..][..hi - lo]);
+                } else {
+                    let from = src[first..].iter().step_by(sc);
+                    for (d, &v) in dst[lo..hi].iter_mut().zip(from) {
+                        *d = v;
+                    }
+                }
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// The virtual output `virtual_y[i] = sum over taps of k[tap] * buffer[tap_start + i]`,
+    /// [`BLOCK`] outputs at a time held in registers over every tap.
+    fn flat_taps<T: Float>(
+        buffer: &[T],
+        k: &[T],
+        rows: Axis,
+        cols: Axis,
+        g: &FlatGeometry,
+        virtual_y: &mut [T],
+    ) {
+        let taps = rows.taps * cols.taps;
+        for (b, out) in virtual_y.chunks_exact_mut(BLOCK).enumerate() {
+            let mut acc = [T::ZERO; BLOCK];
+            for t in 0..taps {
+                let (ky, kx) = (t / cols.taps, t % cols.taps);
+                let w = k[t];
+                let src = &buffer[g.tap_start(rows, cols, ky, kx) + b * BLOCK..][..BLOCK];
+                for (a, &v) in acc.iter_mut().zip(src) {
+                    *a += w * v;
+                }
+            }
+            out.copy_from_slice(&acc);
+        }
     }
 }
 
@@ -247,6 +393,68 @@ fn plane_in_place<T: Float>(x: &[T], k: &[T], rows: Axis, cols: Axis, y: &mut [T
                     }
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::support::rng::Rng;
+
+    fn axis(rng: &mut Rng, unit: bool) -> Axis {
+        if unit {
+            return Axis::UNIT;
+        }
+        let (taps, stride, dilation) = (rng.range(1, 6), rng.range(1, 4), rng.range(1, 3));
+        let pad = rng.below(taps * dilation);
+        let input = rng.range(1, 40);
+        let span = (taps - 1) * dilation + 1;
+        let padded = input + pad + rng.below(taps * dilation);
+        let output = if padded >= span {
+            (padded - span) / stride + 1
+        } else {
+            0
+        };
+        Axis {
+            input,
+            output,
+            taps,
+            stride,
+            pad,
+            dilation,
+        }
+    }
+
+    #[test]
+    fn flat_phase_planes_equal_the_direct_walk() {
+        let mut rng = Rng::new(7);
+        let mut checked = 0;
+        while checked < 400 {
+            let unit = rng.below(5) == 0;
+            let rows = axis(&mut rng, unit);
+            let cols = axis(&mut rng, false);
+            if rows.output == 0 || cols.output == 0 {
+                continue;
+            }
+            let x = rng.vec(rows.input * cols.input);
+            let k = rng.vec(rows.taps * cols.taps);
+            // Stale values in the reused buffers must not reach kept outputs.
+            with_pack_buffers::<f32, _>(1 << 12, 1 << 12, |a, b| {
+                a.fill(f32::NAN);
+                b.fill(f32::NAN);
+            });
+            let mut flat = vec![0.0f32; rows.output * cols.output];
+            plane(&x, &k, rows, cols, &mut flat);
+            let mut direct = vec![0.0f32; flat.len()];
+            plane_in_place(&x, &k, rows, cols, &mut direct);
+            for (i, (a, b)) in flat.iter().zip(&direct).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                    "{rows:?} {cols:?} at {i}: {a} vs {b}"
+                );
+            }
+            checked += 1;
         }
     }
 }
