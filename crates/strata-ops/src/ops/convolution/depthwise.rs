@@ -131,6 +131,8 @@ pub(crate) fn depthwise<T: Float + Pod>(
 const BLOCK: usize = 64;
 /// Largest phase-plane buffer (elements) the flat path takes; larger planes use the row path.
 const FLAT_MAX: usize = 1 << 18;
+/// Most kernel taps the flat path takes (7x7); larger kernels use the row path.
+const MAX_TAPS: usize = 49;
 
 /// The flat layout of one plane: phase planes of `hp x wp`, their count, and each tap's phase
 /// plane and flat shift.
@@ -157,7 +159,8 @@ impl FlatGeometry {
         let buffer_len = plane_len
             .checked_mul(phases.0.checked_mul(phases.1)?)?
             .checked_add(virtual_len)?;
-        (buffer_len <= FLAT_MAX).then_some(FlatGeometry {
+        let fits = buffer_len <= FLAT_MAX && rows.taps * cols.taps <= MAX_TAPS;
+        fits.then_some(FlatGeometry {
             wp,
             plane_len,
             phases,
@@ -178,28 +181,40 @@ impl FlatGeometry {
 fn plane<T: Float + Pod>(x: &[T], k: &[T], rows: Axis, cols: Axis, y: &mut [T]) {
     match FlatGeometry::of(rows, cols) {
         Some(g) => with_pack_buffers::<T, _>(g.buffer_len, g.virtual_len, |buffer, virtual_y| {
-            fill_phase_planes(x, rows, cols, &g, buffer);
-            flat_taps(buffer, k, rows, cols, &g, virtual_y);
-            for (y_row, v_row) in y
-                .chunks_exact_mut(cols.output)
-                .zip(virtual_y.chunks_exact(g.wp))
-            {
-                y_row.copy_from_slice(&v_row[..cols.output]);
-            }
+            flat_plane(x, k, rows, cols, &g, buffer, virtual_y, y)
         }),
         None => plane_conv(x, k, rows, cols, y),
     }
 }
 
+multiversion! {
+    /// The flat path: fill the phase planes, accumulate the virtual output, keep its first
+    /// `cols.output` columns of every row.
+    fn flat_plane<T: Float>(
+        x: &[T],
+        k: &[T],
+        rows: Axis,
+        cols: Axis,
+        g: &FlatGeometry,
+        buffer: &mut [T],
+        virtual_y: &mut [T],
+        y: &mut [T],
+    ) {
+        fill_phase_planes(x, rows, cols, g, buffer);
+        flat_taps(buffer, k, rows, cols, g, virtual_y);
+        let ow = cols.output;
+        for (y_row, v_row) in y.chunks_exact_mut(ow).zip(virtual_y.chunks_exact(g.wp)) {
+            for (d, &v) in y_row.iter_mut().zip(&v_row[..ow]) {
+                *d = v;
+            }
+        }
+    }
+}
+
 /// Copies plane `x` into the zero-padded phase planes of `g` (the slack after them is left as
 /// is: only dropped columns read it).
-fn fill_phase_planes<T: Float>(
-    x: &[T],
-    rows: Axis,
-    cols: Axis,
-    g: &FlatGeometry,
-    buffer: &mut [T],
-) {
+#[inline(always)]
+fn fill_phase_planes<T: Float>(x: &[T], rows: Axis, cols: Axis, g: &FlatGeometry, buffer: &mut [T]) {
     for pr in 0..g.phases.0 {
         for pc in 0..g.phases.1 {
             let phase = &mut buffer[(pr * g.phases.1 + pc) * g.plane_len..][..g.plane_len];
@@ -215,23 +230,29 @@ fn fill_phase_planes<T: Float>(
                 // for j in lo..hi.
                 let (sc, pad) = (cols.stride, cols.pad);
                 let lo = pad.saturating_sub(pc).div_ceil(sc).min(g.wp);
-                let hi = (cols.input + pad)
-                    .saturating_sub(pc)
-                    .div_ceil(sc)
-                    .min(g.wp)
-                    .max(lo);
+                let hi = (cols.input + pad).saturating_sub(pc).div_ceil(sc).min(g.wp).max(lo);
                 dst[..lo].fill(T::ZERO);
                 dst[hi..].fill(T::ZERO);
                 if lo == hi {
                     continue;
                 }
-                let first = lo * sc + pc - pad;
-                if sc == 1 {
-                    dst[lo..hi].copy_from_slice(&src[first..][..hi - lo]);
-                } else {
-                    let from = src[first..].iter().step_by(sc);
-                    for (d, &v) in dst[lo..hi].iter_mut().zip(from) {
-                        *d = v;
+                let (dst, src) = (&mut dst[lo..hi], &src[lo * sc + pc - pad..]);
+                match sc {
+                    1 => dst.copy_from_slice(&src[..dst.len()]),
+                    2 => {
+                        // Pairs vectorize as interleaved loads; the last element may be alone.
+                        let pairs = dst.len().min(src.len() / 2);
+                        for (d, pair) in dst.iter_mut().zip(src.chunks_exact(2)) {
+                            *d = pair[0];
+                        }
+                        if let Some(last) = dst.get_mut(pairs) {
+                            *last = src[2 * pairs];
+                        }
+                    }
+                    _ => {
+                        for (d, &v) in dst.iter_mut().zip(src.iter().step_by(sc)) {
+                            *d = v;
+                        }
                     }
                 }
             }
@@ -239,30 +260,32 @@ fn fill_phase_planes<T: Float>(
     }
 }
 
-multiversion! {
-    /// The virtual output `virtual_y[i] = sum over taps of k[tap] * buffer[tap_start + i]`,
-    /// [`BLOCK`] outputs at a time held in registers over every tap.
-    fn flat_taps<T: Float>(
-        buffer: &[T],
-        k: &[T],
-        rows: Axis,
-        cols: Axis,
-        g: &FlatGeometry,
-        virtual_y: &mut [T],
-    ) {
-        let taps = rows.taps * cols.taps;
-        for (b, out) in virtual_y.chunks_exact_mut(BLOCK).enumerate() {
-            let mut acc = [T::ZERO; BLOCK];
-            for t in 0..taps {
-                let (ky, kx) = (t / cols.taps, t % cols.taps);
-                let w = k[t];
-                let src = &buffer[g.tap_start(rows, cols, ky, kx) + b * BLOCK..][..BLOCK];
-                for (a, &v) in acc.iter_mut().zip(src) {
-                    *a += w * v;
-                }
+/// The virtual output `virtual_y[i] = sum over taps of k[tap] * buffer[tap_start + i]`,
+/// [`BLOCK`] outputs at a time held in registers over every tap.
+#[inline(always)]
+fn flat_taps<T: Float>(
+    buffer: &[T],
+    k: &[T],
+    rows: Axis,
+    cols: Axis,
+    g: &FlatGeometry,
+    virtual_y: &mut [T],
+) {
+    let taps = rows.taps * cols.taps;
+    let mut starts = [0usize; MAX_TAPS];
+    for (t, start) in starts[..taps].iter_mut().enumerate() {
+        *start = g.tap_start(rows, cols, t / cols.taps, t % cols.taps);
+    }
+    let (starts, k) = (&starts[..taps], &k[..taps]);
+    for (b, out) in virtual_y.chunks_exact_mut(BLOCK).enumerate() {
+        let mut acc = [T::ZERO; BLOCK];
+        for (&start, &w) in starts.iter().zip(k) {
+            let src = &buffer[start + b * BLOCK..][..BLOCK];
+            for (a, &v) in acc.iter_mut().zip(src) {
+                *a += w * v;
             }
-            out.copy_from_slice(&acc);
         }
+        out.copy_from_slice(&acc);
     }
 }
 
