@@ -57,13 +57,21 @@ pub struct Problem<'a, T> {
     pub packed_a: Option<&'a [T]>,
     /// B packed once beforehand (in place of `b`): slivers of `NR` columns over all `k` rows.
     pub packed_b: Option<&'a [T]>,
+    /// Run on each finished piece of a row of C while it is still in cache (C's columns must be
+    /// contiguous): `epilogue(i, j, row)` with `row` = C's elements `(i, j..j + row.len())`.
+    pub epilogue: Option<&'a Epilogue<'a, T>>,
 }
+
+/// A step applied to finished pieces of C's rows: bias, residual, activation.
+pub type Epilogue<'a, T> = dyn Fn(usize, usize, &mut [T]) + Sync + 'a;
 
 impl<T: Copy> Problem<'_, T> {
     /// The same product transposed: `C^T = alpha * B^T A^T + beta * C^T`. Only for products
-    /// without prepacked operands (their sliver layouts are not each other's transposes).
+    /// without prepacked operands (their sliver layouts are not each other's transposes) or an
+    /// epilogue (it works on rows of C).
     pub fn transposed(&self) -> Self {
         debug_assert!(self.packed_a.is_none() && self.packed_b.is_none());
+        debug_assert!(self.epilogue.is_none());
         Problem {
             m: self.n,
             n: self.m,
@@ -79,6 +87,7 @@ impl<T: Copy> Problem<'_, T> {
             beta: self.beta,
             packed_a: None,
             packed_b: None,
+            epilogue: None,
         }
     }
 }
@@ -213,10 +222,45 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                             )
                         };
                     }
+                    if pc + kc == p.k {
+                        if let Some(epilogue) = p.epilogue {
+                            let sliver = Tile {
+                                ptr: p
+                                    .c
+                                    .ptr
+                                    .wrapping_offset(ir as isize * p.c.rs + jc as isize * p.c.cs),
+                                rs: p.c.rs,
+                                cs: p.c.cs,
+                                m: mr,
+                                n: nc,
+                            };
+                            // SAFETY: rows ir..ir + mr, columns jc..jc + nc of C are finished
+                            // (this was their last depth block), inside this block, so ours
+                            // alone and in bounds, and contiguous along rows (`cs == 1` is part
+                            // of the epilogue's contract). They are still in L1/L2.
+                            unsafe { finish_tile(epilogue, &sliver, ir, jc) };
+                        }
+                    }
                 }
             }
         }
     });
+}
+
+/// Runs the epilogue on each row of a finished tile whose top-left element is C's `(i, j)`.
+///
+/// # Safety
+/// The tile's elements are valid, not accessed by anyone else meanwhile, and contiguous along
+/// each row (`tile.cs == 1`).
+unsafe fn finish_tile<T>(epilogue: &Epilogue<'_, T>, tile: &Tile<T>, i: usize, j: usize) {
+    debug_assert!(tile.cs == 1 || tile.n <= 1);
+    for r in 0..tile.m {
+        // SAFETY: row r of the tile is `n` contiguous valid elements, exclusively ours (caller).
+        let row = unsafe {
+            std::slice::from_raw_parts_mut(tile.ptr.wrapping_offset(r as isize * tile.rs), tile.n)
+        };
+        epilogue(i + r, j, row);
+    }
 }
 
 #[cfg(test)]

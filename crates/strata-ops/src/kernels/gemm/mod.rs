@@ -19,11 +19,12 @@ mod x86;
 
 use bytemuck::Pod;
 
+pub use self::driver::Epilogue;
 use self::driver::{MatMut, Problem};
 use self::microkernel::{Microkernel, Portable};
 pub(crate) use self::pack::with_pack_buffers;
 use self::pack::MatRef;
-pub use self::prepacked::{gemm_prepacked, PackedOperand, Prepacked};
+pub use self::prepacked::{gemm_prepacked, gemm_prepacked_with, PackedOperand, Prepacked};
 use super::error::{KernelError, KernelResult};
 use super::float::Float;
 
@@ -311,6 +312,7 @@ fn gemm_with_isa<T: GemmFloat>(
         beta,
         packed_a: None,
         packed_b: None,
+        epilogue: None,
     };
     // One to four rows (or columns) of C: stream B, do not pack it.
     // SAFETY: the operands were validated above, and `c` stays mutably borrowed throughout.

@@ -10,7 +10,7 @@
 
 use strata_core::{Device, Element, MemoryKind, Tensor};
 
-use super::driver::{MatMut, Problem};
+use super::driver::{Epilogue, MatMut, Problem};
 use super::isa::Isa;
 use super::pack::{pack_block, MatRef};
 use super::{check_distinct, check_operand, GemmFloat, OP};
@@ -179,6 +179,35 @@ pub fn gemm_prepacked<T: GemmFloat + Element>(
     beta: T,
     threads: usize,
 ) -> KernelResult<()> {
+    gemm_prepacked_with(
+        packed,
+        n_or_m,
+        other,
+        other_strides,
+        c,
+        c_strides,
+        (alpha, beta),
+        None,
+        threads,
+    )
+}
+
+/// [`gemm_prepacked`] with an epilogue run on each finished piece of C's rows while it is still
+/// in cache (`epilogue(i, j, row)`, `row` = C's elements `(i, j..j + row.len())`): bias,
+/// residual and activation fused into the product instead of a second pass over C. With
+/// `k == 0` no epilogue runs.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_prepacked_with<T: GemmFloat + Element>(
+    packed: &Prepacked<T>,
+    n_or_m: usize,
+    other: &[T],
+    other_strides: (isize, isize),
+    c: &mut [T],
+    c_strides: (isize, isize),
+    (alpha, beta): (T, T),
+    epilogue: Option<&Epilogue<'_, T>>,
+    threads: usize,
+) -> KernelResult<()> {
     let k = packed.k;
     let (m, n) = match packed.side {
         PackedOperand::A => (packed.extent, n_or_m),
@@ -268,6 +297,7 @@ pub fn gemm_prepacked<T: GemmFloat + Element>(
         beta,
         packed_a,
         packed_b,
+        epilogue,
     };
     T::dispatch(&problem, packed.isa, threads);
     Ok(())

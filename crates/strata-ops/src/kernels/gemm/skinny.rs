@@ -52,7 +52,18 @@ pub(super) unsafe fn try_run<T: Float>(p: &Problem<'_, T>, threads: usize) -> bo
         stream_block(by_rows, p.a, p.b, p.m, p.k, cols.clone(), &mut acc);
         // SAFETY: the blocks partition C's columns, so this block's elements are written by
         // this task only; they are in bounds by the caller's contract.
-        unsafe { store(&acc, p.c, p.m, cols, p.alpha, p.beta) };
+        unsafe { store(&acc, p.c, p.m, cols.clone(), p.alpha, p.beta) };
+        if let Some(epilogue) = p.epilogue {
+            for i in 0..p.m {
+                let row =
+                    p.c.ptr
+                        .wrapping_offset(i as isize * p.c.rs + cols.start as isize);
+                // SAFETY: the epilogue's contract makes C's rows contiguous (cs == 1), and this
+                // block's piece of row i is in bounds and written by this task only (above).
+                let row = unsafe { std::slice::from_raw_parts_mut(row, cols.len()) };
+                epilogue(i, cols.start, row);
+            }
+        }
     };
     let work = p.m.saturating_mul(p.n).saturating_mul(p.k);
     if threads > 1 && blocks > 1 && work >= PARALLEL_MIN_MULADDS {

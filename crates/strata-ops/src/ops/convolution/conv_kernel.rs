@@ -4,7 +4,7 @@
 
 use crate::kernels::activation::Activation;
 use crate::kernels::error::{KernelError, KernelResult};
-use crate::kernels::gemm::{gemm, gemm_prepacked, GemmFloat, Prepacked};
+use crate::kernels::gemm::{gemm, gemm_prepacked_with, Epilogue, GemmFloat, Prepacked};
 use crate::kernels::spatial::{check_len, checked_product, WindowAttrs, WindowGeometry};
 use crate::ops::convolution::depthwise::{self, depthwise};
 use crate::ops::convolution::im2col::im2col;
@@ -190,20 +190,35 @@ pub fn conv<T: GemmFloat + Element>(
             let x = &input[(b * g.in_channels + grp * cg) * w.in_len..][..cg * w.in_len];
             let wt = &weight[grp * mg * depth..][..mg * depth];
             let y = &mut out[(b * g.out_channels + grp * mg) * w.out_len..][..mg * w.out_len];
+            // With prepacked weights the epilogue runs on each tile as the GEMM finishes it:
+            // `epilogue(oc, j, row)` for output channel `oc` of the group, columns from `j`
+            // past the first column of the product (`start`).
+            let finish_row = |start: usize, oc: usize, j: usize, y_row: &mut [T]| {
+                let channel = grp * mg + oc;
+                let shift = bias.map_or(T::ZERO, |bias| bias[channel]);
+                let at = (b * g.out_channels + channel) * w.out_len + start + j;
+                let r = residual.map(|r| &r[at..][..y_row.len()]);
+                p.post.add_residual_bias_and_apply(y_row, r, shift);
+            };
+            let needs_epilogue = bias.is_some() || residual.is_some() || p.post != Activation::None;
             if g.tile_columns == 0 {
                 // Pointwise: the input plane already is the (cg x out_len) matrix.
                 match packed {
-                    Some(all) => gemm_prepacked(
-                        &all[grp],
-                        w.out_len,
-                        x,
-                        row(w.out_len),
-                        y,
-                        row(w.out_len),
-                        T::ONE,
-                        T::ZERO,
-                        threads,
-                    )?,
+                    Some(all) => {
+                        let epilogue = |oc, j, y_row: &mut [T]| finish_row(0, oc, j, y_row);
+                        gemm_prepacked_with(
+                            &all[grp],
+                            w.out_len,
+                            x,
+                            row(w.out_len),
+                            y,
+                            row(w.out_len),
+                            (T::ONE, T::ZERO),
+                            needs_epilogue.then_some(&epilogue as &Epilogue<'_, T>),
+                            threads,
+                        )?;
+                        continue;
+                    }
                     None => gemm(
                         mg,
                         w.out_len,
@@ -232,17 +247,22 @@ pub fn conv<T: GemmFloat + Element>(
                 let cols = &scratch[..depth * width];
                 let y_tile = &mut y[start..];
                 match packed {
-                    Some(all) => gemm_prepacked(
-                        &all[grp],
-                        width,
-                        cols,
-                        row(width),
-                        y_tile,
-                        row(w.out_len),
-                        T::ONE,
-                        T::ZERO,
-                        threads,
-                    )?,
+                    Some(all) => {
+                        let epilogue = |oc, j, y_row: &mut [T]| finish_row(start, oc, j, y_row);
+                        gemm_prepacked_with(
+                            &all[grp],
+                            width,
+                            cols,
+                            row(width),
+                            y_tile,
+                            row(w.out_len),
+                            (T::ONE, T::ZERO),
+                            needs_epilogue.then_some(&epilogue as &Epilogue<'_, T>),
+                            threads,
+                        )?;
+                        start = end;
+                        continue;
+                    }
                     None => gemm(
                         mg,
                         width,
@@ -515,6 +535,67 @@ mod tests {
         )
         .unwrap();
         (out_dims, out)
+    }
+
+    /// Prepacked weights run bias, residual and activation as the GEMM's tile epilogue; the
+    /// same convolution packed per call applies them in a pass after each product.
+    #[test]
+    fn tile_epilogues_equal_the_separate_pass() {
+        let mut rng = Rng::new(0xe9);
+        let posts = [
+            Activation::None,
+            Activation::Relu,
+            Activation::Clip { min: 0.0, max: 6.0 },
+            Activation::LeakyRelu { alpha: 0.1 },
+        ];
+        for case in 0..60 {
+            let kernel = [1, 3][rng.below(2)];
+            let (c, m, side) = (rng.range(1, 40), rng.range(1, 70), rng.range(3, 30));
+            let in_dims = [rng.range(1, 3), c, side, side + rng.below(5)];
+            let w_dims = [m, c, kernel, kernel];
+            let p = ConvParams {
+                pads_begin: vec![kernel / 2; 2],
+                pads_end: vec![kernel / 2; 2],
+                post: posts[rng.below(posts.len())],
+                ..ConvParams::default()
+            };
+            let out_dims = conv_output_dims(&in_dims, &w_dims, &p).unwrap();
+            let len = out_dims.iter().product();
+            let input = rng.vec(in_dims.iter().product());
+            let weight = rng.vec(w_dims.iter().product());
+            let bias = rng.vec(m);
+            let residual = (rng.below(2) == 0).then(|| rng.vec(len));
+            let packed = prepack_conv_weights(&in_dims, &weight, &w_dims, &p).unwrap();
+            assert!(packed.is_some(), "case {case}: {in_dims:?} packs");
+            let mut scratch = vec![f32::NAN; conv_scratch_len(&in_dims, &w_dims, &p)];
+            let mut results = Vec::new();
+            for packed in [None, packed.as_deref()] {
+                for threads in [1, 2] {
+                    let pool = crate::parallel::ThreadPool::new(threads).unwrap();
+                    let mut out = vec![f32::NAN; len];
+                    crate::parallel::install(&pool, || {
+                        conv(
+                            &input,
+                            &in_dims,
+                            &weight,
+                            &w_dims,
+                            Some(&bias),
+                            residual.as_deref(),
+                            packed,
+                            &p,
+                            &mut out,
+                            &mut scratch,
+                            threads,
+                        )
+                    })
+                    .unwrap();
+                    results.push(out);
+                }
+            }
+            for (i, r) in results.iter().enumerate().skip(1) {
+                assert_close_within(r, &results[0], 1e-5, &format!("case {case} run {i}"));
+            }
+        }
     }
 
     #[test]

@@ -214,7 +214,13 @@ multiversion! {
 /// Copies plane `x` into the zero-padded phase planes of `g` (the slack after them is left as
 /// is: only dropped columns read it).
 #[inline(always)]
-fn fill_phase_planes<T: Float>(x: &[T], rows: Axis, cols: Axis, g: &FlatGeometry, buffer: &mut [T]) {
+fn fill_phase_planes<T: Float>(
+    x: &[T],
+    rows: Axis,
+    cols: Axis,
+    g: &FlatGeometry,
+    buffer: &mut [T],
+) {
     for pr in 0..g.phases.0 {
         for pc in 0..g.phases.1 {
             let phase = &mut buffer[(pr * g.phases.1 + pc) * g.plane_len..][..g.plane_len];
@@ -230,7 +236,11 @@ fn fill_phase_planes<T: Float>(x: &[T], rows: Axis, cols: Axis, g: &FlatGeometry
                 // for j in lo..hi.
                 let (sc, pad) = (cols.stride, cols.pad);
                 let lo = pad.saturating_sub(pc).div_ceil(sc).min(g.wp);
-                let hi = (cols.input + pad).saturating_sub(pc).div_ceil(sc).min(g.wp).max(lo);
+                let hi = (cols.input + pad)
+                    .saturating_sub(pc)
+                    .div_ceil(sc)
+                    .min(g.wp)
+                    .max(lo);
                 dst[..lo].fill(T::ZERO);
                 dst[hi..].fill(T::ZERO);
                 if lo == hi {
@@ -238,7 +248,12 @@ fn fill_phase_planes<T: Float>(x: &[T], rows: Axis, cols: Axis, g: &FlatGeometry
                 }
                 let (dst, src) = (&mut dst[lo..hi], &src[lo * sc + pc - pad..]);
                 match sc {
-                    1 => dst.copy_from_slice(&src[..dst.len()]),
+                    // Rows are short: an inline loop beats a call to memcpy per row.
+                    1 => {
+                        for (d, &v) in dst.iter_mut().zip(src) {
+                            *d = v;
+                        }
+                    }
                     2 => {
                         // Pairs vectorize as interleaved loads; the last element may be alone.
                         let pairs = dst.len().min(src.len() / 2);
