@@ -147,11 +147,16 @@ pub fn plan_memory(graph: &Graph, spec: &Specialization, alignment: usize) -> Re
                         if let (Some(e), true, true, true) =
                             (victim_entry, reused_once, dies_here, is_node_output)
                         {
-                            // Same dims and element size, not merely the same aligned slot size:
-                            // a broadcast input is smaller than the output it would be overwritten by.
+                            // Same element count and size, not merely the same aligned slot
+                            // size: a broadcast input is smaller than the output it would be
+                            // overwritten by. Dims may differ (Reshape, Flatten, Squeeze, or an
+                            // operand that only lacks leading 1s), the elements line up.
                             let (v, o) = (&spec.facts[victim.0], &spec.facts[out.0]);
-                            let same_layout = v.concrete().is_some()
-                                && v.dims == o.dims
+                            let count = |f: &strata_ops::Fact| {
+                                f.concrete().map(|d| d.iter().product::<usize>())
+                            };
+                            let same_layout = count(v).is_some()
+                                && count(v) == count(o)
                                 && v.dtype.size_in_bytes() == o.dtype.size_in_bytes();
                             if same_layout && entries[e].bytes == bytes {
                                 entries[e].last = last.max(entries[e].last);

@@ -185,6 +185,70 @@ pub fn conv<T: GemmFloat + Element>(
             }
         }
     };
+    let needs_epilogue = bias.is_some() || residual.is_some() || p.post != Activation::None;
+    // Pointwise: the input plane already is the (cg x out_len) matrix of a group.
+    let pointwise = |b: usize, grp: usize, y: &mut [T], threads: usize| -> KernelResult<()> {
+        let x = &input[(b * g.in_channels + grp * cg) * w.in_len..][..cg * w.in_len];
+        let finish_row = |oc: usize, j: usize, y_row: &mut [T]| {
+            let channel = grp * mg + oc;
+            let shift = bias.map_or(T::ZERO, |bias| bias[channel]);
+            let at = (b * g.out_channels + channel) * w.out_len + j;
+            let r = residual.map(|r| &r[at..][..y_row.len()]);
+            p.post.add_residual_bias_and_apply(y_row, r, shift);
+        };
+        match packed {
+            // With prepacked weights the epilogue runs on each tile as the GEMM finishes it.
+            Some(all) => gemm_prepacked_with(
+                &all[grp],
+                w.out_len,
+                x,
+                row(w.out_len),
+                y,
+                row(w.out_len),
+                (T::ONE, T::ZERO),
+                needs_epilogue.then_some(&finish_row as &Epilogue<'_, T>),
+                threads,
+            ),
+            None => {
+                let wt = &weight[grp * mg * depth..][..mg * depth];
+                gemm(
+                    mg,
+                    w.out_len,
+                    cg,
+                    wt,
+                    row(cg),
+                    x,
+                    row(w.out_len),
+                    y,
+                    row(w.out_len),
+                    T::ONE,
+                    T::ZERO,
+                    threads,
+                )?;
+                finish(y, b, grp, 0..w.out_len);
+                Ok(())
+            }
+        }
+    };
+    let products = g.batch * g.groups;
+    let group_len = mg * w.out_len;
+    if group_len == 0 {
+        return Ok(());
+    }
+    if g.tile_columns == 0 {
+        let per_product = group_len.saturating_mul(cg);
+        // Several products each too small to split (ShuffleNet's grouped 1x1 layers): one
+        // product per task instead.
+        if threads > 1 && products > 1 && per_product < GROUP_TASK_MAX_MULADDS {
+            return crate::parallel::try_for_each_chunk_mut(out, group_len, 1, |i, y| {
+                pointwise(i / g.groups, i % g.groups, y, 1)
+            });
+        }
+        for (i, y) in out.chunks_mut(group_len).enumerate().take(products) {
+            pointwise(i / g.groups, i % g.groups, y, threads)?;
+        }
+        return Ok(());
+    }
     for b in 0..g.batch {
         for grp in 0..g.groups {
             let x = &input[(b * g.in_channels + grp * cg) * w.in_len..][..cg * w.in_len];
@@ -200,43 +264,6 @@ pub fn conv<T: GemmFloat + Element>(
                 let r = residual.map(|r| &r[at..][..y_row.len()]);
                 p.post.add_residual_bias_and_apply(y_row, r, shift);
             };
-            let needs_epilogue = bias.is_some() || residual.is_some() || p.post != Activation::None;
-            if g.tile_columns == 0 {
-                // Pointwise: the input plane already is the (cg x out_len) matrix.
-                match packed {
-                    Some(all) => {
-                        let epilogue = |oc, j, y_row: &mut [T]| finish_row(0, oc, j, y_row);
-                        gemm_prepacked_with(
-                            &all[grp],
-                            w.out_len,
-                            x,
-                            row(w.out_len),
-                            y,
-                            row(w.out_len),
-                            (T::ONE, T::ZERO),
-                            needs_epilogue.then_some(&epilogue as &Epilogue<'_, T>),
-                            threads,
-                        )?;
-                        continue;
-                    }
-                    None => gemm(
-                        mg,
-                        w.out_len,
-                        cg,
-                        wt,
-                        row(cg),
-                        x,
-                        row(w.out_len),
-                        y,
-                        row(w.out_len),
-                        T::ONE,
-                        T::ZERO,
-                        threads,
-                    )?,
-                }
-                finish(y, b, grp, 0..w.out_len);
-                continue;
-            }
             // Unfold a tile of output columns at a time, so the unfolded matrix stays in cache
             // between im2col writing it and the GEMM reading it.
             let mut start = 0;
@@ -285,6 +312,10 @@ pub fn conv<T: GemmFloat + Element>(
     }
     Ok(())
 }
+
+/// Below this many multiply-adds, the products of a grouped or batched pointwise convolution
+/// run one per task rather than each split over the threads.
+const GROUP_TASK_MAX_MULADDS: usize = 1 << 20;
 
 /// The weights of a convolution packed once per group for its products, or `None` when its
 /// geometry takes no GEMM (depthwise) or its outputs are too narrow to pay for the packed
@@ -550,12 +581,16 @@ mod tests {
         ];
         for case in 0..60 {
             let kernel = [1, 3][rng.below(2)];
-            let (c, m, side) = (rng.range(1, 40), rng.range(1, 70), rng.range(3, 30));
+            let groups = [1, 1, 2, 3][rng.below(4)];
+            // Two or more channels per group: one is a depthwise layer (no GEMM).
+            let (cg, mg, side) = (rng.range(2, 20), rng.range(1, 40), rng.range(3, 30));
+            let (c, m) = (cg * groups, mg * groups);
             let in_dims = [rng.range(1, 3), c, side, side + rng.below(5)];
-            let w_dims = [m, c, kernel, kernel];
+            let w_dims = [m, cg, kernel, kernel];
             let p = ConvParams {
                 pads_begin: vec![kernel / 2; 2],
                 pads_end: vec![kernel / 2; 2],
+                groups,
                 post: posts[rng.below(posts.len())],
                 ..ConvParams::default()
             };

@@ -117,13 +117,55 @@ pub(crate) fn depthwise<T: Float + Pod>(
         let r = residual.map(|r| &r[p * w.out_len..][..w.out_len]);
         post.add_residual_bias_and_apply(y, r, shift);
     };
+    for_each_plane(w, out, threads, conv_plane);
+}
+
+/// Sums of every window (1-D or 2-D, at most [`MAX_TAPS`] taps): output plane `p` of `out` is
+/// the input plane `p` convolved with a kernel of ones, the padding counting as zeros. False,
+/// touching nothing, for a geometry it does not handle. Lengths were checked by the caller.
+pub(crate) fn window_sums<T: Float + Pod>(
+    input: &[T],
+    w: &WindowGeometry,
+    out: &mut [T],
+    threads: usize,
+) -> bool {
+    if !supports(w) || w.kernel_len > MAX_TAPS {
+        return false;
+    }
+    if w.out_len == 0 {
+        return true;
+    }
+    let (rows, cols) = match w.in_dims.len() {
+        1 => (Axis::UNIT, Axis::of(w, 0)),
+        _ => (Axis::of(w, 0), Axis::of(w, 1)),
+    };
+    let ones = [T::ONE; MAX_TAPS];
+    for_each_plane(w, out, threads, |(p, y)| {
+        plane(
+            &input[p * w.in_len..][..w.in_len],
+            &ones[..w.kernel_len],
+            rows,
+            cols,
+            y,
+        )
+    });
+    true
+}
+
+/// Runs `f((p, plane))` for every output plane, spread over the threads in tasks of enough work.
+fn for_each_plane<T: Send>(
+    w: &WindowGeometry,
+    out: &mut [T],
+    threads: usize,
+    f: impl Fn((usize, &mut [T])) + Sync,
+) {
     let per_plane = w.out_len.saturating_mul(w.kernel_len).max(1);
     let planes = out.len() / w.out_len;
     if threads <= 1 || planes < 2 || per_plane.saturating_mul(planes) < 2 * TASK_MIN_MULADDS {
-        out.chunks_mut(w.out_len).enumerate().for_each(conv_plane);
+        out.chunks_mut(w.out_len).enumerate().for_each(f);
     } else {
         let per_task = TASK_MIN_MULADDS.div_ceil(per_plane);
-        crate::parallel::for_each_chunk_mut(out, w.out_len, per_task, |i, y| conv_plane((i, y)));
+        crate::parallel::for_each_chunk_mut(out, w.out_len, per_task, |i, y| f((i, y)));
     }
 }
 

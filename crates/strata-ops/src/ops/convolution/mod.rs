@@ -10,7 +10,7 @@ pub mod conv_integer;
 pub mod conv_kernel;
 pub mod conv_transpose;
 pub mod deform_conv;
-mod depthwise;
+pub(crate) mod depthwise;
 mod im2col;
 mod integer_conv_gemm;
 pub(crate) mod integer_conv_kernel;

@@ -252,7 +252,14 @@ impl Kernel for PoolKernel {
         let mut wo = out.write::<f32>()?;
         let output = wo.as_mut_slice().ok_or_else(not_contiguous)?;
         if self.op.kind == PoolKind::Average {
-            average_pool(input, x.dims(), params, self.op.count_include_pad, output)?;
+            average_pool(
+                input,
+                x.dims(),
+                params,
+                self.op.count_include_pad,
+                output,
+                io.threads,
+            )?;
         } else {
             lp_pool(input, x.dims(), params, self.op.p, output)?;
         }

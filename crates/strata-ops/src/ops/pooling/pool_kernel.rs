@@ -9,11 +9,13 @@
 //! order, so results are exactly those of a per-window walk. MaxPool's argmax indices take the
 //! per-window walk ([`slide`]).
 
+use bytemuck::Pod;
 use smallvec::SmallVec;
 
 use crate::kernels::error::{KernelError, KernelResult};
 use crate::kernels::float::Float;
 use crate::kernels::spatial::{check_len, Dims, WindowAttrs, WindowGeometry};
+use crate::ops::convolution::depthwise::window_sums;
 use crate::support::strided::advance_index;
 
 /// An element MaxPool can compute in: ordered, with a lowest value (what a window lying wholly in
@@ -177,23 +179,61 @@ pub fn average_pool_f32(
     count_include_pad: bool,
     out: &mut [f32],
 ) -> KernelResult<()> {
-    average_pool(input, input_dims, p, count_include_pad, out)
+    average_pool(input, input_dims, p, count_include_pad, out, 1)
 }
+
+/// Widest output row AveragePool divides by per-column counts kept on the stack.
+const MAX_COUNTED_COLUMNS: usize = 1024;
 
 /// AveragePool. The divisor counts the window's taps inside the input, or with
 /// `count_include_pad` also those in the explicit pads (never the extra positions ceil_mode
 /// adds past the end pad), as in the ONNX reference. A window with no counted tap gives NaN.
-pub fn average_pool<T: Float>(
+pub fn average_pool<T: Float + Pod>(
     input: &[T],
     input_dims: &[usize],
     p: &PoolParams,
     count_include_pad: bool,
     out: &mut [T],
+    threads: usize,
 ) -> KernelResult<()> {
     const OP: &str = "AveragePool";
     let (planes, g) = geometry(OP, input_dims, p)?;
     check_len(OP, "input", input.len(), planes * g.in_len)?;
     check_len(OP, "output", out.len(), planes * g.out_len)?;
+    if g.out_len == 0 {
+        return Ok(());
+    }
+    // 1-D and 2-D windows: sums on the depthwise convolution's kernel (unit taps), then each
+    // output divided by its window's count, a product of per-axis counts.
+    let last = g.in_dims.len().saturating_sub(1);
+    if g.out_dims
+        .get(last)
+        .is_some_and(|&ow| ow <= MAX_COUNTED_COLUMNS)
+        && window_sums(input, &g, out, threads)
+    {
+        let count = |axis: usize, o: usize| {
+            let span = axis_span(&g, axis, o);
+            if count_include_pad {
+                span.padded
+            } else {
+                span.hi - span.lo
+            }
+        };
+        let ow = g.out_dims[last];
+        let mut columns = [0usize; MAX_COUNTED_COLUMNS];
+        for (ox, c) in columns[..ow].iter_mut().enumerate() {
+            *c = count(last, ox);
+        }
+        for plane in out.chunks_exact_mut(g.out_len) {
+            for (oy, row) in plane.chunks_exact_mut(ow).enumerate() {
+                let rows = if last == 0 { 1 } else { count(0, oy) };
+                for (y, &c) in row.iter_mut().zip(&columns[..ow]) {
+                    *y = *y / T::from_usize(rows * c);
+                }
+            }
+        }
+        return Ok(());
+    }
     pool_rows(
         &g,
         planes,
