@@ -16,66 +16,13 @@ use bytemuck::Pod;
 use crate::kernels::activation::Activation;
 use crate::kernels::float::Float;
 use crate::kernels::gemm::with_pack_buffers;
+use crate::kernels::phase_planes::{fill_phase_planes, Axis, FlatGeometry, BLOCK, MAX_TAPS};
 use crate::kernels::simd::multiversion;
 use crate::kernels::spatial::WindowGeometry;
 
 /// Planes smaller than this many multiply-adds are grouped per task, so a task is worth handing
 /// to another thread.
 const TASK_MIN_MULADDS: usize = 1 << 15;
-
-/// One spatial axis of a plane: input and output extents, kernel taps, stride, leading pad and
-/// dilation.
-#[derive(Clone, Copy, Debug)]
-struct Axis {
-    input: usize,
-    output: usize,
-    taps: usize,
-    stride: usize,
-    pad: usize,
-    dilation: usize,
-}
-
-impl Axis {
-    fn of(w: &WindowGeometry, axis: usize) -> Self {
-        Axis {
-            input: w.in_dims[axis],
-            output: w.out_dims[axis],
-            taps: w.kernel[axis],
-            stride: w.strides[axis],
-            pad: w.pads_begin[axis],
-            dilation: w.dilations[axis],
-        }
-    }
-
-    /// A unit axis (the height of a 1-D convolution).
-    const UNIT: Axis = Axis {
-        input: 1,
-        output: 1,
-        taps: 1,
-        stride: 1,
-        pad: 0,
-        dilation: 1,
-    };
-
-    /// Input offset of tap `t` relative to `o * stride`.
-    fn offset(&self, t: usize) -> isize {
-        (t * self.dilation) as isize - self.pad as isize
-    }
-
-    /// The outputs `o` whose tap at `offset` reads inside the input: `0 <= o * stride + offset
-    /// < input`.
-    fn valid(&self, offset: isize) -> std::ops::Range<usize> {
-        let s = self.stride as isize;
-        let lo = if offset < 0 { (-offset + s - 1) / s } else { 0 };
-        let hi = if (self.input as isize) > offset {
-            (self.input as isize - 1 - offset) / s + 1
-        } else {
-            0
-        };
-        let (lo, hi) = (lo as usize, (hi as usize).min(self.output));
-        lo.min(hi)..hi
-    }
-}
 
 /// Whether [`depthwise`] handles this geometry: 1 or 2 spatial dims.
 pub(crate) fn supports(w: &WindowGeometry) -> bool {
@@ -169,56 +116,6 @@ fn for_each_plane<T: Send>(
     }
 }
 
-/// Outputs accumulated in registers at once: whole vectors at AVX-512 and AVX2 widths.
-const BLOCK: usize = 64;
-/// Largest phase-plane buffer (elements) the flat path takes; larger planes use the row path.
-const FLAT_MAX: usize = 1 << 18;
-/// Most kernel taps the flat path takes (7x7); larger kernels use the row path.
-const MAX_TAPS: usize = 49;
-
-/// The flat layout of one plane: phase planes of `hp x wp`, their count, and each tap's phase
-/// plane and flat shift.
-struct FlatGeometry {
-    wp: usize,
-    plane_len: usize,
-    phases: (usize, usize),
-    /// Virtual output elements: `rows.output * wp`, rounded up to whole blocks.
-    virtual_len: usize,
-    /// Buffer elements: every phase plane, then slack so the last block's reads stay inside.
-    buffer_len: usize,
-}
-
-impl FlatGeometry {
-    fn of(rows: Axis, cols: Axis) -> Option<Self> {
-        let span = |a: Axis| (a.output - 1) * a.stride + (a.taps - 1) * a.dilation + 1;
-        let (hp, wp) = (
-            span(rows).div_ceil(rows.stride),
-            span(cols).div_ceil(cols.stride),
-        );
-        let phases = (rows.stride, cols.stride);
-        let plane_len = hp.checked_mul(wp)?;
-        let virtual_len = rows.output.checked_mul(wp)?.div_ceil(BLOCK) * BLOCK;
-        let buffer_len = plane_len
-            .checked_mul(phases.0.checked_mul(phases.1)?)?
-            .checked_add(virtual_len)?;
-        let fits = buffer_len <= FLAT_MAX && rows.taps * cols.taps <= MAX_TAPS;
-        fits.then_some(FlatGeometry {
-            wp,
-            plane_len,
-            phases,
-            virtual_len,
-            buffer_len,
-        })
-    }
-
-    /// Where tap `(ky, kx)` reads: the start of its phase plane plus its shift in it.
-    fn tap_start(&self, rows: Axis, cols: Axis, ky: usize, kx: usize) -> usize {
-        let (ay, ax) = (ky * rows.dilation, kx * cols.dilation);
-        let phase = (ay % rows.stride) * self.phases.1 + ax % cols.stride;
-        phase * self.plane_len + (ay / rows.stride) * self.wp + ax / cols.stride
-    }
-}
-
 /// One plane, `y = conv(x, k)`, through the flat path when its buffers are small enough.
 fn plane<T: Float + Pod>(x: &[T], k: &[T], rows: Axis, cols: Axis, y: &mut [T]) {
     match FlatGeometry::of(rows, cols) {
@@ -242,76 +139,12 @@ multiversion! {
         virtual_y: &mut [T],
         y: &mut [T],
     ) {
-        fill_phase_planes(x, rows, cols, g, buffer);
+        fill_phase_planes(x, rows, cols, g, T::ZERO, buffer);
         flat_taps(buffer, k, rows, cols, g, virtual_y);
         let ow = cols.output;
         for (y_row, v_row) in y.chunks_exact_mut(ow).zip(virtual_y.chunks_exact(g.wp)) {
             for (d, &v) in y_row.iter_mut().zip(&v_row[..ow]) {
                 *d = v;
-            }
-        }
-    }
-}
-
-/// Copies plane `x` into the zero-padded phase planes of `g` (the slack after them is left as
-/// is: only dropped columns read it).
-#[inline(always)]
-fn fill_phase_planes<T: Float>(
-    x: &[T],
-    rows: Axis,
-    cols: Axis,
-    g: &FlatGeometry,
-    buffer: &mut [T],
-) {
-    for pr in 0..g.phases.0 {
-        for pc in 0..g.phases.1 {
-            let phase = &mut buffer[(pr * g.phases.1 + pc) * g.plane_len..][..g.plane_len];
-            for (i, dst) in phase.chunks_exact_mut(g.wp).enumerate() {
-                // Padded row i * sr + pr is input row iy.
-                let iy = (i * rows.stride + pr) as isize - rows.pad as isize;
-                if iy < 0 || iy >= rows.input as isize {
-                    dst.fill(T::ZERO);
-                    continue;
-                }
-                let src = &x[iy as usize * cols.input..][..cols.input];
-                // Padded column j * sc + pc is input column j * sc + pc - pad: inside the row
-                // for j in lo..hi.
-                let (sc, pad) = (cols.stride, cols.pad);
-                let lo = pad.saturating_sub(pc).div_ceil(sc).min(g.wp);
-                let hi = (cols.input + pad)
-                    .saturating_sub(pc)
-                    .div_ceil(sc)
-                    .min(g.wp)
-                    .max(lo);
-                dst[..lo].fill(T::ZERO);
-                dst[hi..].fill(T::ZERO);
-                if lo == hi {
-                    continue;
-                }
-                let (dst, src) = (&mut dst[lo..hi], &src[lo * sc + pc - pad..]);
-                match sc {
-                    // Rows are short: an inline loop beats a call to memcpy per row.
-                    1 => {
-                        for (d, &v) in dst.iter_mut().zip(src) {
-                            *d = v;
-                        }
-                    }
-                    2 => {
-                        // Pairs vectorize as interleaved loads; the last element may be alone.
-                        let pairs = dst.len().min(src.len() / 2);
-                        for (d, pair) in dst.iter_mut().zip(src.chunks_exact(2)) {
-                            *d = pair[0];
-                        }
-                        if let Some(last) = dst.get_mut(pairs) {
-                            *last = src[2 * pairs];
-                        }
-                    }
-                    _ => {
-                        for (d, &v) in dst.iter_mut().zip(src.iter().step_by(sc)) {
-                            *d = v;
-                        }
-                    }
-                }
             }
         }
     }

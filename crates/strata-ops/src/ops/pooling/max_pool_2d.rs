@@ -8,6 +8,8 @@
 //! output instead of `kh * kw`.
 
 use crate::kernels::error::KernelResult;
+use crate::kernels::gemm::with_pack_buffers;
+use crate::kernels::phase_planes::{fill_phase_planes, Axis, FlatGeometry, BLOCK, MAX_TAPS};
 use crate::kernels::simd::multiversion;
 use crate::kernels::spatial::{check_len, WindowGeometry};
 use crate::ops::pooling::pool_kernel::{
@@ -78,14 +80,34 @@ fn window(o: usize, stride: usize, pad: usize, kernel: usize, input: usize) -> (
 }
 
 fn plane_max<T: MaxPoolElement>(g: &WindowGeometry, x: &[T], y: &mut [T]) {
+    let (rows, cols) = (Axis::of(g, 0), Axis::of(g, 1));
+    if let Some(flat) = FlatGeometry::of(rows, cols) {
+        with_pack_buffers::<T, _>(flat.buffer_len, flat.virtual_len, |buffer, virtual_y| {
+            flat_max(x, rows, cols, &flat, buffer, virtual_y, y)
+        });
+        lowest_where_no_input(g, y);
+        return;
+    }
+    let iw = g.in_dims[1];
+    // Per-thread buffers: clearing arrays on the stack for every plane cost more than the pooling.
+    with_pack_buffers::<T, _>(iw, 2 * ROW_MAX, |row, phases| {
+        let (even, odd) = phases.split_at_mut(ROW_MAX);
+        plane_max_rows(g, x, y, row, [even, odd]);
+    });
+}
+
+fn plane_max_rows<T: MaxPoolElement>(
+    g: &WindowGeometry,
+    x: &[T],
+    y: &mut [T],
+    row: &mut [T],
+    mut phases: [&mut [T]; 2],
+) {
     let (ih, iw) = (g.in_dims[0], g.in_dims[1]);
     let (oh, ow) = (g.out_dims[0], g.out_dims[1]);
     let (kh, kw) = (g.kernel[0], g.kernel[1]);
     let (sh, sw) = (g.strides[0], g.strides[1]);
     let (ph, pw) = (g.pads_begin[0], g.pads_begin[1]);
-    let mut buffer = [T::BOTTOM; ROW_MAX];
-    let mut phases = [[T::BOTTOM; ROW_MAX]; 2];
-    let row = &mut buffer[..iw];
     for (oy, y_row) in y.chunks_exact_mut(ow).enumerate().take(oh) {
         let (r0, r1) = window(oy, sh, ph, kh, ih);
         if r0 == r1 {
@@ -124,6 +146,70 @@ fn plane_max<T: MaxPoolElement>(g: &WindowGeometry, x: &[T], y: &mut [T]) {
     }
 }
 
+multiversion! {
+    /// The whole plane on phase planes padded with `BOTTOM` (which no maximum takes): each output
+    /// folds its window's taps, [`BLOCK`] outputs at a time in registers, over flat runs.
+    fn flat_max<T: MaxPoolElement>(
+        x: &[T],
+        rows: Axis,
+        cols: Axis,
+        g: &FlatGeometry,
+        buffer: &mut [T],
+        virtual_y: &mut [T],
+        y: &mut [T],
+    ) {
+        fill_phase_planes(x, rows, cols, g, T::BOTTOM, buffer);
+        let taps = rows.taps * cols.taps;
+        let mut starts = [0usize; MAX_TAPS];
+        for (t, start) in starts[..taps].iter_mut().enumerate() {
+            *start = g.tap_start(rows, cols, t / cols.taps, t % cols.taps);
+        }
+        for (b, out) in virtual_y.chunks_exact_mut(BLOCK).enumerate() {
+            let mut acc = [T::BOTTOM; BLOCK];
+            for &start in &starts[..taps] {
+                let src = &buffer[start + b * BLOCK..][..BLOCK];
+                for (a, &v) in acc.iter_mut().zip(src) {
+                    *a = max_step(*a, v);
+                }
+            }
+            out.copy_from_slice(&acc);
+        }
+        let ow = cols.output;
+        for (y_row, v_row) in y.chunks_exact_mut(ow).zip(virtual_y.chunks_exact(g.wp)) {
+            for (d, &v) in y_row.iter_mut().zip(&v_row[..ow]) {
+                *d = v;
+            }
+        }
+    }
+}
+
+/// Outputs whose window lies wholly in the padding (rows or columns at the ends) hold no input:
+/// they are `T::LOWEST`, not the `BOTTOM` the flat fold leaves.
+fn lowest_where_no_input<T: MaxPoolElement>(g: &WindowGeometry, y: &mut [T]) {
+    let (ih, iw) = (g.in_dims[0], g.in_dims[1]);
+    let (sh, sw) = (g.strides[0], g.strides[1]);
+    let (ph, pw) = (g.pads_begin[0], g.pads_begin[1]);
+    let (kh, kw) = (g.kernel[0], g.kernel[1]);
+    let ow = g.out_dims[1];
+    let empty_column = |ox: usize| {
+        let (c0, c1) = window(ox, sw, pw, kw, iw);
+        c0 == c1
+    };
+    for (oy, y_row) in y.chunks_exact_mut(ow).enumerate() {
+        let (r0, r1) = window(oy, sh, ph, kh, ih);
+        if r0 == r1 {
+            y_row.fill(T::LOWEST);
+            continue;
+        }
+        for ox in (0..ow).take_while(|&ox| empty_column(ox)) {
+            y_row[ox] = T::LOWEST;
+        }
+        for ox in (0..ow).rev().take_while(|&ox| empty_column(ox)) {
+            y_row[ox] = T::LOWEST;
+        }
+    }
+}
+
 /// The column pass for strides 1 and 2: the folded row, padded with `BOTTOM` (which no maximum
 /// takes), is split by stride phase (`phases[r][i]` = padded column `i * stride + r`), so that
 /// each tap is a contiguous, vectorized fold over the whole output row. False (nothing written)
@@ -134,7 +220,7 @@ fn fold_columns<T: MaxPoolElement>(
     stride: usize,
     kernel: usize,
     y_row: &mut [T],
-    phases: &mut [[T; ROW_MAX]; 2],
+    phases: &mut [&mut [T]; 2],
 ) -> bool {
     let ow = y_row.len();
     let span = (ow - 1) * stride + kernel;

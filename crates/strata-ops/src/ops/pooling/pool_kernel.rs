@@ -20,7 +20,7 @@ use crate::support::strided::advance_index;
 
 /// An element MaxPool can compute in: ordered, with a lowest value (what a window lying wholly in
 /// the padding yields) and, for floats, NaN (which wins any comparison, as in the ONNX reference).
-pub trait MaxPoolElement: Copy + PartialOrd + Send + Sync + 'static {
+pub trait MaxPoolElement: Copy + PartialOrd + Send + Sync + Pod + 'static {
     /// What a window without any in-bounds tap yields (the lowest finite value).
     const LOWEST: Self;
     /// Where a running maximum starts: no value compares below it (-inf for floats).
