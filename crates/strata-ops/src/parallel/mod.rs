@@ -53,6 +53,17 @@ pub fn for_each_index(count: usize, task: impl Fn(usize) + Sync) {
     })
 }
 
+/// As [`for_each_index`] with `count` at most [`threads`], task `i` always on the same thread
+/// (the caller runs task 0): a kernel that splits the same data the same way on every run keeps
+/// each part in the cache of the core that works on it (weights split by columns stay in the
+/// cores' L2 caches from one run to the next).
+pub fn for_each_thread(count: usize, task: impl Fn(usize) + Sync) {
+    with_current(|pool| match pool {
+        Some(pool) if count > 1 => pool.run_pinned(count, &task),
+        _ => (0..count).for_each(task),
+    })
+}
+
 /// As [`for_each_index`], for fallible tasks: every task runs, and the first error (in index
 /// order among those that failed) is returned.
 pub fn try_for_each_index<E: Send>(

@@ -26,17 +26,24 @@ use std::time::{Duration, Instant};
 /// see the next job while spinning, and waking a parked thread costs tens of microseconds.
 const SPIN: Duration = Duration::from_micros(300);
 
-/// Largest task count of one job (the ticket keeps it in 16 bits); larger counts are grouped.
-const MAX_TASKS: usize = u16::MAX as usize;
+/// Largest task count of one job (the ticket keeps it in 15 bits); larger counts are grouped.
+const MAX_TASKS: usize = (PINNED - 1) as usize;
 
-/// The ticket: epoch in the high 32 bits, task count in the next 16, next unclaimed task in the
-/// low 16.
+/// The ticket: epoch in the high 32 bits, task count in the next 16, and in the low 16 either the
+/// next unclaimed task or, for a *pinned* job (task `i` runs on participant `i`), the mask of
+/// claimed tasks. A pinned job's count carries [`PINNED`].
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Ticket {
     epoch: u32,
     count: u16,
     next: u16,
 }
+
+/// Marks a pinned job in the ticket's count.
+const PINNED: u16 = 1 << 15;
+/// Most tasks of a pinned job (one claim bit each in the ticket's low 16 bits, kept clear of
+/// the top one); larger pinned jobs run unpinned.
+const MAX_PINNED: usize = 15;
 
 impl Ticket {
     fn pack(self) -> u64 {
@@ -51,8 +58,28 @@ impl Ticket {
         }
     }
 
-    fn has_work(self) -> bool {
-        self.next < self.count
+    /// The task participant `who` may claim next (0 is the calling thread, worker `w` is
+    /// `w + 1`), and the ticket once it is claimed.
+    fn claim(self, who: usize) -> Option<(usize, Ticket)> {
+        if self.count & PINNED != 0 {
+            let count = usize::from(self.count & !PINNED);
+            let bit = 1u16.checked_shl(who as u32)?;
+            (who < count && self.next & bit == 0).then_some((
+                who,
+                Ticket {
+                    next: self.next | bit,
+                    ..self
+                },
+            ))
+        } else {
+            (self.next < self.count).then_some((
+                usize::from(self.next),
+                Ticket {
+                    next: self.next + 1,
+                    ..self
+                },
+            ))
+        }
     }
 }
 
@@ -90,21 +117,16 @@ struct Shared {
 }
 
 impl Shared {
-    /// Claims and runs tasks of the published job until none is left to claim; returns whether
-    /// it ran any.
-    fn work(&self) -> bool {
+    /// Claims and runs tasks of the published job for participant `who` until none is left to
+    /// claim; returns whether it ran any.
+    fn work(&self, who: usize) -> bool {
         let mut ran = false;
         loop {
             let word = self.ticket.load(Ordering::Acquire);
-            let ticket = Ticket::unpack(word);
-            if !ticket.has_work() {
+            let Some((task, claimed)) = Ticket::unpack(word).claim(who) else {
                 return ran;
-            }
-            let job = self.job.load(Ordering::Acquire) as *const Job<'static>;
-            let claimed = Ticket {
-                next: ticket.next + 1,
-                ..ticket
             };
+            let job = self.job.load(Ordering::Acquire) as *const Job<'static>;
             if self
                 .ticket
                 .compare_exchange_weak(word, claimed.pack(), Ordering::AcqRel, Ordering::Relaxed)
@@ -116,16 +138,16 @@ impl Shared {
                 // the job's address before publishing its ticket (release/acquire on `ticket`)
                 // and a new address only after the job finished. So `job` points to the live job
                 // of this ticket, which stays alive until this task is counted finished.
-                unsafe { (*job).execute(usize::from(ticket.next)) };
+                unsafe { (*job).execute(task) };
                 ran = true;
             }
         }
     }
 
-    fn worker_loop(&self) {
+    fn worker_loop(&self, who: usize) {
         let mut idle_since = Instant::now();
         while !self.shutdown.load(Ordering::Acquire) {
-            if self.work() {
+            if self.work(who) {
                 idle_since = Instant::now();
                 continue;
             }
@@ -140,7 +162,8 @@ impl Shared {
             // new job or the caller sees a sleeper and notifies under the lock we hold.
             let guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
             self.sleepers.fetch_add(1, Ordering::SeqCst);
-            let has_work = Ticket::unpack(self.ticket.load(Ordering::SeqCst)).has_work();
+            let ticket = Ticket::unpack(self.ticket.load(Ordering::SeqCst));
+            let has_work = ticket.claim(who).is_some();
             if !has_work && !self.shutdown.load(Ordering::SeqCst) {
                 drop(self.wake.wait(guard).unwrap_or_else(|p| p.into_inner()));
             } else {
@@ -190,7 +213,7 @@ impl ThreadPool {
             let shared = pool.shared.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("strata-{threads}t-{i}"))
-                .spawn(move || shared.worker_loop())?;
+                .spawn(move || shared.worker_loop(i + 1))?;
             pool.workers.push(handle);
         }
         Ok(pool)
@@ -205,6 +228,19 @@ impl ThreadPool {
     /// all have finished. Runs them all on the caller, in order, when the pool is busy with
     /// another job. A task's panic is re-raised here after the join.
     pub fn run(&self, count: usize, task: &(dyn Fn(usize) + Sync)) {
+        self.run_job(count, false, task)
+    }
+
+    /// Runs `task(i)` for every `i < count` (at most [`ThreadPool::threads`]) with task `i` on
+    /// participant `i` — the caller runs task 0, worker `w` task `w + 1` — so that a kernel
+    /// splitting the same data the same way on every call finds each part in the cache of the
+    /// core that used it last (a weight matrix split by columns stays in the cores' L2 caches).
+    /// More tasks than threads, or a busy pool, run as [`ThreadPool::run`] does.
+    pub fn run_pinned(&self, count: usize, task: &(dyn Fn(usize) + Sync)) {
+        self.run_job(count, count <= self.threads.min(MAX_PINNED), task)
+    }
+
+    fn run_job(&self, count: usize, pinned: bool, task: &(dyn Fn(usize) + Sync)) {
         if count > MAX_TASKS {
             // More indices than a ticket counts: each task takes a contiguous run of them.
             let per_task = count.div_ceil(MAX_TASKS);
@@ -238,7 +274,7 @@ impl ThreadPool {
             .wrapping_add(1);
         let ticket = Ticket {
             epoch,
-            count: count as u16,
+            count: count as u16 | if pinned { PINNED } else { 0 },
             next: 0,
         };
         shared.ticket.store(ticket.pack(), Ordering::SeqCst);
@@ -246,7 +282,7 @@ impl ThreadPool {
             let _guard = shared.lock.lock().unwrap_or_else(|p| p.into_inner());
             shared.wake.notify_all();
         }
-        shared.work();
+        shared.work(0);
         while job.finished.load(Ordering::Acquire) < count {
             std::hint::spin_loop();
         }
@@ -284,7 +320,41 @@ mod tests {
         };
         let back = Ticket::unpack(t.pack());
         assert!(back == t);
-        assert!(back.has_work());
+        assert_eq!(back.claim(3).map(|(task, _)| task), Some(7));
+        let pinned = Ticket {
+            epoch: 1,
+            count: 3 | PINNED,
+            next: 0b010,
+        };
+        assert_eq!(
+            pinned.claim(0).map(|(task, t)| (task, t.next)),
+            Some((0, 0b011))
+        );
+        assert!(pinned.claim(1).is_none(), "already claimed");
+        assert!(pinned.claim(3).is_none(), "no task 3");
+        assert!(pinned.claim(40).is_none(), "no participant 40");
+    }
+
+    #[test]
+    fn pinned_tasks_run_on_their_own_thread() {
+        let pool = ThreadPool::new(3).unwrap();
+        let caller = std::thread::current().id();
+        for _ in 0..100 {
+            let ids = Mutex::new(vec![None; 3]);
+            pool.run_pinned(3, &|i| {
+                ids.lock().unwrap()[i] = Some(std::thread::current().id());
+            });
+            let ids = ids.into_inner().unwrap();
+            assert_eq!(ids[0], Some(caller));
+            assert!(ids[1].is_some() && ids[2].is_some());
+            assert!(ids[1] != ids[0] && ids[2] != ids[0] && ids[1] != ids[2]);
+        }
+        // More tasks than threads: every task still runs once.
+        let hits: Vec<AtomicU32> = (0..7).map(|_| AtomicU32::new(0)).collect();
+        pool.run_pinned(7, &|i| {
+            hits[i].fetch_add(1, Ordering::Relaxed);
+        });
+        assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
     }
 
     #[test]

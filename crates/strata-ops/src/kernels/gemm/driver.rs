@@ -118,7 +118,9 @@ pub unsafe fn run<T: Float + Pod, K: Microkernel<T>>(p: &Problem<'_, T>, threads
     }
     let (row_chunk, col_chunk) = split(p.m, p.n, K::MR, K::NR, threads);
     let (row_blocks, col_blocks) = (p.m.div_ceil(row_chunk), p.n.div_ceil(col_chunk));
-    parallel::for_each_index(row_blocks * col_blocks, |index| {
+    // About one block per thread, each on the same thread every call (its part of a prepacked
+    // operand stays in that core's cache).
+    parallel::for_each_thread(row_blocks * col_blocks, |index| {
         let (r, c) = (index / col_blocks, index % col_blocks);
         let rows = r * row_chunk..((r + 1) * row_chunk).min(p.m);
         let cols = c * col_chunk..((c + 1) * col_chunk).min(p.n);

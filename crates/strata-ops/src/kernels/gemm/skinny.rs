@@ -67,7 +67,13 @@ pub(super) unsafe fn try_run<T: Float>(p: &Problem<'_, T>, threads: usize) -> bo
     };
     let work = p.m.saturating_mul(p.n).saturating_mul(p.k);
     if threads > 1 && blocks > 1 && work >= PARALLEL_MIN_MULADDS {
-        parallel::for_each_index(blocks, block);
+        // One contiguous run of column blocks per thread, on the same thread every call: each
+        // core keeps its part of B in its own cache from one run to the next.
+        let parts = threads.min(parallel::threads()).min(blocks).max(1);
+        let per_part = blocks.div_ceil(parts);
+        parallel::for_each_thread(parts, |part| {
+            (part * per_part..((part + 1) * per_part).min(blocks)).for_each(block)
+        });
     } else {
         (0..blocks).for_each(block);
     }
@@ -86,7 +92,19 @@ multiversion! {
         cols: Range<usize>,
         acc: &mut [[T; COLUMNS]; MAX_ROWS],
     ) {
-        if by_rows {
+        if by_rows && m == 1 && cols.len() == COLUMNS {
+            // One row of C over a whole block: the sums live in registers (a fixed-size local
+            // array) rather than being reloaded and stored for every row of B.
+            let mut sums = [T::ZERO; COLUMNS];
+            for p in 0..k {
+                let b_row = &b.data[b.offset(p, cols.start)..][..COLUMNS];
+                let x = a.data[a.offset(0, p)];
+                for (y, &w) in sums.iter_mut().zip(b_row) {
+                    *y += x * w;
+                }
+            }
+            acc[0] = sums;
+        } else if by_rows {
             // B's rows are contiguous: accumulate `A[i, p] * B[p, cols]` over `p`.
             let width = cols.len();
             for p in 0..k {

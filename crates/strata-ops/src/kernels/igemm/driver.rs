@@ -210,7 +210,7 @@ fn run<K: IntMicrokernel>(p: &Problem<'_>, threads: usize) {
     }
     let (row_chunk, col_chunk) = split(p.m, p.n, K::MR, threads);
     let (row_blocks, col_blocks) = (p.m.div_ceil(row_chunk), p.n.div_ceil(col_chunk));
-    crate::parallel::for_each_index(row_blocks * col_blocks, |index| {
+    crate::parallel::for_each_thread(row_blocks * col_blocks, |index| {
         let (r, c) = (index / col_blocks, index % col_blocks);
         let rows = r * row_chunk..((r + 1) * row_chunk).min(p.m);
         let cols = c * col_chunk..((c + 1) * col_chunk).min(p.n);
