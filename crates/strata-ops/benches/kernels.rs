@@ -70,26 +70,29 @@ fn bench_gemm(c: &mut Criterion) {
         group.throughput(Throughput::Elements(2 * (size as u64).pow(3)));
         group.sample_size(if size >= 1024 { 10 } else { 50 });
         for threads in THREADS {
+            let pool = ThreadPool::new(threads).unwrap();
             group.bench_with_input(
                 BenchmarkId::new(format!("{size}^3 strata"), format!("{threads}t")),
                 &threads,
                 |bench, &t| {
-                    bench.iter(|| {
-                        gemm_f32(
-                            size,
-                            size,
-                            size,
-                            black_box(&a),
-                            ld,
-                            black_box(&b),
-                            ld,
-                            &mut out,
-                            ld,
-                            1.0,
-                            0.0,
-                            t,
-                        )
-                        .unwrap()
+                    parallel::install(&pool, || {
+                        bench.iter(|| {
+                            gemm_f32(
+                                size,
+                                size,
+                                size,
+                                black_box(&a),
+                                ld,
+                                black_box(&b),
+                                ld,
+                                &mut out,
+                                ld,
+                                1.0,
+                                0.0,
+                                t,
+                            )
+                            .unwrap()
+                        })
                     })
                 },
             );

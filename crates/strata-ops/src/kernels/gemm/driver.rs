@@ -25,7 +25,7 @@ use crate::parallel;
 
 /// Below this many multiply-adds a product stays on the calling thread: handing blocks to the
 /// pool costs more than it saves.
-const PARALLEL_MIN_MULADDS: usize = 1 << 18;
+const PARALLEL_MIN_MULADDS: usize = 1 << 20;
 
 /// The output of a product: element `(i, j)` at `ptr + i * rs + j * cs`.
 #[derive(Clone, Copy, Debug)]
