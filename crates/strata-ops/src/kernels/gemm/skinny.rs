@@ -117,8 +117,21 @@ multiversion! {
                 }
             }
         } else {
-            // A's rows and B's columns are contiguous: one dot product per element.
-            for (c, j) in cols.enumerate() {
+            // A's rows and B's columns are contiguous: dot products, four columns at a time so
+            // that four independent chains of sums share each load of A (one chain alone waits
+            // on its own additions).
+            let first = cols.start;
+            let mut c = 0;
+            while c + 4 <= cols.len() {
+                let column = |q: usize| &b.data[b.offset(0, first + c + q)..][..k];
+                let columns = [column(0), column(1), column(2), column(3)];
+                for (i, acc_row) in acc.iter_mut().enumerate().take(m) {
+                    let sums = dot4(&a.data[a.offset(i, 0)..][..k], columns);
+                    acc_row[c..c + 4].copy_from_slice(&sums);
+                }
+                c += 4;
+            }
+            for (c, j) in cols.enumerate().skip(c) {
                 let column = &b.data[b.offset(0, j)..][..k];
                 for (i, acc_row) in acc.iter_mut().enumerate().take(m) {
                     acc_row[c] = dot(&a.data[a.offset(i, 0)..][..k], column);
@@ -126,6 +139,29 @@ multiversion! {
             }
         }
     }
+}
+
+/// `x . y[q]` for four `y`s of `x`'s length, each in `LANES` partial sums.
+#[inline(always)]
+fn dot4<T: Float>(x: &[T], ys: [&[T]; 4]) -> [T; 4] {
+    let mut lanes = [[T::ZERO; LANES]; 4];
+    let whole = x.len() / LANES * LANES;
+    for start in (0..whole).step_by(LANES) {
+        let xa = &x[start..start + LANES];
+        for (lane, y) in lanes.iter_mut().zip(ys) {
+            for ((s, &u), &v) in lane.iter_mut().zip(xa).zip(&y[start..start + LANES]) {
+                *s += u * v;
+            }
+        }
+    }
+    let mut sums = [T::ZERO; 4];
+    for ((sum, lane), y) in sums.iter_mut().zip(&lanes).zip(ys) {
+        *sum = lane.iter().fold(T::ZERO, |s, &v| s + v);
+        for (&u, &v) in x[whole..].iter().zip(&y[whole..]) {
+            *sum += u * v;
+        }
+    }
+    sums
 }
 
 /// `x . y` over equal lengths, in `LANES` independent partial sums so that it vectorizes.
