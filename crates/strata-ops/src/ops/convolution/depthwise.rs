@@ -59,10 +59,15 @@ pub(crate) fn depthwise<T: Float + Pod>(
         let (b, ch) = (p / out_channels, p % out_channels);
         let x = &input[(b * in_channels + ch / multiplier) * w.in_len..][..w.in_len];
         let k = &weight[ch * w.kernel_len..][..w.kernel_len];
-        plane(x, k, rows, cols, y);
         let shift = bias.map_or(T::ZERO, |b| b[ch]);
-        let r = residual.map(|r| &r[p * w.out_len..][..w.out_len]);
-        post.add_residual_bias_and_apply(y, r, shift);
+        match residual {
+            // Bias and activation while the plane is copied out of the flat buffer.
+            None => plane(x, k, rows, cols, (shift, post), y),
+            Some(r) => {
+                plane(x, k, rows, cols, (T::ZERO, Activation::None), y);
+                post.add_residual_bias_and_apply(y, Some(&r[p * w.out_len..][..w.out_len]), shift);
+            }
+        }
     };
     for_each_plane(w, out, threads, conv_plane);
 }
@@ -93,6 +98,7 @@ pub(crate) fn window_sums<T: Float + Pod>(
             &ones[..w.kernel_len],
             rows,
             cols,
+            (T::ZERO, Activation::None),
             y,
         )
     });
@@ -116,25 +122,38 @@ fn for_each_plane<T: Send>(
     }
 }
 
-/// One plane, `y = conv(x, k)`, through the flat path when its buffers are small enough.
-fn plane<T: Float + Pod>(x: &[T], k: &[T], rows: Axis, cols: Axis, y: &mut [T]) {
+/// One plane, `y = post(conv(x, k) + shift)`, through the flat path when its buffers are small
+/// enough.
+fn plane<T: Float + Pod>(
+    x: &[T],
+    k: &[T],
+    rows: Axis,
+    cols: Axis,
+    (shift, post): (T, Activation),
+    y: &mut [T],
+) {
     match FlatGeometry::of(rows, cols) {
         Some(g) => with_pack_buffers::<T, _>(g.buffer_len, g.virtual_len, |buffer, virtual_y| {
-            flat_plane(x, k, rows, cols, &g, buffer, virtual_y, y)
+            flat_plane(x, k, rows, cols, &g, shift, post, buffer, virtual_y, y)
         }),
-        None => plane_conv(x, k, rows, cols, y),
+        None => {
+            plane_conv(x, k, rows, cols, y);
+            post.add_residual_bias_and_apply(y, None, shift);
+        }
     }
 }
 
 multiversion! {
     /// The flat path: fill the phase planes, accumulate the virtual output, keep its first
-    /// `cols.output` columns of every row.
+    /// `cols.output` columns of every row, shifted and activated.
     fn flat_plane<T: Float>(
         x: &[T],
         k: &[T],
         rows: Axis,
         cols: Axis,
         g: &FlatGeometry,
+        shift: T,
+        post: Activation,
         buffer: &mut [T],
         virtual_y: &mut [T],
         y: &mut [T],
@@ -144,9 +163,12 @@ multiversion! {
         let ow = cols.output;
         for (y_row, v_row) in y.chunks_exact_mut(ow).zip(virtual_y.chunks_exact(g.wp)) {
             for (d, &v) in y_row.iter_mut().zip(&v_row[..ow]) {
-                *d = v;
+                *d = v + shift;
             }
         }
+        // The activation over the whole plane (still in cache): its match stays outside the
+        // vectorized loop.
+        post.apply_all(y);
     }
 }
 
@@ -358,7 +380,7 @@ mod tests {
                 b.fill(f32::NAN);
             });
             let mut flat = vec![0.0f32; rows.output * cols.output];
-            plane(&x, &k, rows, cols, &mut flat);
+            plane(&x, &k, rows, cols, (0.0, Activation::None), &mut flat);
             let mut direct = vec![0.0f32; flat.len()];
             plane_in_place(&x, &k, rows, cols, &mut direct);
             for (i, (a, b)) in flat.iter().zip(&direct).enumerate() {
