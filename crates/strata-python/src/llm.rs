@@ -385,6 +385,13 @@ impl StreamState {
     }
 }
 
+impl Drop for StreamState {
+    /// A stream dropped before its end (a `break` out of the loop) gives its session back too.
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
 /// The iterator `LanguageModel.generate(..., stream=True)` returns: text pieces, one token
 /// computed per step with the GIL released. `ids` and `stats` describe the tokens so far.
 #[pyclass(module = "strata._strata", frozen)]

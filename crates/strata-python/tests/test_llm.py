@@ -179,11 +179,17 @@ def test_close_ends_a_stream_early(lm):
     stream.close()
     assert stream.finished and list(stream) == []
     assert len(stream.ids) >= 1
+    # A stream left unfinished gives its session back when dropped.
+    for piece in lm.generate("Once upon a time", max_tokens=24, stream=True):
+        break
+    assert piece
 
 
-def test_threads_share_one_model_with_the_gil_released(lm):
+def test_threads_share_one_model_with_the_gil_released():
+    lm = strata.LanguageModel(MODEL, n_threads=1)
     prompts = ["The capital of France is", "Once upon a time", "def fibonacci(n):", "1, 2, 3,"]
     serial = [lm.generate(p, max_tokens=8) for p in prompts]
+    assert lm._native.idle_sessions() == 1
     barrier = threading.Barrier(len(prompts))
     results = [None] * len(prompts)
 
@@ -198,7 +204,7 @@ def test_threads_share_one_model_with_the_gil_released(lm):
         t.join()
     assert results == serial
     # Generations overlapped (each on a session of its own): only possible with the GIL
-    # released while tokens are computed.
+    # released while tokens are computed. Serial calls reuse one session.
     assert lm._native.idle_sessions() >= 2
 
 
