@@ -149,6 +149,10 @@ def test_onnxruntime_surface_is_there():
                  "end_profiling", "get_profiling_start_time_ns", "disable_fallback",
                  "enable_fallback"):
         assert hasattr(strata.InferenceSession, name), name
+    # Scripts reach some of it through capi.
+    strata.capi._pybind_state.set_default_logger_severity(3)
+    assert strata.capi._pybind_state.get_available_providers() == ["CPUExecutionProvider"]
+    assert strata.capi.onnxruntime_pybind11_state.InvalidArgument is strata.InvalidArgument
     # onnxruntime 1.32's SessionOptions and RunOptions members (a fixed list, so that a new
     # onnxruntime release does not break this test).
     session_options = """add_external_initializers add_external_initializers_from_files_in_memory

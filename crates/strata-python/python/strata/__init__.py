@@ -97,3 +97,7 @@ def disable_telemetry_events():
 
 def enable_telemetry_events():
     """No-op: strata sends nothing anywhere."""
+
+
+# Last: it re-exports the functions above (``onnxruntime.capi._pybind_state.X``).
+from .capi import _pybind_state  # noqa: E402,F401
