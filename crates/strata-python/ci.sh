@@ -13,9 +13,14 @@ venv="$(mktemp -d)/venv"
 trap 'rm -rf "$(dirname "$venv")"' EXIT
 python3 -m venv "$venv"
 "$venv/bin/pip" install --quiet --upgrade pip
-"$venv/bin/pip" install --quiet numpy onnx onnxruntime pytest
+"$venv/bin/pip" install --quiet numpy onnx onnxruntime pytest ml_dtypes
 echo "== pip install ./crates/strata-python"
 "$venv/bin/pip" install --quiet ./crates/strata-python
+
+# The LanguageModel tests compare Python's generation with the Rust CLI's (`strata generate`).
+echo "== cargo build --release -p strata-cli"
+cargo build --release --quiet -p strata-cli
+export STRATA_BIN="$repo/target/release/strata"
 
 echo "== pytest crates/strata-python/tests"
 cd "$here/tests"

@@ -3,12 +3,14 @@
 //! text that may start a stop string held back) — ending on an end-of-generation token, a stop
 //! string, the token budget or a full context.
 
+use std::borrow::BorrowMut;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use strata_tokenizer::sampling::{Sampler, SamplerConfig, StopChecker};
-use strata_tokenizer::StreamDecoder;
+use strata_tokenizer::StreamState;
 
-use crate::error::Result;
+use crate::error::{LlmError, Result};
 use crate::model::LanguageModel;
 use crate::session::Session;
 
@@ -67,12 +69,15 @@ fn per_second(n: usize, t: Duration) -> f64 {
     }
 }
 
-/// Streams generated tokens; see the module docs.
-pub struct Generation<'a> {
-    session: &'a mut Session,
+/// Streams generated tokens; see the module docs. `S` is how the session is held: borrowed
+/// (`&mut Session`, from [`LanguageModel::generate`]) or owned (`Session`, from
+/// [`Session::into_generation`], for a generation that must outlive any borrow, e.g. one handed
+/// to another language's runtime).
+pub struct Generation<S: BorrowMut<Session>> {
+    session: S,
     sampler: Sampler,
     stop: StopChecker,
-    decoder: StreamDecoder<'a>,
+    decoder: StreamState,
     /// The last token sampled, run through the model at the next call.
     pending: Option<u32>,
     remaining: usize,
@@ -81,20 +86,47 @@ pub struct Generation<'a> {
 }
 
 impl LanguageModel {
-    /// Prefills `prompt` into `session` and returns the generation that follows it.
+    /// Prefills `prompt` into `session` (a session of this model) and returns the generation
+    /// that follows it.
     pub fn generate<'a>(
-        &'a self,
+        &self,
         session: &'a mut Session,
         prompt: &[u32],
         options: &GenerateOptions,
-    ) -> Result<Generation<'a>> {
-        let mut sampler = Sampler::new(options.sampler.clone(), self.vocab_size())?;
+    ) -> Result<Generation<&'a mut Session>> {
+        if !std::ptr::eq(self, Arc::as_ptr(session.model())) {
+            return Err(LlmError::Usage {
+                what: "generate",
+                reason: "the session belongs to another model".into(),
+            });
+        }
+        Generation::start(session, prompt, options)
+    }
+}
+
+impl Session {
+    /// Prefills `prompt` and returns a generation that owns this session
+    /// ([`Generation::into_session`] gives it back).
+    pub fn into_generation(
+        self,
+        prompt: &[u32],
+        options: &GenerateOptions,
+    ) -> Result<Generation<Session>> {
+        Generation::start(self, prompt, options)
+    }
+}
+
+impl<S: BorrowMut<Session>> Generation<S> {
+    fn start(mut session: S, prompt: &[u32], options: &GenerateOptions) -> Result<Self> {
+        let s = session.borrow_mut();
+        let model = s.model().clone();
+        let mut sampler = Sampler::new(options.sampler.clone(), model.vocab_size())?;
         for &id in prompt {
             sampler.accept(id);
         }
         let stops: Vec<&str> = options.stop_strings.iter().map(String::as_str).collect();
         let started = Instant::now();
-        session.prefill(prompt)?;
+        s.prefill(prompt)?;
         let stats = GenerationStats {
             prompt_tokens: prompt.len(),
             prefill_time: started.elapsed(),
@@ -103,22 +135,26 @@ impl LanguageModel {
         Ok(Generation {
             session,
             sampler,
-            stop: StopChecker::new(self.tokenizer().end_of_generation_ids(), &stops),
-            decoder: StreamDecoder::new(self.tokenizer(), false),
+            stop: StopChecker::new(model.tokenizer().end_of_generation_ids(), &stops),
+            decoder: StreamState::new(false),
             pending: None,
             remaining: options.max_tokens,
             done: options.max_tokens == 0,
             stats,
         })
     }
-}
 
-impl Generation<'_> {
     pub fn stats(&self) -> GenerationStats {
         self.stats
     }
 
     pub fn session(&self) -> &Session {
+        self.session.borrow()
+    }
+
+    /// Ends the generation and returns the session (its KV cache holds the prompt and the
+    /// tokens run so far).
+    pub fn into_session(self) -> S {
         self.session
     }
 
@@ -127,17 +163,19 @@ impl Generation<'_> {
         if self.done {
             return Ok(None);
         }
+        let session = self.session.borrow_mut();
         if let Some(previous) = self.pending.take() {
             let started = Instant::now();
-            self.session.step(previous)?;
+            session.step(previous)?;
             self.stats.decode_time += started.elapsed();
             self.stats.decode_steps += 1;
         }
-        let id = self.sampler.sample(self.session.logits())?;
+        let id = self.sampler.sample(session.logits())?;
         self.sampler.accept(id);
         self.stats.generated_tokens += 1;
         self.remaining -= 1;
-        let text = self.decoder.push(id)?.to_string();
+        let model = session.model();
+        let text = self.decoder.push(model.tokenizer(), id)?.to_string();
         let step = self.stop.push(id, &text);
         let mut text = step.text.to_string();
         if step.stop {
@@ -145,7 +183,7 @@ impl Generation<'_> {
             return Ok(Some(Piece { id, text }));
         }
         // The last token: the budget is spent or the context has no room to run it.
-        if self.remaining == 0 || self.session.len() >= self.session.model().context() {
+        if self.remaining == 0 || session.len() >= model.context() {
             self.done = true;
             text.push_str(self.decoder.finish());
             text.push_str(self.stop.finish());
@@ -156,7 +194,7 @@ impl Generation<'_> {
     }
 }
 
-impl Iterator for Generation<'_> {
+impl<S: BorrowMut<Session>> Iterator for Generation<S> {
     type Item = Result<Piece>;
 
     fn next(&mut self) -> Option<Self::Item> {

@@ -10,13 +10,13 @@ use numpy::{
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PyString};
-use strata_core::{DType, Tensor};
+use strata_core::{DType, Device, MemoryKind, Tensor};
 use strata_runtime::{IoInfo, OutputView};
 
 use crate::errors::{raise, Kind};
 
 /// onnxruntime's element name (as in `tensor(float)`) and numpy's dtype name, where numpy (or
-/// ml_dtypes) has one.
+/// ml_dtypes, for bfloat16 and the 8-, 4- and 2-bit types) has one.
 fn names(dtype: DType) -> (&'static str, Option<&'static str>) {
     match dtype {
         DType::F32 => ("float", Some("float32")),
@@ -33,16 +33,16 @@ fn names(dtype: DType) -> (&'static str, Option<&'static str>) {
         DType::U64 => ("uint64", Some("uint64")),
         DType::Bool => ("bool", Some("bool")),
         DType::String => ("string", Some("object")),
-        DType::F8E4M3FN => ("float8e4m3fn", None),
-        DType::F8E4M3FNUZ => ("float8e4m3fnuz", None),
-        DType::F8E5M2 => ("float8e5m2", None),
-        DType::F8E5M2FNUZ => ("float8e5m2fnuz", None),
-        DType::F8E8M0 => ("float8e8m0", None),
-        DType::F4E2M1 => ("float4e2m1", None),
-        DType::I4 => ("int4", None),
-        DType::U4 => ("uint4", None),
-        DType::I2 => ("int2", None),
-        DType::U2 => ("uint2", None),
+        DType::F8E4M3FN => ("float8e4m3fn", Some("float8_e4m3fn")),
+        DType::F8E4M3FNUZ => ("float8e4m3fnuz", Some("float8_e4m3fnuz")),
+        DType::F8E5M2 => ("float8e5m2", Some("float8_e5m2")),
+        DType::F8E5M2FNUZ => ("float8e5m2fnuz", Some("float8_e5m2fnuz")),
+        DType::F8E8M0 => ("float8e8m0", Some("float8_e8m0fnu")),
+        DType::F4E2M1 => ("float4e2m1", Some("float4_e2m1fn")),
+        DType::I4 => ("int4", Some("int4")),
+        DType::U4 => ("uint4", Some("uint4")),
+        DType::I2 => ("int2", Some("int2")),
+        DType::U2 => ("uint2", Some("uint2")),
         DType::Q8_0 => ("q8_0", None),
         DType::Q4_0 => ("q4_0", None),
         DType::Q4_1 => ("q4_1", None),
@@ -64,6 +64,7 @@ pub fn feed_to_tensor(value: &Bound<'_, PyAny>, input: &IoInfo) -> PyResult<Tens
     let array = as_array(value, input)?;
     match input.dtype {
         DType::String => strings_to_tensor(&array, input),
+        dtype if is_byte_coded(dtype) => byte_coded_to_tensor(&array, input),
         DType::Bool => {
             let typed = typed_array::<bool>(&array, input)?;
             let data = typed.readonly();
@@ -104,7 +105,7 @@ fn as_array<'py>(
     let py = value.py();
     let name = names(input.dtype).1.unwrap_or("object");
     let converted = numpy(py)?
-        .call_method1("asarray", (value, name))
+        .call_method1("asarray", (value, numpy_dtype(py, input.dtype)?))
         .map_err(|e| {
             raise(
                 Kind::InvalidArgument,
@@ -121,6 +122,106 @@ fn as_array<'py>(
             )
         })?;
     Ok(converted.cast_into::<PyUntypedArray>()?)
+}
+
+/// The numpy dtype of `dtype`: numpy's name, or ml_dtypes' type for the types numpy lacks.
+fn numpy_dtype(py: Python<'_>, dtype: DType) -> PyResult<Bound<'_, PyAny>> {
+    let name = names(dtype).1.unwrap_or("object");
+    if dtype == DType::BF16 || is_byte_coded(dtype) {
+        return ml_dtypes(py, dtype)?.getattr(name);
+    }
+    Ok(PyString::new(py, name).into_any())
+}
+
+/// The `ml_dtypes` module (numpy's types for bfloat16, float8, float4, int4 and int2; what
+/// onnx's own `numpy_helper` uses), or `NotImplemented` saying to install it.
+fn ml_dtypes(py: Python<'_>, dtype: DType) -> PyResult<&Bound<'_, PyModule>> {
+    static ML_DTYPES: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    Ok(ML_DTYPES
+        .get_or_try_init(py, || {
+            PyModule::import(py, "ml_dtypes")
+                .map(Bound::unbind)
+                .map_err(|_| {
+                    raise(
+                        Kind::NotImplemented,
+                        format!(
+                        "{} needs the ml_dtypes package for its numpy type: pip install ml_dtypes",
+                        onnx_type_name(dtype)
+                    ),
+                    )
+                })
+        })?
+        .bind(py))
+}
+
+/// Types strata holds one byte per element as ml_dtypes does: float8 and float4 bit patterns,
+/// and the 4- and 2-bit integers (unpacked).
+fn is_byte_coded(dtype: DType) -> bool {
+    dtype.is_low_precision_float() || dtype.is_sub_byte_int()
+}
+
+/// Bits of the signed sub-byte types; strata holds them sign-extended, ml_dtypes masked to
+/// their low bits.
+fn signed_bits(dtype: DType) -> Option<u32> {
+    match dtype {
+        DType::I4 => Some(4),
+        DType::I2 => Some(2),
+        _ => None,
+    }
+}
+
+/// A float8/float4/int4/int2 feed: an array of the matching ml_dtypes type, its bytes copied
+/// (in logical order) into a tensor of `input`'s dtype.
+fn byte_coded_to_tensor(array: &Bound<'_, PyUntypedArray>, input: &IoInfo) -> PyResult<Tensor> {
+    let py = array.py();
+    let expected = names(input.dtype).1.unwrap_or_default();
+    if describe_dtype(array) != expected {
+        return Err(raise(
+            Kind::InvalidArgument,
+            format!(
+                "input {:?}: got a {} array of shape {:?}, expected dtype {expected} ({}, from ml_dtypes)",
+                input.name,
+                describe_dtype(array),
+                array.shape(),
+                onnx_type_name(input.dtype)
+            ),
+        ));
+    }
+    let bytes = numpy(py)?
+        .call_method1("ascontiguousarray", (array,))?
+        .call_method1("view", ("uint8",))?
+        .cast_into::<PyArrayDyn<u8>>()?;
+    let bytes = bytes.readonly();
+    let codes = bytes
+        .as_slice()
+        .map_err(|e| raise(Kind::Fail, e.to_string()))?;
+    let dims = array.shape().to_vec();
+    let tensor = Tensor::empty(&dims, input.dtype, Device::Cpu, MemoryKind::Default)
+        .map_err(|e| bad_feed(input, array, e))?;
+    match signed_bits(input.dtype) {
+        Some(bits) => {
+            let mut out = tensor
+                .write::<i8>()
+                .map_err(|e| bad_feed(input, array, e))?;
+            let out = out
+                .as_mut_slice()
+                .ok_or_else(|| raise(Kind::Fail, "fresh tensor"))?;
+            for (slot, &code) in out.iter_mut().zip(codes) {
+                // Sign-extend the low `bits`: move their top bit to bit 7, shift back.
+                *slot = ((code << (8 - bits)) as i8) >> (8 - bits);
+            }
+        }
+        None => {
+            let mut out = tensor
+                .write::<u8>()
+                .map_err(|e| bad_feed(input, array, e))?;
+            let out = out
+                .as_mut_slice()
+                .ok_or_else(|| raise(Kind::Fail, "fresh tensor"))?;
+            out.copy_from_slice(codes);
+        }
+    }
+    Ok(tensor)
 }
 
 fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
@@ -232,6 +333,21 @@ pub fn output_to_numpy<'py>(
             numpy(py)?
                 .call_method1("array", (list, "object"))?
                 .call_method1("reshape", (dims.to_vec(),))
+        }
+        dtype if is_byte_coded(dtype) => {
+            let codes: Vec<u8> = match signed_bits(dtype) {
+                Some(bits) => {
+                    let guard = output.read::<i8>().map_err(failed)?;
+                    let values = guard.elements().map_err(|e| failed(e.into()))?;
+                    let mask = (1u8 << bits) - 1;
+                    values.iter().map(|&v| v as u8 & mask).collect()
+                }
+                None => {
+                    let guard = output.read::<u8>().map_err(failed)?;
+                    guard.elements().map_err(|e| failed(e.into()))?.into_owned()
+                }
+            };
+            shaped(py, &codes, dims)?.call_method1("view", (numpy_dtype(py, dtype)?,))
         }
         DType::Bool => {
             let guard = output.read::<u8>().map_err(failed)?;

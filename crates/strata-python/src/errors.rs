@@ -4,9 +4,11 @@
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
+use strata_llm::LlmError;
 use strata_onnx::OnnxError;
 use strata_ops::OpError;
 use strata_runtime::RuntimeError;
+use strata_tokenizer::TokenizerError;
 
 /// The exception classes, defined in Python so that they can also derive from builtins
 /// (`MissingInput` is a `ValueError`, as onnxruntime's missing-input error is).
@@ -98,4 +100,46 @@ pub fn onnx(err: &OnnxError) -> PyErr {
         _ => Kind::Fail,
     };
     raise(kind, err.to_string())
+}
+
+/// The exception for a language-model error: bad settings, ids and over-long prompts are
+/// `InvalidArgument`, a file strata cannot read is `InvalidGraph` (or `NotImplemented` for an
+/// unsupported architecture or tensor type).
+pub fn llm(err: &LlmError) -> PyErr {
+    if let LlmError::Runtime(inner) = err {
+        return runtime(inner);
+    }
+    raise(llm_kind(err), err.to_string())
+}
+
+/// The exception for an error loading the model at `path` (the message names the file).
+pub fn llm_at(path: &std::path::Path, err: &LlmError) -> PyErr {
+    raise(llm_kind(err), format!("{}: {err}", path.display()))
+}
+
+fn llm_kind(err: &LlmError) -> Kind {
+    match err {
+        LlmError::Runtime(RuntimeError::Op(OpError::Unsupported { .. })) => Kind::NotImplemented,
+        LlmError::Runtime(_) => Kind::Fail,
+        LlmError::Usage { .. }
+        | LlmError::TokenOutOfRange { .. }
+        | LlmError::ContextFull { .. } => Kind::InvalidArgument,
+        LlmError::Tokenizer(inner) => match inner {
+            TokenizerError::UnsupportedModel(_) | TokenizerError::UnsupportedPreTokenizer(_) => {
+                Kind::NotImplemented
+            }
+            TokenizerError::TokenOutOfRange { .. }
+            | TokenizerError::SamplerConfig { .. }
+            | TokenizerError::NoChatTemplate
+            | TokenizerError::ChatTemplate(_) => Kind::InvalidArgument,
+            _ => Kind::InvalidGraph,
+        },
+        LlmError::UnsupportedArchitecture(_) => Kind::NotImplemented,
+        LlmError::Gguf(strata_gguf::GgufError::UnsupportedTensorType { .. })
+        | LlmError::Gguf(strata_gguf::GgufError::UnsupportedVersion { .. }) => Kind::NotImplemented,
+        LlmError::Gguf(strata_gguf::GgufError::Core(_)) | LlmError::Core(_) => Kind::Fail,
+        LlmError::Gguf(_) | LlmError::BadMetadata { .. } | LlmError::BadTensor { .. } => {
+            Kind::InvalidGraph
+        }
+    }
 }

@@ -1,10 +1,12 @@
 //! `strata._strata`: the native half of the `strata` Python package. The onnxruntime-shaped
 //! surface (`InferenceSession`, `SessionOptions`, …) is Python in `python/strata`; this module
 //! holds what must be fast or touch the runtime: loading plans, converting numpy arrays to and
-//! from tensors, and running on pooled execution contexts with the GIL released.
+//! from tensors, running on pooled execution contexts with the GIL released, and language
+//! models (`LanguageModel`, generation one token per GIL release).
 
 mod convert;
 mod errors;
+mod llm;
 mod model;
 mod pool;
 mod report;
@@ -15,6 +17,8 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _strata(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<session::Session>()?;
+    module.add_class::<llm::PyLanguageModel>()?;
+    module.add_class::<llm::TokenStream>()?;
     module.add_function(wrap_pyfunction!(export_builtin_models, module)?)?;
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -119,3 +119,67 @@ def test_bfloat16_round_trip_when_ml_dtypes_is_there():
     (y,) = sess.run(None, {"x": x})
     assert y.dtype == x.dtype
     np.testing.assert_array_equal(y.astype(np.float32), x.astype(np.float32))
+
+
+ML_DTYPES = [
+    # (onnx type, ml_dtypes name, onnxruntime type name, sample values)
+    (TensorProto.BFLOAT16, "bfloat16", "tensor(bfloat16)", [1.0, -2.5, 3.25, 0.0, 1e30, -1e-30]),
+    (TensorProto.FLOAT8E4M3FN, "float8_e4m3fn", "tensor(float8e4m3fn)", [1.0, -2.5, 448.0, 0.0, -0.015625, 3.5]),
+    (TensorProto.FLOAT8E4M3FNUZ, "float8_e4m3fnuz", "tensor(float8e4m3fnuz)", [1.0, -2.5, 240.0, 0.0, 0.125, -3.0]),
+    (TensorProto.FLOAT8E5M2, "float8_e5m2", "tensor(float8e5m2)", [1.0, -2.5, 57344.0, 0.0, -0.5, 96.0]),
+    (TensorProto.FLOAT8E5M2FNUZ, "float8_e5m2fnuz", "tensor(float8e5m2fnuz)", [1.0, -2.5, 57344.0, 0.0, 0.25, -64.0]),
+    (TensorProto.FLOAT8E8M0, "float8_e8m0fnu", "tensor(float8e8m0)", [1.0, 2.0, 0.5, 2.0**100, 2.0**-100, 4.0]),
+    (TensorProto.FLOAT4E2M1, "float4_e2m1fn", "tensor(float4e2m1)", [1.0, -1.5, 6.0, 0.0, -0.5, 3.0]),
+    (TensorProto.INT4, "int4", "tensor(int4)", [-8, -3, 0, 1, 7, -1]),
+    (TensorProto.UINT4, "uint4", "tensor(uint4)", [0, 3, 8, 15, 1, 9]),
+    (TensorProto.INT2, "int2", "tensor(int2)", [-2, -1, 0, 1, 1, -2]),
+    (TensorProto.UINT2, "uint2", "tensor(uint2)", [0, 1, 2, 3, 3, 0]),
+]
+
+
+@pytest.mark.parametrize("elem_type,name,type_name,values", ML_DTYPES, ids=[m[1] for m in ML_DTYPES])
+def test_ml_dtypes_round_trip(elem_type, name, type_name, values):
+    """bfloat16, float8, float4, int4 and int2 go in and come back as ml_dtypes arrays with the
+    same bits, contiguous or strided."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    dtype = np.dtype(getattr(ml_dtypes, name))
+    sess = strata.InferenceSession(identity_model(elem_type, ["A", "B"]))
+    assert sess.get_inputs()[0].type == type_name
+    x = np.array(values, dtype=dtype).reshape(2, 3)
+    (y,) = sess.run(None, {"x": x})
+    assert y.dtype == dtype and y.shape == (2, 3)
+    np.testing.assert_array_equal(y.view(np.uint8), x.view(np.uint8))
+    for view in (x.T, x[:, ::2], x[::-1]):
+        (y,) = sess.run(None, {"x": view})
+        np.testing.assert_array_equal(y.view(np.uint8), np.ascontiguousarray(view).view(np.uint8))
+    # Lists are made arrays of the input's type.
+    (y,) = sess.run(None, {"x": [values[:3], values[3:]]})
+    np.testing.assert_array_equal(y.view(np.uint8), x.view(np.uint8))
+
+
+@pytest.mark.parametrize("name,other", [("int4", np.int8), ("float8_e4m3fn", np.uint8), ("float8_e5m2", "float8_e4m3fn")])
+def test_ml_dtypes_wrong_type_names_both(name, other):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    elem = {"int4": TensorProto.INT4, "float8_e4m3fn": TensorProto.FLOAT8E4M3FN, "float8_e5m2": TensorProto.FLOAT8E5M2}[name]
+    sess = strata.InferenceSession(identity_model(elem, [2]))
+    other = np.dtype(getattr(ml_dtypes, other)) if isinstance(other, str) else np.dtype(other)
+    with pytest.raises(strata.InvalidArgument, match=f"got a {other} array of shape \\[2\\], expected dtype {name}"):
+        sess.run(None, {"x": np.zeros(2, other)})
+
+
+def test_int4_arithmetic_sees_signed_values():
+    """strata holds int4 sign-extended: a model computing on int4 (Cast to int32) sees -8..7."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from onnx import helper
+
+    from conftest import make_model
+
+    model = make_model(
+        [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.INT32)],
+        [helper.make_tensor_value_info("x", TensorProto.INT4, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [4])],
+        opset=21,
+    )
+    x = np.array([-8, -1, 0, 7], dtype=ml_dtypes.int4)
+    (y,) = strata.InferenceSession(model).run(None, {"x": x})
+    np.testing.assert_array_equal(y, np.array([-8, -1, 0, 7], np.int32))

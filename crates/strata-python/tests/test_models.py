@@ -11,7 +11,7 @@ import pytest
 from onnx import numpy_helper
 
 import strata
-from conftest import ONNX_TESTS, REPO, assert_close
+from conftest import ONNX_TESTS, REPO, as_comparable, assert_close
 
 BUILTIN = ["resnet_like.onnx", "resnet_like_batch.onnx", "mlp.onnx", "transformer_like.onnx"]
 
@@ -73,12 +73,22 @@ def load_case(case_dir):
     return model, values
 
 
+T = onnx.TensorProto
 NUMPY_ELEM_TYPES = {
-    onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
-    onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64,
-    onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64,
-    onnx.TensorProto.BOOL, onnx.TensorProto.STRING,
+    T.FLOAT, T.DOUBLE, T.FLOAT16, T.INT8, T.INT16, T.INT32, T.INT64,
+    T.UINT8, T.UINT16, T.UINT32, T.UINT64, T.BOOL, T.STRING,
 }
+# Types numpy has through ml_dtypes (which onnx's numpy_helper uses for them too).
+ML_DTYPES_ELEM_TYPES = {
+    T.BFLOAT16, T.FLOAT8E4M3FN, T.FLOAT8E4M3FNUZ, T.FLOAT8E5M2, T.FLOAT8E5M2FNUZ,
+    T.FLOAT8E8M0, T.FLOAT4E2M1, T.INT4, T.UINT4, T.INT2, T.UINT2,
+}
+try:
+    import ml_dtypes  # noqa: F401
+
+    NUMPY_ELEM_TYPES |= ML_DTYPES_ELEM_TYPES
+except ImportError:
+    pass
 
 
 @pytest.mark.parametrize("case", passing_cases())
@@ -91,7 +101,7 @@ def test_onnx_case_matches_reference_and_onnxruntime(case):
         pytest.skip("sequence or optional values")
     model, values = loaded
     if any(t.data_type not in NUMPY_ELEM_TYPES for t in values.values()):
-        pytest.skip("a dtype numpy has no type for (float8, int4, bfloat16 …)")
+        pytest.skip("a dtype numpy has no type for without ml_dtypes (float8, int4, bfloat16 …)")
     feed = {name: numpy_helper.to_array(t) for (kind, name), t in values.items() if kind == "input"}
     expected = {name: numpy_helper.to_array(t) for (kind, name), t in values.items() if kind == "output"}
     path = str(case_dir / "model.onnx")
@@ -112,6 +122,9 @@ def test_onnx_case_matches_reference_and_onnxruntime(case):
     for name, want in theirs.items():
         if name not in expected:
             continue
-        if want.dtype.kind in "fc" and not np.allclose(want, expected[name], rtol=1e-3, atol=1e-5, equal_nan=True):
+        if want.dtype != expected[name].dtype:
+            continue  # onnxruntime returns another type here (e.g. raw bytes for float8)
+        w, e = as_comparable(want), as_comparable(expected[name])
+        if w.dtype.kind in "fc" and not np.allclose(w, e, rtol=1e-3, atol=1e-5, equal_nan=True):
             continue  # onnxruntime itself departs from the reference here
         assert_close(ours[name], want, f"{case} output {name} vs onnxruntime")

@@ -26,6 +26,6 @@ mod vocab;
 pub use chat::{ChatMessage, ChatTemplate};
 pub use description::{ModelKind, TokenType, VocabularyDescription};
 pub use error::{Result, TokenizerError};
-pub use stream::StreamDecoder;
+pub use stream::{StreamDecoder, StreamState};
 pub use tokenizer::{EncodeOptions, Tokenizer};
 pub use vocab::SpecialTokens;

@@ -2,6 +2,10 @@
 //! character split across tokens (byte-level BPE spells emoji and CJK as several byte tokens) is
 //! held back until its last byte arrives. After the first tokens warm the buffers up, pushing a
 //! token allocates nothing.
+//!
+//! [`StreamState`] is the decoder without the vocabulary (given at each push), for owners that
+//! hold the tokenizer behind an `Arc` and cannot also hold a borrow of it (an owned generation);
+//! [`StreamDecoder`] pairs it with a borrowed tokenizer.
 
 use crate::error::Result;
 use crate::tokenizer::Tokenizer;
@@ -10,6 +14,37 @@ use crate::tokenizer::Tokenizer;
 #[derive(Debug)]
 pub struct StreamDecoder<'a> {
     tokenizer: &'a Tokenizer,
+    state: StreamState,
+}
+
+impl<'a> StreamDecoder<'a> {
+    /// A streaming decoder over `tokenizer`'s vocabulary.
+    pub fn new(tokenizer: &'a Tokenizer, render_special: bool) -> Self {
+        Self {
+            tokenizer,
+            state: StreamState::new(render_special),
+        }
+    }
+
+    /// Adds one token and returns the text that became complete (possibly empty).
+    pub fn push(&mut self, id: u32) -> Result<&str> {
+        self.state.push(self.tokenizer, id)
+    }
+
+    /// Ends the stream: whatever is still held back (an incomplete sequence) comes out as U+FFFD.
+    pub fn finish(&mut self) -> &str {
+        self.state.finish()
+    }
+
+    /// Whether bytes are being held back.
+    pub fn has_pending(&self) -> bool {
+        self.state.has_pending()
+    }
+}
+
+/// A streaming decoder's state; every push names the tokenizer (the same one each time).
+#[derive(Debug)]
+pub struct StreamState {
     render_special: bool,
     /// Bytes not yet emitted: at most an incomplete UTF-8 sequence between calls.
     pending: Vec<u8>,
@@ -18,11 +53,9 @@ pub struct StreamDecoder<'a> {
     at_start: bool,
 }
 
-impl<'a> StreamDecoder<'a> {
-    /// A streaming decoder over `tokenizer`'s vocabulary.
-    pub fn new(tokenizer: &'a Tokenizer, render_special: bool) -> Self {
+impl StreamState {
+    pub fn new(render_special: bool) -> Self {
         Self {
-            tokenizer,
             render_special,
             pending: Vec::with_capacity(64),
             out: String::with_capacity(64),
@@ -31,9 +64,9 @@ impl<'a> StreamDecoder<'a> {
     }
 
     /// Adds one token and returns the text that became complete (possibly empty).
-    pub fn push(&mut self, id: u32) -> Result<&str> {
-        let mut piece = self.tokenizer.token_bytes(id, self.render_special)?;
-        if self.at_start && self.tokenizer.strips_leading_space() {
+    pub fn push(&mut self, tokenizer: &Tokenizer, id: u32) -> Result<&str> {
+        let mut piece = tokenizer.token_bytes(id, self.render_special)?;
+        if self.at_start && tokenizer.strips_leading_space() {
             piece = piece.strip_prefix(b" ").unwrap_or(piece);
         }
         // The prefix space sits in the first piece with text; empty pieces (hidden specials) wait.

@@ -7,6 +7,8 @@
     name = sess.get_inputs()[0].name
     (y,) = sess.run(None, {name: np.zeros((1, 3, 224, 224), np.float32)})
 
+GGUF language models: ``strata.LanguageModel(path).generate(prompt)``.
+
 strata's own extras: ``InferenceSession.memory_plan()``, ``InferenceSession.profile()`` and
 ``SessionOptions.set_optimization_profile()``.
 """
@@ -21,11 +23,18 @@ from ._options import (
     RunOptions,
     SessionOptions,
 )
+from ._llm import LanguageModel
+from ._ortvalue import IOBinding, OrtDevice, OrtValue, SessionIOBinding
 from ._session import InferenceSession, ModelMetadata, NodeArg
 from ._strata import __version__, export_builtin_models
 
 __all__ = [
     "InferenceSession",
+    "LanguageModel",
+    "OrtValue",
+    "OrtDevice",
+    "IOBinding",
+    "SessionIOBinding",
     "SessionOptions",
     "RunOptions",
     "GraphOptimizationLevel",
@@ -88,3 +97,7 @@ def disable_telemetry_events():
 
 def enable_telemetry_events():
     """No-op: strata sends nothing anywhere."""
+
+
+# Last: it re-exports the functions above (``onnxruntime.capi._pybind_state.X``).
+from .capi import _pybind_state  # noqa: E402,F401

@@ -7,7 +7,7 @@ working) and documented below as ignored.
 
 import enum
 
-from ._errors import InvalidArgument, NotImplemented
+from ._errors import Fail, InvalidArgument, NotImplemented
 
 
 class GraphOptimizationLevel(enum.IntEnum):
@@ -73,9 +73,15 @@ class SessionOptions(_ConfigEntries):
     planned statically, with reuse), ``use_deterministic_compute``, ``use_per_session_threads``,
     and session config entries (stored, readable with ``get_session_config_entry``).
 
+    Execution providers: ``add_provider('CPUExecutionProvider')`` is accepted (others are
+    ignored with a warning), ``has_providers``, ``set_provider_selection_policy`` (ignored).
+    ``set_load_cancellation_flag(True)`` makes building a session raise ``Fail``.
+
     Not supported (raise ``NotImplemented``): ``add_initializer``,
-    ``add_external_initializers``, ``register_custom_ops_library``,
-    ``add_free_dimension_override_by_denotation``.
+    ``add_external_initializers``, ``add_external_initializers_from_files_in_memory``,
+    ``register_custom_ops_library``, ``add_free_dimension_override_by_denotation``,
+    ``add_provider_for_devices``, ``set_provider_selection_policy_delegate``,
+    ``set_ep_context_data_read_func``.
     """
 
     def __init__(self):
@@ -97,6 +103,8 @@ class SessionOptions(_ConfigEntries):
         self.use_per_session_threads = True
         self.optimization_profile = {}
         self._dim_overrides = {}
+        self._providers = []
+        self._load_cancelled = False
 
     # -- strata's own ---------------------------------------------------------------------------
 
@@ -137,7 +145,45 @@ class SessionOptions(_ConfigEntries):
     def register_custom_ops_library(self, library_path):
         raise NotImplemented("strata does not load custom operator libraries")
 
+    def add_external_initializers_from_files_in_memory(self, names, buffers, lengths):
+        raise NotImplemented("strata does not take initializers from outside the model")
+
+    # -- execution providers: strata has one, the CPU -------------------------------------------
+
+    def add_provider(self, provider_name, provider_options=None):
+        """Accepts ``CPUExecutionProvider``; other providers are ignored with a warning, as
+        ``InferenceSession(providers=...)`` does."""
+        from ._session import _provider_names
+
+        _provider_names([provider_name])
+        self._providers.append(str(provider_name))
+
+    def has_providers(self):
+        return bool(self._providers)
+
+    def add_provider_for_devices(self, ep_devices, provider_options=None):
+        raise NotImplemented("strata runs on the CPU only; it has no execution-provider devices")
+
+    def set_provider_selection_policy(self, policy):
+        """Accepted and ignored: strata has one provider, so there is nothing to select."""
+
+    def set_provider_selection_policy_delegate(self, delegate):
+        raise NotImplemented("strata runs on the CPU only; it has no execution-provider devices")
+
+    def set_ep_context_data_read_func(self, func):
+        raise NotImplemented("strata reads no execution-provider context data")
+
+    def clear_ep_context_data_read_func(self):
+        """No-op: strata reads no execution-provider context data."""
+
+    def set_load_cancellation_flag(self, value):
+        """True makes building a session with these options raise ``Fail`` (onnxruntime cancels
+        a load in progress; strata checks before it starts)."""
+        self._load_cancelled = bool(value)
+
     def _native_args(self):
+        if self._load_cancelled:
+            raise Fail("Session creation cancelled: the load cancellation flag is set")
         threads = int(self.intra_op_num_threads or 0)
         if threads < 0:
             raise InvalidArgument(f"intra_op_num_threads is {threads}, must be >= 0")
@@ -153,7 +199,8 @@ class SessionOptions(_ConfigEntries):
 class RunOptions(_ConfigEntries):
     """Per-call options. ``terminate`` set to True makes ``run`` raise ``Fail`` before running;
     the log fields, ``only_execute_path_to_fetches`` (strata always runs the whole plan) and run
-    config entries are accepted and ignored."""
+    config entries are accepted and ignored; ``add_active_adapter`` (LoRA) raises
+    ``NotImplemented``."""
 
     def __init__(self):
         self.log_severity_level = -1
@@ -161,6 +208,9 @@ class RunOptions(_ConfigEntries):
         self.logid = ""
         self.only_execute_path_to_fetches = False
         self.terminate = False
+
+    def add_active_adapter(self, adapter):
+        raise NotImplemented("strata does not load LoRA adapters")
 
     def add_run_config_entry(self, key, value):
         self._add_entry(key, value)

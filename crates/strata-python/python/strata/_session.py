@@ -2,11 +2,13 @@
 
 import json
 import os
+import threading
 import time
 import warnings
 
 from . import _strata
 from ._errors import Fail, InvalidArgument, NotImplemented
+from ._ortvalue import IOBinding, OrtValue
 from ._options import (  # noqa: F401 - re-exported through capi
     ExecutionMode,
     ExecutionOrder,
@@ -142,10 +144,50 @@ class InferenceSession:
         return self._native.run(list(output_names) if output_names else None, input_feed)
 
     def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
-        raise NotImplemented("strata has no OrtValue: call run() with numpy arrays")
+        """``run`` with OrtValues in and out."""
+        feed = {
+            name: value.numpy() if isinstance(value, OrtValue) else value
+            for name, value in input_dict_ort_values.items()
+        }
+        return [OrtValue(a) for a in self.run(output_names, feed, run_options)]
+
+    def run_async(self, output_names, input_feed, callback, user_data, run_options=None):
+        """Runs on a new thread and calls ``callback(outputs, user_data, error)`` there:
+        ``outputs`` a list of numpy arrays and ``error`` "" on success, ``outputs`` None and
+        the error's message on failure."""
+
+        def work():
+            try:
+                outputs = self.run(output_names, input_feed, run_options)
+            except Exception as e:  # noqa: BLE001 - handed to the callback, as onnxruntime does
+                callback(None, user_data, str(e))
+                return
+            callback(outputs, user_data, "")
+
+        threading.Thread(target=work, daemon=True).start()
 
     def io_binding(self):
-        raise NotImplemented("strata has no IOBinding: call run() with numpy arrays")
+        """An :class:`IOBinding` for ``run_with_iobinding``."""
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding, run_options=None):
+        """Runs the feeds and outputs bound in ``iobinding``; outputs go to its preallocated
+        buffers or to ``iobinding.get_outputs()``."""
+        if not isinstance(iobinding, IOBinding) or iobinding._session is not self:
+            raise InvalidArgument("run_with_iobinding needs an IOBinding of this session")
+        iobinding._run(run_options)
+
+    def run_with_ortvaluevector(self, run_options, feed_names, feeds, fetch_names, fetches,
+                                fetch_devices):
+        raise NotImplemented("run_with_ortvaluevector is onnxruntime's training API; use run_with_ort_values")
+
+    def get_tuning_results(self):
+        """Always empty: strata has no kernel tuning (onnxruntime's CPU provider has none
+        either)."""
+        return []
+
+    def set_tuning_results(self, results, error_on_invalid=False):
+        """Accepted and ignored: strata has no kernel tuning."""
 
     def get_profiling_start_time_ns(self):
         return self._profiling_start_ns
