@@ -32,6 +32,9 @@ pub(crate) enum Binary {
 const COUNT: usize = 10;
 const DTYPES: usize = DType::ALL.len();
 
+/// A kernel chosen on first use (`None`: the operator takes no such dtype).
+type KernelCell = OnceLock<Option<Box<dyn Kernel>>>;
+
 type BinaryImp = fn(Binary, &Tensor, &Tensor) -> OpResult<Tensor>;
 
 /// One table per op, indexed by `Binary as usize`; every dense CPU entry is [`binary_cpu`].
@@ -49,7 +52,7 @@ static TABLES: [DispatchTable<BinaryImp>; COUNT] = [
 ];
 
 /// The chosen kernel per (op, dtype of both inputs); `None` when the operator takes no such dtype.
-static KERNELS: [[OnceLock<Option<Box<dyn Kernel>>>; DTYPES]; COUNT] =
+static KERNELS: [[KernelCell; DTYPES]; COUNT] =
     [const { [const { OnceLock::new() }; DTYPES] }; COUNT];
 
 impl Binary {

@@ -26,6 +26,9 @@ type UnaryImp = fn(Unary, &Tensor) -> OpResult<Tensor>;
 const MATH_OPS: usize = 27;
 const DTYPES: usize = DType::ALL.len();
 
+/// A kernel chosen on first use (`None`: the operator takes no such dtype).
+type KernelCell = OnceLock<Option<Box<dyn Kernel>>>;
+
 /// The math ops' tables, in `UnaryOp`'s declaration order (a test checks the names).
 static MATH_TABLES: [DispatchTable<UnaryImp>; MATH_OPS] = {
     const fn t(name: &'static str) -> DispatchTable<UnaryImp> {
@@ -71,9 +74,9 @@ static HARDSIGMOID: DispatchTable<UnaryImp> = dense_cpu("hardsigmoid", unary_cpu
 static HARDSWISH: DispatchTable<UnaryImp> = dense_cpu("hardswish", unary_cpu as UnaryImp);
 static MISH: DispatchTable<UnaryImp> = dense_cpu("mish", unary_cpu as UnaryImp);
 
-static MATH_KERNELS: [[OnceLock<Option<Box<dyn Kernel>>>; DTYPES]; MATH_OPS] =
+static MATH_KERNELS: [[KernelCell; DTYPES]; MATH_OPS] =
     [const { [const { OnceLock::new() }; DTYPES] }; MATH_OPS];
-static NOT_KERNEL: OnceLock<Option<Box<dyn Kernel>>> = OnceLock::new();
+static NOT_KERNEL: KernelCell = OnceLock::new();
 
 /// A kernel chosen for one call: cached for good, or built for this call.
 enum Chosen {
@@ -117,7 +120,7 @@ impl Unary {
     }
 
     fn kernel(self, dtype: DType) -> Option<Chosen> {
-        let cached = |cell: &'static OnceLock<Option<Box<dyn Kernel>>>| {
+        let cached = |cell: &'static KernelCell| {
             cell.get_or_init(|| self.kind().kernel(dtype))
                 .as_deref()
                 .map(Chosen::Cached)
