@@ -46,6 +46,12 @@ pub enum CoreError {
         to_numel: usize,
     },
 
+    #[error("no kernel for {op} with dispatch keys {keys}")]
+    NoKernel {
+        op: &'static str,
+        keys: crate::dispatch::DispatchKeySet,
+    },
+
     #[error("{op}: shape mismatch, expected {expected:?}, found {actual:?}")]
     ShapeMismatch {
         op: &'static str,

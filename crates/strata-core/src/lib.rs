@@ -9,6 +9,7 @@
 
 pub mod align;
 pub mod device;
+pub mod dispatch;
 pub mod dtype;
 pub mod error;
 pub mod memory;
@@ -18,6 +19,7 @@ pub mod tensor;
 
 pub use align::{align_up, DEFAULT_ALIGNMENT};
 pub use device::Device;
+pub use dispatch::{DispatchEntry, DispatchKey, DispatchKeySet, DispatchTable};
 pub use dtype::low_float::{decode_e8m0, encode_e8m0, E8m0Rounding, MiniFloat};
 pub use dtype::{DType, Element, QK_K, QUANT_BLOCK};
 pub use error::{CoreError, Result};

@@ -5,6 +5,7 @@
 //! per node (chosen by op, dtype and device); running a node calls that kernel directly.
 
 pub mod attributes;
+pub mod eager;
 pub mod error;
 pub mod eval;
 pub mod fact;
@@ -12,6 +13,7 @@ pub mod kernels;
 pub mod operator;
 pub mod ops;
 pub mod parallel;
+pub mod prelude;
 mod registry;
 pub mod run_control;
 pub mod support;

@@ -60,6 +60,12 @@ pub trait Allocator: Send + Sync + fmt::Debug {
 
     /// Gives cached memory back to the backing allocator; a no-op for allocators without a cache.
     fn release_cached(&self) {}
+
+    /// Whether freed blocks are kept for reuse (and counted as cached, not active): then the
+    /// global registry may also park small freed blocks in per-thread caches.
+    fn caches_blocks(&self) -> bool {
+        false
+    }
 }
 
 /// A dangling pointer aligned to `align`, for zero-byte allocations.

@@ -218,6 +218,23 @@ impl MemoryBlock {
         }
     }
 
+    /// The global-registry route this block returns to, if it came from one.
+    #[inline]
+    pub(crate) fn static_route(&self) -> Option<&'static crate::memory::route::Route> {
+        match &self.owner {
+            BlockOwner::Routed(RouteRef::Static(route)) => Some(route),
+            _ => None,
+        }
+    }
+
+    /// Back to the state of a fresh block, for reuse from a thread cache: version 0. (The
+    /// borrow flag is already free: whoever holds the only handle holds no guard.)
+    #[inline]
+    pub(crate) fn reset_for_reuse(&self) {
+        debug_assert_eq!(self.borrow.load(Ordering::Relaxed), 0);
+        self.version.store(0, Ordering::Relaxed);
+    }
+
     /// The version counter: bumped by every write borrow outside inference mode.
     pub fn version(&self) -> u64 {
         self.version.load(Ordering::Acquire)

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::align::{align_up, DEFAULT_ALIGNMENT};
 use crate::memory::allocator::dangling;
+use crate::memory::thread_cache;
 use crate::{Allocator, AllocatorStats, CoreError, CpuAllocator, Device, MemoryKind, Result};
 
 /// Alignments up to this share buckets: every cached block is allocated with at least it.
@@ -281,7 +282,22 @@ impl<A: Allocator> Allocator for CachingAllocator<A> {
     }
 
     fn stats(&self) -> AllocatorStats {
-        self.state.lock().stats
+        let mut stats = self.state.lock().stats;
+        // Blocks parked in per-thread caches are still active in the shared counters.
+        let parked = thread_cache::folded_for_allocator((self as *const Self).cast());
+        // (Saturating: the parked counters are read after the shared ones.)
+        stats.active_bytes = stats.active_bytes.saturating_sub(parked.parked_class_bytes);
+        stats.cached_bytes += parked.parked_class_bytes;
+        stats.active_allocations = stats
+            .active_allocations
+            .saturating_sub(parked.parked_blocks);
+        stats.allocations += parked.hits;
+        stats.cache_hits += parked.hits;
+        stats
+    }
+
+    fn caches_blocks(&self) -> bool {
+        true
     }
 
     fn release_cached(&self) {

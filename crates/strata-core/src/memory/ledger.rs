@@ -48,11 +48,18 @@ impl KindLedger {
         // (Release/Acquire), so the allocation count read next includes it.
         let releases = self.releases.load(Ordering::Acquire);
         let allocations = self.allocations.load(Ordering::Acquire);
+        // Blocks parked in per-thread caches are still recorded here; take them out, and add
+        // the allocations those caches served.
+        let parked = crate::memory::thread_cache::folded_for_ledger(self);
         KindStats {
-            active_bytes: self.active_bytes.load(Ordering::Relaxed),
+            active_bytes: self
+                .active_bytes
+                .load(Ordering::Relaxed)
+                .saturating_sub(parked.parked_bytes),
             peak_bytes: self.peak_bytes.load(Ordering::Relaxed),
-            active_allocations: allocations.saturating_sub(releases) as usize,
-            allocations,
+            active_allocations: (allocations.saturating_sub(releases) as usize)
+                .saturating_sub(parked.parked_blocks),
+            allocations: allocations + parked.hits,
         }
     }
 }

@@ -16,3 +16,4 @@ pub mod pinned;
 pub mod registry;
 mod route;
 pub mod storage;
+pub mod thread_cache;

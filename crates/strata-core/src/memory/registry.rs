@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 
 use crate::memory::ledger::{KindLedger, KindStats};
 use crate::memory::route::{Route, RouteRef};
+use crate::memory::thread_cache;
 use crate::{
     Allocator, AllocatorStats, CachingAllocator, CoreError, Device, MemoryBlock, MemoryKind,
     PinnedAllocator, Result,
@@ -96,6 +97,7 @@ impl Registrations {
             kind,
             allocator: allocator.clone(),
             ledger: ledger.clone(),
+            thread_cacheable: allocator.caches_blocks(),
         });
         self.routes.push(route.clone());
         route
@@ -299,6 +301,11 @@ impl AllocatorRegistry {
         align: usize,
     ) -> Result<Arc<MemoryBlock>> {
         let route = self.route(device, kind)?;
+        if let RouteRef::Static(route) = &route {
+            if let Some(block) = thread_cache::take(route, bytes, align) {
+                return Ok(block);
+            }
+        }
         let ptr = route
             .allocator
             .allocate(bytes, align)

@@ -16,6 +16,9 @@ pub(crate) struct Route {
     pub(crate) kind: MemoryKind,
     pub(crate) allocator: Arc<dyn Allocator>,
     pub(crate) ledger: Arc<KindLedger>,
+    /// Blocks of this route may be parked in per-thread caches (its allocator caches freed
+    /// blocks anyway; see `thread_cache`).
+    pub(crate) thread_cacheable: bool,
 }
 
 /// A handle on a [`Route`].

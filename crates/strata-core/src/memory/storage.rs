@@ -1,13 +1,17 @@
 //! Storage (M2): a byte range of a shared [`MemoryBlock`].
 
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
+
+use crate::memory::thread_cache;
 
 use crate::{CoreError, Device, MemoryBlock, MemoryKind, Result};
 
 /// A byte range `offset..offset+len` of a reference-counted block. Cloning shares the block.
 #[derive(Clone, Debug)]
 pub struct Storage {
-    block: Arc<MemoryBlock>,
+    /// Taken out only in `drop`, which hands it to the thread cache (T8).
+    block: ManuallyDrop<Arc<MemoryBlock>>,
     offset: usize,
     len: usize,
 }
@@ -18,7 +22,7 @@ impl Storage {
     pub fn new(block: Arc<MemoryBlock>) -> Self {
         let len = block.len();
         Storage {
-            block,
+            block: ManuallyDrop::new(block),
             offset: 0,
             len,
         }
@@ -37,7 +41,7 @@ impl Storage {
             })?;
         debug_assert!(end <= self.len);
         Ok(Storage {
-            block: self.block.clone(),
+            block: ManuallyDrop::new(Arc::clone(&self.block)),
             offset: self.offset + offset,
             len,
         })
@@ -76,5 +80,14 @@ impl Storage {
     /// True when both storages use the same block.
     pub fn shares_block(&self, other: &Storage) -> bool {
         Arc::ptr_eq(&self.block, &other.block)
+    }
+}
+
+impl Drop for Storage {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: `block` is taken exactly once, here, and `self` is not used afterwards.
+        let block = unsafe { ManuallyDrop::take(&mut self.block) };
+        thread_cache::park(block);
     }
 }

@@ -1,0 +1,373 @@
+//! Per-thread cache of whole small blocks (T8): the header (`Arc<MemoryBlock>`) and its memory
+//! together, so creating and dropping a small tensor touches neither the system allocator (for
+//! the header) nor the caching allocator's lock, nor any shared atomic counter.
+//!
+//! When the last handle on a small block of the global registry drops, the block is parked here
+//! (keyed by route, length and alignment) instead of being freed; the next allocation of the
+//! same key on this thread takes it back. Only blocks of routes whose allocator caches freed
+//! blocks anyway ([`crate::Allocator::caches_blocks`]) are parked, at most [`DEPTH`] per key and
+//! [`SLOTS`] keys per thread, each at most [`MAX_BYTES`]: a thread parks at most
+//! `SLOTS × DEPTH × MAX_BYTES` = 32 KiB.
+//!
+//! Statistics stay exact when read: a parked block is still counted as allocated by the
+//! ledger's and the allocator's shared counters, and every thread publishes how many blocks and
+//! bytes it has parked and how many allocations it served from its cache, per route, in
+//! counters only it writes (plain loads and stores, no read-modify-write). Reading the stats
+//! folds those in ([`folded_for_ledger`], [`folded_for_allocator`]). One consequence: the peak
+//! is updated only on allocations that reach the shared counters, where parked blocks still
+//! count, so a peak may exceed the true one by at most the bytes parked at that moment.
+
+use std::cell::UnsafeCell;
+use std::mem::ManuallyDrop;
+use std::ptr;
+use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::memory::caching::SizeClass;
+use crate::memory::ledger::KindLedger;
+use crate::memory::route::Route;
+use crate::MemoryBlock;
+
+/// Largest block parked.
+pub const MAX_BYTES: usize = 1024;
+/// Keys (route, length, alignment) per thread.
+pub const SLOTS: usize = 8;
+/// Blocks parked per key.
+pub const DEPTH: usize = 4;
+/// Routes with counters per thread.
+const ROUTES: usize = 4;
+
+/// One thread's counters for one route, written only by that thread.
+#[derive(Default)]
+struct RouteCounters {
+    /// The route (a global-registry route, never freed); null while unused.
+    route: AtomicPtr<Route>,
+    /// Allocations served from this thread's cache.
+    hits: AtomicU64,
+    /// Blocks parked now, their requested bytes, and their bytes rounded to the caching
+    /// allocator's size classes.
+    parked_blocks: AtomicUsize,
+    parked_bytes: AtomicUsize,
+    parked_class_bytes: AtomicUsize,
+}
+
+impl RouteCounters {
+    /// `+= delta` by the owning thread: a load and a store, no read-modify-write.
+    #[inline]
+    fn bump(counter: &AtomicUsize, delta: isize) {
+        let v = counter.load(Ordering::Relaxed);
+        counter.store(v.wrapping_add_signed(delta), Ordering::Release);
+    }
+}
+
+/// The counters a thread publishes. Kept for the life of the process; a thread that exits
+/// leaves its entry for the next new thread (its hits keep counting), so entries do not grow
+/// with thread churn.
+#[derive(Default)]
+struct Published {
+    in_use: AtomicBool,
+    routes: [RouteCounters; ROUTES],
+}
+
+static PUBLISHED: Mutex<Vec<&'static Published>> = Mutex::new(Vec::new());
+
+fn claim_published() -> &'static Published {
+    let mut all = PUBLISHED.lock().unwrap_or_else(|e| e.into_inner());
+    for p in all.iter() {
+        if p.in_use
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            return p;
+        }
+    }
+    let p: &'static Published = Box::leak(Box::default());
+    p.in_use.store(true, Ordering::Release);
+    all.push(p);
+    p
+}
+
+/// Blocks parked under one key.
+struct Slot {
+    route: *const Route,
+    len: usize,
+    align: usize,
+    /// Index into the thread's route counters.
+    counters: usize,
+    class_bytes: usize,
+    count: usize,
+    blocks: [ManuallyDrop<Option<Arc<MemoryBlock>>>; DEPTH],
+}
+
+const EMPTY_SLOT: Slot = Slot {
+    route: ptr::null(),
+    len: 0,
+    align: 0,
+    counters: 0,
+    class_bytes: 0,
+    count: 0,
+    blocks: [const { ManuallyDrop::new(None) }; DEPTH],
+};
+
+struct Cache {
+    slots: [Slot; SLOTS],
+    published: Option<&'static Published>,
+}
+
+/// The thread's cache. Only this thread touches it, and never re-entrantly: parking and taking
+/// run no code that could reach the cache again (dropping a block here only happens after the
+/// cache reference is gone, see `park`).
+struct ThreadCache(UnsafeCell<Cache>);
+
+impl Drop for ThreadCache {
+    fn drop(&mut self) {
+        let cache = self.0.get_mut();
+        for slot in &mut cache.slots {
+            for block in &mut slot.blocks[..slot.count] {
+                // SAFETY: the first `count` entries hold blocks, each taken exactly once.
+                drop(unsafe { ManuallyDrop::take(block) });
+            }
+            if slot.count > 0 {
+                if let Some(p) = cache.published {
+                    let c = &p.routes[slot.counters];
+                    RouteCounters::bump(&c.parked_blocks, -(slot.count as isize));
+                    RouteCounters::bump(&c.parked_bytes, -((slot.count * slot.len) as isize));
+                    RouteCounters::bump(
+                        &c.parked_class_bytes,
+                        -((slot.count * slot.class_bytes) as isize),
+                    );
+                }
+            }
+            slot.count = 0;
+        }
+        if let Some(p) = cache.published {
+            p.in_use.store(false, Ordering::Release);
+        }
+    }
+}
+
+thread_local! {
+    static CACHE: ThreadCache = const {
+        ThreadCache(UnsafeCell::new(Cache { slots: [EMPTY_SLOT; SLOTS], published: None }))
+    };
+}
+
+impl Cache {
+    /// The counters index for `route`, claiming one if needed.
+    fn counters_for(&mut self, route: *const Route) -> Option<usize> {
+        let published = *self.published.get_or_insert_with(claim_published);
+        let mut free = None;
+        for (i, c) in published.routes.iter().enumerate() {
+            let r = c.route.load(Ordering::Relaxed);
+            if ptr::eq(r, route) {
+                return Some(i);
+            }
+            if r.is_null() && free.is_none() {
+                free = Some(i);
+            }
+        }
+        let i = free?;
+        published.routes[i]
+            .route
+            .store(route.cast_mut(), Ordering::Release);
+        Some(i)
+    }
+}
+
+/// A parked block for (route, len, align), if this thread has one.
+#[inline]
+pub(crate) fn take(route: &'static Route, len: usize, align: usize) -> Option<Arc<MemoryBlock>> {
+    if len > MAX_BYTES || !route.thread_cacheable {
+        return None;
+    }
+    CACHE
+        .try_with(|cache| {
+            // SAFETY: only this thread reaches its cache, and nothing below re-enters it.
+            let cache = unsafe { &mut *cache.0.get() };
+            let slot = cache.slots.iter_mut().find(|s| {
+                s.count > 0 && s.len == len && s.align == align && ptr::eq(s.route, route)
+            })?;
+            slot.count -= 1;
+            // SAFETY: entry `count` (after the decrement) holds a block; it is taken once and
+            // the count no longer covers it.
+            let block = unsafe { ManuallyDrop::take(&mut slot.blocks[slot.count]) }?;
+            let c = &cache.published?.routes[slot.counters];
+            c.hits
+                .store(c.hits.load(Ordering::Relaxed) + 1, Ordering::Release);
+            RouteCounters::bump(&c.parked_blocks, -1);
+            RouteCounters::bump(&c.parked_bytes, -(len as isize));
+            RouteCounters::bump(&c.parked_class_bytes, -(slot.class_bytes as isize));
+            Some(block)
+        })
+        .ok()
+        .flatten()
+}
+
+/// Parks `block` when it is the last handle on a small block of a cacheable global route;
+/// otherwise (or when the thread's cache is full) drops it as usual.
+#[inline]
+pub(crate) fn park(block: Arc<MemoryBlock>) {
+    let Some(route) = block.static_route() else {
+        return drop(block);
+    };
+    let len = block.len();
+    if len > MAX_BYTES
+        || !route.thread_cacheable
+        || Arc::strong_count(&block) != 1
+        || Arc::weak_count(&block) != 0
+    {
+        return drop(block);
+    }
+    // We hold the only handle and there are no weak ones, so no one else can reach the block
+    // any more. Pair with the Release decrements of the handles dropped on other threads
+    // (what `Arc`'s own drop does before freeing).
+    fence(Ordering::Acquire);
+    let align = block.align();
+    // The block moves into the cache, or comes back to be dropped here (after the cache
+    // reference is gone). If the thread's cache is already destroyed, the closure (and the
+    // block with it) is dropped unrun, which frees the block as usual.
+    let rejected = CACHE.try_with(move |cache| {
+        // SAFETY: only this thread reaches its cache, and nothing below re-enters it.
+        let cache = unsafe { &mut *cache.0.get() };
+        let route_ptr: *const Route = route;
+        let index = match cache
+            .slots
+            .iter()
+            .position(|s| s.len == len && s.align == align && ptr::eq(s.route, route_ptr))
+        {
+            Some(i) => i,
+            None => {
+                let Some(i) = cache.slots.iter().position(|s| s.count == 0) else {
+                    return Some(block);
+                };
+                let Some(counters) = cache.counters_for(route_ptr) else {
+                    return Some(block);
+                };
+                let class_bytes = SizeClass::of(len).map_or(len, |c| c.bytes);
+                let slot = &mut cache.slots[i];
+                slot.route = route_ptr;
+                slot.len = len;
+                slot.align = align;
+                slot.counters = counters;
+                slot.class_bytes = class_bytes;
+                i
+            }
+        };
+        let Some(published) = cache.published else {
+            return Some(block);
+        };
+        let slot = &mut cache.slots[index];
+        if slot.count == DEPTH {
+            return Some(block);
+        }
+        block.reset_for_reuse();
+        slot.blocks[slot.count] = ManuallyDrop::new(Some(block));
+        slot.count += 1;
+        let c = &published.routes[slot.counters];
+        RouteCounters::bump(&c.parked_blocks, 1);
+        RouteCounters::bump(&c.parked_bytes, len as isize);
+        RouteCounters::bump(&c.parked_class_bytes, slot.class_bytes as isize);
+        None
+    });
+    drop(rejected);
+}
+
+/// What the thread caches change in one ledger's or allocator's shared counters.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Folded {
+    pub(crate) hits: u64,
+    pub(crate) parked_blocks: usize,
+    pub(crate) parked_bytes: usize,
+    pub(crate) parked_class_bytes: usize,
+}
+
+fn fold(matches: impl Fn(&Route) -> bool) -> Folded {
+    let all = PUBLISHED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut out = Folded::default();
+    for p in all.iter() {
+        for c in &p.routes {
+            let route = c.route.load(Ordering::Acquire);
+            // SAFETY: non-null route pointers are routes of the global registry, which lives
+            // (with every route it ever published) for the rest of the process.
+            if route.is_null() || !matches(unsafe { &*route }) {
+                continue;
+            }
+            out.hits += c.hits.load(Ordering::Acquire);
+            out.parked_blocks += c.parked_blocks.load(Ordering::Acquire);
+            out.parked_bytes += c.parked_bytes.load(Ordering::Acquire);
+            out.parked_class_bytes += c.parked_class_bytes.load(Ordering::Acquire);
+        }
+    }
+    out
+}
+
+/// The thread caches' share of `ledger`'s counters.
+pub(crate) fn folded_for_ledger(ledger: &KindLedger) -> Folded {
+    fold(|route| ptr::eq(Arc::as_ptr(&route.ledger), ledger))
+}
+
+/// The thread caches' share of the counters of the allocator at `allocator`.
+pub(crate) fn folded_for_allocator(allocator: *const ()) -> Folded {
+    fold(|route| ptr::eq(Arc::as_ptr(&route.allocator).cast::<()>(), allocator))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{AllocatorRegistry, DType, Device, MemoryKind, Tensor};
+
+    #[test]
+    fn reuses_blocks_and_keeps_stats_exact() {
+        // A fresh thread: its cache starts empty, and other tests' threads do not touch it.
+        std::thread::spawn(|| {
+            let registry = AllocatorRegistry::global();
+            let kind = MemoryKind::KVCache;
+            let before = registry.stats(Device::Cpu, kind);
+            let t = Tensor::empty(&[3, 5], DType::F32, Device::Cpu, kind).unwrap();
+            let first = Arc::as_ptr(t.storage().unwrap().block());
+            let v = t.view(&[15]).unwrap();
+            drop(t);
+            // A view still holds the block: nothing parked.
+            let s = registry.stats(Device::Cpu, kind);
+            assert_eq!(s.active_allocations, before.active_allocations + 1);
+            drop(v);
+            let s = registry.stats(Device::Cpu, kind);
+            assert_eq!(s.active_bytes, before.active_bytes);
+            assert_eq!(s.active_allocations, before.active_allocations);
+            let t = Tensor::empty(&[15], DType::F32, Device::Cpu, kind).unwrap();
+            assert_eq!(Arc::as_ptr(t.storage().unwrap().block()), first, "reused");
+            assert_eq!(t.version(), 0, "a reused block starts a new history");
+            let s = registry.stats(Device::Cpu, kind);
+            assert_eq!(s.allocations, before.allocations + 2);
+            assert_eq!(s.active_bytes, before.active_bytes + 60);
+            let a = registry.allocator_stats(Device::Cpu, kind).unwrap();
+            drop(t);
+            let b = registry.allocator_stats(Device::Cpu, kind).unwrap();
+            assert_eq!(b.active_bytes + 256, a.active_bytes);
+            assert_eq!(b.cached_bytes, a.cached_bytes + 256);
+            // A block too large is never parked.
+            let big = Tensor::empty(&[1024], DType::F32, Device::Cpu, kind).unwrap();
+            let big_ptr = Arc::as_ptr(big.storage().unwrap().block());
+            drop(big);
+            let again = Tensor::empty(&[1024], DType::F32, Device::Cpu, kind).unwrap();
+            let _ = (big_ptr, again);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn thread_exit_releases_parked_blocks() {
+        let registry = AllocatorRegistry::global();
+        let kind = MemoryKind::Persistent;
+        let before = registry.stats(Device::Cpu, kind).active_bytes;
+        std::thread::spawn(move || {
+            for _ in 0..3 {
+                drop(Tensor::empty(&[7], DType::F32, Device::Cpu, kind).unwrap());
+            }
+        })
+        .join()
+        .unwrap();
+        assert_eq!(registry.stats(Device::Cpu, kind).active_bytes, before);
+    }
+}
