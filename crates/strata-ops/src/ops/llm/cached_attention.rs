@@ -5,9 +5,12 @@
 //! length rewinds it there); query `t` attends to every cached position up to its own. Query
 //! head `h` reads KV head `h / (heads / kv_heads)`, as llama.cpp does.
 //!
-//! The numbers follow llama.cpp's attention without flash attention: keys and values cached as
-//! f16, the query rounded to f16 before its dot with the keys, softmax in f32 with a wide sum,
-//! and the probabilities rounded to f16 before they weight the values (sums in f32).
+//! The numbers follow llama.cpp's attention without flash attention (its x86 AVX-512 build):
+//! keys and values cached as f16, the query rounded to f16 before its dot with the keys, softmax
+//! in f32 with a wide sum, and the probabilities rounded to f16 before they weight the values.
+//! The summation order depends on the chunk, as in ggml's `mul_mat`: a chunk of several tokens
+//! goes through tinyBLAS (one 16-lane accumulator per output), a single token (decode) through
+//! `ggml_vec_dot_f16` (four 16-lane accumulators, see [`ggml_math::dot_f16_order`]).
 //!
 //! The cache is per-context state ([`crate::UsesContextState`]): each context gets its own
 //! [`KvCache`] when it is created, so many conversations share one plan.
@@ -15,6 +18,9 @@
 use rayon::prelude::*;
 use strata_core::{DType, Device};
 
+#[cfg(target_arch = "x86_64")]
+use super::attention_avx2 as simd;
+use super::ggml_math::{self, reduce16, v_expf, LANES};
 use super::kv_cache::{KvCache, KV_BLOCK_TOKENS};
 use super::positive_attr;
 use crate::support::f16_bits::{f16_to_f32, f32_to_f16};
@@ -40,9 +46,10 @@ pub struct CachedAttention {
 }
 
 impl CachedAttention {
-    /// Scores (one per position), the query rounded to f16, and 16 lanes of value sums.
+    /// Scores (one per position), the query rounded to f16, and four accumulators of 16 lanes
+    /// of value sums.
     fn scratch_per_head(&self) -> usize {
-        self.max_context + self.head_dim + LANES * self.head_dim
+        self.max_context + self.head_dim + 4 * LANES * self.head_dim
     }
 
     pub fn build(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
@@ -247,14 +254,14 @@ impl UsesContextState for CachedAttentionKernel {
         let out = out_w.as_mut_slice().ok_or_else(contiguous)?;
         let out_ptr = OutPtr(out.as_mut_ptr());
         let cache = &*cache;
-        let isa = Fma::detect();
+        let isa = Isa::detect();
         let head = |(h, scores): (usize, &mut [f32])| {
             for t in 0..seq {
                 let row = &q[t * qw + h * a.head_dim..t * qw + (h + 1) * a.head_dim];
                 // SAFETY: head h of row t is written by this task only (tasks split heads), and
                 // the range lies inside the output (seq × heads·head_dim, checked above).
                 let dst = unsafe { out_ptr.slice(t * qw + h * a.head_dim, a.head_dim) };
-                attend_on(isa, a, cache, h, row, start + t, scores, dst);
+                attend_on(isa, a, cache, h, row, start + t, seq == 1, scores, dst);
             }
         };
         let work = seq * (start + seq) * qw;
@@ -268,74 +275,84 @@ impl UsesContextState for CachedAttentionKernel {
     }
 }
 
-/// Whether the CPU fuses multiply-adds: `f32::mul_add` is then one instruction instead of a
-/// call to the C library's `fmaf` (the same result either way: both are exactly rounded).
-#[derive(Clone, Copy)]
-enum Fma {
-    Native,
-    Library,
+/// The instruction set the inner loops run with. Both give the same numbers: the vector forms
+/// in `attention_avx2` follow the portable code's order exactly.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Isa {
+    Avx2,
+    Portable,
 }
 
-impl Fma {
-    fn detect() -> Fma {
+impl Isa {
+    fn detect() -> Isa {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("fma") && std::arch::is_x86_feature_detected!("avx2")
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c")
         {
-            return Fma::Native;
+            return Isa::Avx2;
         }
-        Fma::Library
+        Isa::Portable
     }
 }
 
-/// [`attend`] compiled for the CPU's multiply-add.
+/// [`attend`] on `isa`.
 #[allow(clippy::too_many_arguments)]
 fn attend_on(
-    isa: Fma,
+    isa: Isa,
     a: &CachedAttention,
     cache: &KvCache,
     h: usize,
     query: &[f32],
     pos: usize,
+    decode: bool,
     scratch: &mut [f32],
     dst: &mut [f32],
 ) {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Fma::Native` is only detected when the CPU has AVX2 and FMA.
-        Fma::Native => unsafe { attend_fma(a, cache, h, query, pos, scratch, dst) },
-        _ => attend(a, cache, h, query, pos, scratch, dst),
+        // SAFETY: `Isa::Avx2` is only detected when the CPU has AVX2, FMA and F16C.
+        Isa::Avx2 => unsafe { attend_avx2(a, cache, h, query, pos, decode, scratch, dst) },
+        _ => attend(Isa::Portable, a, cache, h, query, pos, decode, scratch, dst),
     }
 }
 
 /// # Safety
-/// The CPU must have AVX2 and FMA.
+/// The CPU must have AVX2, FMA and F16C.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn attend_fma(
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn attend_avx2(
     a: &CachedAttention,
     cache: &KvCache,
     h: usize,
     query: &[f32],
     pos: usize,
+    decode: bool,
     scratch: &mut [f32],
     dst: &mut [f32],
 ) {
-    attend(a, cache, h, query, pos, scratch, dst)
+    attend(Isa::Avx2, a, cache, h, query, pos, decode, scratch, dst)
 }
 
 /// Softmax-weighted values for one query row of head `h` at position `pos` (attending to
-/// positions `0..=pos`), written to `dst`. `scratch` holds the scores, the rounded query and the
-/// value lanes.
+/// positions `0..=pos`), written to `dst`, in the summation order of a one-token chunk
+/// (`decode`) or of a longer one. `scratch` holds the scores, the rounded query and the value
+/// accumulators. `isa` must be available.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn attend(
+    isa: Isa,
     a: &CachedAttention,
     cache: &KvCache,
     h: usize,
     query: &[f32],
     pos: usize,
+    decode: bool,
     scratch: &mut [f32],
     dst: &mut [f32],
 ) {
+    let avx2 = cfg!(target_arch = "x86_64") && isa == Isa::Avx2;
     let hd = a.head_dim;
     let group = a.heads / a.kv_heads;
     let g = h / group;
@@ -343,13 +360,35 @@ fn attend(
     let scale = 1.0 / (hd as f32).sqrt();
     let (scores, rest) = scratch.split_at_mut(a.max_context);
     let (q16, lanes) = rest.split_at_mut(hd);
-    for (r, &x) in q16.iter_mut().zip(query) {
-        *r = f16_to_f32(f32_to_f16(x));
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: AVX2, FMA and F16C are available (`isa`).
+        unsafe { simd::round_to_f16(query, q16) };
     }
+    if !avx2 {
+        for (r, &x) in q16.iter_mut().zip(query) {
+            *r = f16_to_f32(f32_to_f16(x));
+        }
+    }
+    // tinyBLAS takes a product only when its depth is a multiple of 16 and its rows of 4;
+    // otherwise ggml falls back to `ggml_vec_dot_f16` even for several tokens.
+    let kq_tiny = !decode && hd.is_multiple_of(LANES);
+    let kqv_tiny = !decode && hd.is_multiple_of(4);
     let scores = &mut scores[..=pos];
     let mut max = f32::NEG_INFINITY;
     for (j, s) in scores.iter_mut().enumerate() {
-        *s = dot_lanes(q16, &cache.key(j)[cols.clone()]) * scale;
+        let key = &cache.key(j)[cols.clone()];
+        let dot = match (avx2, kq_tiny) {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above; the key row is as long as the query.
+            (true, true) => unsafe { simd::dot_tiny(q16, key) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above.
+            (true, false) => unsafe { simd::dot_vec(q16, key) },
+            (_, true) => dot_lanes(q16, key),
+            (_, false) => ggml_math::dot_f16_order(hd, |i| q16[i], |i| f16_to_f32(key[i])),
+        };
+        *s = dot * scale;
         max = max.max(*s);
     }
     // exp and its sum as ggml's soft_max: the sum in f64, one 16-lane chunk at a time.
@@ -357,91 +396,65 @@ fn attend(
     for chunk in scores.chunks_mut(LANES) {
         let mut part = [0.0f32; LANES];
         for (l, s) in part.iter_mut().zip(chunk.iter_mut()) {
-            *s = expf(*s - max);
+            *s = v_expf(*s - max);
             *l = *s;
         }
-        sum += f64::from(reduce(&part));
+        sum += f64::from(reduce16(&part));
     }
     let inv = (1.0 / sum) as f32;
-    // Σ p_j · v_j per feature: position j goes to lane j % 16 (tinyBLAS over positions), the
-    // lanes of a feature summed at the end.
+    // Σ p_j · v_j per feature. Several tokens (tinyBLAS over positions): position j goes to
+    // lane j % 16 of one accumulator. One token (`ggml_vec_dot_f16` over positions): to
+    // accumulator j % 64 / 16, lane j % 16. ggml's key/value length is padded to a multiple of
+    // 256 with zero weights, so no position is left for its f64 tail. Slot s of feature d is
+    // `lanes[s·hd + d]`.
+    let slots = if kqv_tiny { LANES } else { 4 * LANES };
+    let lanes = &mut lanes[..slots * hd];
     lanes.fill(0.0);
     for (j, s) in scores.iter().enumerate() {
         let p = f16_to_f32(f32_to_f16(s * inv));
-        let lane = &mut lanes[(j % LANES) * hd..(j % LANES + 1) * hd];
-        for (acc, &v) in lane.iter_mut().zip(&cache.value(j)[cols.clone()]) {
+        let slot = (j % slots) * hd;
+        let acc = &mut lanes[slot..slot + hd];
+        let values = &cache.value(j)[cols.clone()];
+        #[cfg(target_arch = "x86_64")]
+        if avx2 {
+            // SAFETY: as above.
+            unsafe { simd::axpy_f16(acc, values, p) };
+            continue;
+        }
+        for (acc, &v) in acc.iter_mut().zip(values) {
             *acc = f16_to_f32(v).mul_add(p, *acc);
         }
     }
-    for (d, out) in dst.iter_mut().enumerate() {
-        let mut part = [0.0f32; LANES];
-        for (l, v) in part.iter_mut().enumerate() {
-            *v = lanes[l * hd + d];
+    if !kqv_tiny {
+        // Fold the four accumulators of each lane: (0 + 2) + (1 + 3), into slots 0..16.
+        let (first, rest) = lanes.split_at_mut(LANES * hd);
+        for (i, x) in first.iter_mut().enumerate() {
+            *x = (*x + rest[LANES * hd + i]) + (rest[i] + rest[2 * LANES * hd + i]);
         }
-        *out = reduce(&part);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: as above; `lanes` holds at least 16 slots of `hd`.
+        unsafe { simd::fold_slots(lanes, dst) };
+        return;
+    }
+    for (d, out) in dst.iter_mut().enumerate() {
+        let part: [f32; LANES] = std::array::from_fn(|l| lanes[l * hd + d]);
+        *out = reduce16(&part);
     }
 }
 
-/// The vector width of llama.cpp's x86 AVX-512 build, whose summation order the dot products and
-/// sums here follow (so greedy tokens match it, not only within rounding).
-const LANES: usize = 16;
-
 /// `Σ q·k` as tinyBLAS computes it: lane `i % 16` accumulates with fused multiply-adds, then
-/// the lanes are summed as `_mm512_reduce_add_ps` does.
+/// the lanes are summed as `_mm512_reduce_add_ps` does. `q.len()` is a multiple of 16.
 #[inline(always)]
 fn dot_lanes(q: &[f32], k: &[u16]) -> f32 {
     let mut acc = [0.0f32; LANES];
-    let (qc, kc) = (q.chunks_exact(LANES), k.chunks_exact(LANES));
-    let (qr, kr) = (qc.remainder(), kc.remainder());
-    for (qs, ks) in qc.zip(kc) {
+    for (qs, ks) in q.chunks_exact(LANES).zip(k.chunks_exact(LANES)) {
         for l in 0..LANES {
             acc[l] = qs[l].mul_add(f16_to_f32(ks[l]), acc[l]);
         }
     }
-    for (l, (&x, &y)) in qr.iter().zip(kr).enumerate() {
-        acc[l] = x.mul_add(f16_to_f32(y), acc[l]);
-    }
-    reduce(&acc)
-}
-
-/// The sum of 16 lanes in `_mm512_reduce_add_ps`'s order (halves, then quarters, then pairs).
-#[inline(always)]
-fn reduce(v: &[f32; LANES]) -> f32 {
-    let mut h = [0.0f32; 8];
-    for i in 0..8 {
-        h[i] = v[i] + v[i + 8];
-    }
-    let q = [h[0] + h[4], h[1] + h[5], h[2] + h[6], h[3] + h[7]];
-    (q[0] + q[2]) + (q[1] + q[3])
-}
-
-/// `e^x` as ggml's vectorized `ggml_v_expf` computes it (a degree-5 polynomial after range
-/// reduction, from ARM's optimized routines), so softmax weights are llama.cpp's.
-#[inline(always)]
-fn expf(x: f32) -> f32 {
-    if x == f32::NEG_INFINITY {
-        return 0.0;
-    }
-    let r = f32::from_bits(0x4b40_0000); // 0x1.8p23
-    let z = x.mul_add(f32::from_bits(0x3fb8_aa3b), r); // log2(e)
-    let n = z - r;
-    let b = (-n).mul_add(
-        f32::from_bits(0x35bf_be8e),                  // 0x1.7f7d1cp-20
-        (-n).mul_add(f32::from_bits(0x3f31_7200), x), // 0x1.62e4p-1
-    );
-    let u = b * b;
-    let j = f32::from_bits(0x3c07_2010) // 0x1.0e4020p-7
-        .mul_add(b, f32::from_bits(0x3d2b_9f17)) // 0x1.573e2ep-5
-        .mul_add(
-            u,
-            f32::from_bits(0x3e2a_af33).mul_add(b, f32::from_bits(0x3eff_fedb)),
-        ) // 0x1.555e66p-3, 0x1.fffdb6p-2
-        .mul_add(u, f32::from_bits(0x3f7f_fff6).mul_add(b, 1.0)); // 0x1.ffffecp-1
-    if n.abs() > 126.0 {
-        // Far outside the softmax range (scores minus their max are <= 0): plain exp.
-        return x.exp();
-    }
-    j * 2f32.powi(n as i32)
+    reduce16(&acc)
 }
 
 /// `count` f32 carved from the scratch bytes.
