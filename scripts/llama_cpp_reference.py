@@ -36,6 +36,25 @@ PROMPTS = [
 GENERATE = 64
 
 
+def _plain_cpu_buffers():
+    """Keeps llama.cpp's weights in plain CPU buffers (`use_extra_bufts = false`). On CPUs with
+    AMX, llama.cpp otherwise moves q4_1/q8_0 weights into its AMX buffers, whose decode crashes
+    (segfault) with llama-cpp-python 0.3.36 here; q4_1 and q8_0 have no other repacked form on
+    x86, so this is llama.cpp's ordinary CPU path (integer dots, tinyBLAS)."""
+    low = llama_cpp.llama_cpp
+    default = low.llama_model_default_params
+
+    def params():
+        p = default()
+        p.use_extra_bufts = False
+        return p
+
+    low.llama_model_default_params = params
+
+
+_plain_cpu_buffers()
+
+
 def load(threads, n_ctx=512, logits_all=True):
     return llama_cpp.Llama(
         model_path=MODEL,

@@ -247,6 +247,27 @@ mod tests {
     }
 
     #[test]
+    fn rms_norm_row_matches_a_plain_reference_on_odd_sizes() {
+        for n in [1, 5, 17, 37, 576, 1001] {
+            let x: Vec<f32> = (0..n)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+                .collect();
+            let w: Vec<f32> = (0..n).map(|i| 0.5 + (i % 3) as f32 * 0.25).collect();
+            let mut y = vec![0.0f32; n];
+            rms_norm_row(&x, &w, 1e-5, &mut y);
+            let ms = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / n as f64;
+            let inv = 1.0 / (ms + 1e-5).sqrt();
+            for (i, ((&x, &w), &y)) in x.iter().zip(&w).zip(&y).enumerate() {
+                let want = f64::from(x) * inv * f64::from(w);
+                assert!(
+                    (f64::from(y) - want).abs() <= 1e-6 * (1.0 + want.abs()),
+                    "n {n} at {i}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn swiglu_row_uses_the_vector_silu_for_whole_vectors_only() {
         let gate: Vec<f32> = (0..37).map(|i| i as f32 * 0.37 - 6.0).collect();
         let up = vec![1.0f32; 37];
