@@ -176,9 +176,10 @@ fn compare_with_llama_cpp(path: &std::path::Path) -> Vec<Comparison> {
         let mut session = model.session().unwrap();
         let mut row = session.prefill(&prompt).unwrap().to_vec();
         let mut greedy = Vec::new();
-        for step in 0..expected.len() {
+        assert_eq!(reference_tops.len(), expected.len());
+        for (step, top) in reference_tops.iter().enumerate() {
             rows += 1;
-            rows_equal += usize::from(row_equal(&row, &reference_tops[step]));
+            rows_equal += usize::from(row_equal(&row, top));
             let next = argmax(&row);
             greedy.push(next);
             if step + 1 < expected.len() {
