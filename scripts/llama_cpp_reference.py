@@ -6,7 +6,10 @@
 
 The fixture holds, per prompt: the prompt ids (BOS and special tokens as llama.cpp adds them),
 the argmax of the logits at every prompt position, and 64 greedily generated tokens (stopping
-early at an end-of-generation token). Needs llama-cpp-python (`pip install llama-cpp-python`).
+early at an end-of-generation token). For every logit row (each prompt position, then each
+generation step) it also keeps the two largest logits as `[id, value]` with the value printed
+with 9 significant digits, which round-trips an f32: equal values mean bit-equal logits.
+Needs llama-cpp-python (`pip install llama-cpp-python`).
 """
 
 import argparse
@@ -33,6 +36,25 @@ PROMPTS = [
 GENERATE = 64
 
 
+def _plain_cpu_buffers():
+    """Keeps llama.cpp's weights in plain CPU buffers (`use_extra_bufts = false`). On CPUs with
+    AMX, llama.cpp otherwise moves q4_1/q8_0 weights into its AMX buffers, whose decode crashes
+    (segfault) with llama-cpp-python 0.3.36 here; q4_1 and q8_0 have no other repacked form on
+    x86, so this is llama.cpp's ordinary CPU path (integer dots, tinyBLAS)."""
+    low = llama_cpp.llama_cpp
+    default = low.llama_model_default_params
+
+    def params():
+        p = default()
+        p.use_extra_bufts = False
+        return p
+
+    low.llama_model_default_params = params
+
+
+_plain_cpu_buffers()
+
+
 def load(threads, n_ctx=512, logits_all=True):
     return llama_cpp.Llama(
         model_path=MODEL,
@@ -49,6 +71,16 @@ def tokenize(llm, text):
     return llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
 
 
+TOP = 2
+
+
+def top(row):
+    """The TOP largest logits of a row as [id, value] pairs, values exact for f32."""
+    row = np.asarray(row, dtype=np.float32)
+    ids = np.argsort(-row, kind="stable")[:TOP]
+    return [[int(i), float(f"{row[i]:.9g}")] for i in ids]
+
+
 def reference():
     llm = load(threads=2)
     eos = llm.token_eos()
@@ -59,14 +91,18 @@ def reference():
         llm.eval(ids)
         scores = np.array(llm.scores[: len(ids)])
         argmax = [int(a) for a in scores.argmax(axis=1)]
-        generated = []
+        prefill_top = [top(row) for row in scores]
+        generated, generated_top = [], []
         for _ in range(GENERATE):
-            nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            row = llm.scores[llm.n_tokens - 1]
+            nxt = int(np.argmax(row))
             generated.append(nxt)
+            generated_top.append(top(row))
             if nxt == eos or llama_cpp.llama_token_is_eog(llm._model.vocab, nxt):
                 break
             llm.eval([nxt])
-        cases.append({"prompt": text, "prompt_ids": ids, "prefill_argmax": argmax, "generated": generated})
+        cases.append({"prompt": text, "prompt_ids": ids, "prefill_argmax": argmax, "generated": generated,
+                      "prefill_top": prefill_top, "generated_top": generated_top})
         print(f"{len(ids)} prompt ids, {len(generated)} generated: {llm.detokenize(generated)!r}")
     out = {
         "model": os.path.basename(MODEL),
@@ -75,7 +111,16 @@ def reference():
         "cases": cases,
     }
     with open(FIXTURE, "w") as f:
-        json.dump(out, f, indent=1)
+        # One case per line group; the top-logit lists stay on one line each to keep it small.
+        f.write("{\n")
+        for key in ("model", "llama_cpp_python", "generate"):
+            f.write(f" {json.dumps(key)}: {json.dumps(out[key])},\n")
+        f.write(' "cases": [\n')
+        for i, case in enumerate(cases):
+            f.write("  {\n")
+            f.write(",\n".join(f"   {json.dumps(k)}: {json.dumps(v)}" for k, v in case.items()))
+            f.write("\n  }" + ("," if i + 1 < len(cases) else "") + "\n")
+        f.write(" ]\n}\n")
     print("wrote", FIXTURE)
 
 

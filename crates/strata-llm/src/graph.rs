@@ -1,6 +1,7 @@
 //! The architecture as a strata graph (L3): one decoder block per layer, built from strata's
-//! operators — the `strata.llm` family for quantized products, the embedding and cached
-//! attention, the ONNX RMSNormalization, RotaryEmbedding, SwiGLU, Add and Slice for the rest.
+//! operators — the `strata.llm` family for quantized products, the embedding, cached attention,
+//! and RmsNorm, Rope and SwiGlu with ggml's rounding (so logits are llama.cpp's bit for bit);
+//! the ONNX Add and Slice for the rest.
 //! Weights are initializers over the mapped file (zero-copy). Inputs are `ids (1, seq)` and
 //! `positions (1, seq)` int64 with `seq` symbolic, so one plan runs prefill chunks and decode
 //! steps; the output is `logits (1, rows, vocab)` for every position or the last one only.
@@ -124,10 +125,10 @@ impl Builder<'_> {
 
     fn rms_norm(&mut self, x: ValueId, scale: ValueId, eps: f32, out: &str) -> Result<ValueId> {
         self.node(
-            "",
-            "RMSNormalization",
-            23,
-            &[("axis", Attr::Int(-1)), ("epsilon", Attr::Float(eps))],
+            DOMAIN,
+            "RmsNorm",
+            1,
+            &[("epsilon", Attr::Float(eps))],
             &[Some(x), Some(scale)],
             out,
         )
@@ -190,10 +191,7 @@ pub fn build_graph(file: &GgufFile, config: &ModelConfig, options: GraphOptions)
     let (q_width, kv_width) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
     let rope = |heads: usize| {
         vec![
-            (
-                "interleaved",
-                Attr::Int(i64::from(!c.architecture.rope_neox())),
-            ),
+            ("neox", Attr::Int(i64::from(c.architecture.rope_neox()))),
             ("num_heads", Attr::Int(heads as i64)),
             ("rotary_embedding_dim", Attr::Int(c.rope_dims as i64)),
         ]
@@ -215,19 +213,12 @@ pub fn build_graph(file: &GgufFile, config: &ModelConfig, options: GraphOptions)
         let k = b.matmul(h, wk, bk, &p("k"))?;
         let v = b.matmul(h, wv, bv, &p("v"))?;
         let q_inputs = [Some(q), Some(cos), Some(sin), Some(positions)];
-        let q = b.node(
-            "",
-            "RotaryEmbedding",
-            23,
-            &rope(c.heads),
-            &q_inputs,
-            &p("q_rope"),
-        )?;
+        let q = b.node(DOMAIN, "Rope", 1, &rope(c.heads), &q_inputs, &p("q_rope"))?;
         let k_inputs = [Some(k), Some(cos), Some(sin), Some(positions)];
         let k = b.node(
-            "",
-            "RotaryEmbedding",
-            23,
+            DOMAIN,
+            "Rope",
+            1,
             &rope(c.kv_heads),
             &k_inputs,
             &p("k_rope"),
@@ -256,7 +247,14 @@ pub fn build_graph(file: &GgufFile, config: &ModelConfig, options: GraphOptions)
         let wd = b.checked_weight(&w("ffn_down.weight"), &[c.embedding, c.feed_forward])?;
         let gate = b.matmul(h, wg, None, &p("gate"))?;
         let up = b.matmul(h, wu, None, &p("up"))?;
-        let act = b.node("", "SwiGLU", 28, &[], &[Some(gate), Some(up)], &p("swiglu"))?;
+        let act = b.node(
+            DOMAIN,
+            "SwiGlu",
+            1,
+            &[],
+            &[Some(gate), Some(up)],
+            &p("swiglu"),
+        )?;
         let down = b.matmul(act, wd, None, &p("down"))?;
         x = b.add(x, down, &p("resid_ffn"))?;
     }

@@ -73,10 +73,15 @@ unsafe fn load_q8(y: &Q8Block) -> __m256i {
     unsafe { _mm256_loadu_si256(y.qs.as_ptr().cast()) }
 }
 
-/// Generates a row dot: `$bytes` per block, `$body(block, y)` gives (integer-dot vector, scale,
-/// offset term) for one block.
+/// Generates a row dot and its four-row form: `$bytes` per block, `$prep(block)` gives the
+/// block's (quantized values as bytes, scale, offset) and `$dot` multiplies those bytes with an
+/// activation block's (`dot_u8_i8` or `dot_i8_i8`). Per (weight row, activation row) both forms
+/// compute the same operations in the same order as llama.cpp's AVX2 `ggml_vec_dot_*`: eight
+/// lanes of scaled integer sums accumulated block after block with fused multiply-adds, summed
+/// at the end, plus the offsets summed in f32.
 macro_rules! row_dot {
-    ($(#[$doc:meta])* $name:ident, $bytes:expr, |$b:ident, $y:ident| $body:block) => {
+    ($(#[$doc:meta])* $name:ident, $name4:ident, $bytes:expr, $dot:ident,
+     |$b:ident| $prep:block) => {
         $(#[$doc])*
         /// # Safety
         /// The CPU must have AVX2 and FMA.
@@ -84,58 +89,82 @@ macro_rules! row_dot {
         pub unsafe fn $name(row: &[u8], ys: &[Q8Block]) -> f32 {
             let mut acc = _mm256_setzero_ps();
             let mut offset = 0.0f32;
-            for ($b, $y) in row.chunks_exact($bytes).zip(ys) {
+            for ($b, y) in row.chunks_exact($bytes).zip(ys) {
                 // SAFETY: `$b` is one whole block (`chunks_exact`), so every load in the body
-                // stays inside it; `$y` is a live block.
-                let (dot, scale, off): (__m256, f32, f32) = unsafe { $body };
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(scale), dot, acc);
-                offset += off;
+                // stays inside it.
+                let (x, d, m): (__m256i, f32, f32) = unsafe { $prep };
+                // SAFETY: `y` is a live block.
+                let q = $dot(x, unsafe { load_q8(y) });
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(d * y.d), q, acc);
+                offset += m * y.s;
             }
             hsum(acc) + offset
+        }
+
+        /// The same dot for four activation rows at once: each weight block is unpacked once.
+        ///
+        /// # Safety
+        /// The CPU must have AVX2 and FMA; each of `ys` holds a block per weight block.
+        #[target_feature(enable = "avx2,fma")]
+        pub unsafe fn $name4(row: &[u8], ys: [&[Q8Block]; 4]) -> [f32; 4] {
+            let mut acc = [_mm256_setzero_ps(); 4];
+            let mut offset = [0.0f32; 4];
+            let blocks = row.len() / $bytes;
+            assert!(ys.iter().all(|y| y.len() >= blocks));
+            for (i, $b) in row.chunks_exact($bytes).enumerate() {
+                // SAFETY: as in the one-row form.
+                let (x, d, m): (__m256i, f32, f32) = unsafe { $prep };
+                for r in 0..4 {
+                    // SAFETY: i < blocks <= ys[r].len() (asserted above).
+                    let y = unsafe { ys[r].get_unchecked(i) };
+                    // SAFETY: `y` is a live block.
+                    let q = $dot(x, unsafe { load_q8(y) });
+                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * y.d), q, acc[r]);
+                    offset[r] += m * y.s;
+                }
+            }
+            std::array::from_fn(|r| hsum(acc[r]) + offset[r])
         }
     };
 }
 
 row_dot!(
     /// q4_0 weights: (nibble - 8) · d.
-    q4_0, Q4_0_BYTES, |b, y| {
+    q4_0, q4_0_x4, Q4_0_BYTES, dot_i8_i8, |b| {
         let x = _mm256_sub_epi8(nibbles(b.as_ptr().add(2)), _mm256_set1_epi8(8));
-        (dot_i8_i8(x, load_q8(y)), f16_at(b, 0) * y.d, 0.0)
+        (x, f16_at(b, 0), 0.0)
     }
 );
 
 row_dot!(
     /// q4_1 weights: nibble · d + m.
-    q4_1, Q4_1_BYTES, |b, y| {
-        let x = nibbles(b.as_ptr().add(4));
-        (dot_u8_i8(x, load_q8(y)), f16_at(b, 0) * y.d, f16_at(b, 2) * y.s)
+    q4_1, q4_1_x4, Q4_1_BYTES, dot_u8_i8, |b| {
+        (nibbles(b.as_ptr().add(4)), f16_at(b, 0), f16_at(b, 2))
     }
 );
 
 row_dot!(
     /// q5_0 weights: (5-bit value - 16) · d.
-    q5_0, Q5_0_BYTES, |b, y| {
+    q5_0, q5_0_x4, Q5_0_BYTES, dot_i8_i8, |b| {
         let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
         let x = _mm256_or_si256(nibbles(b.as_ptr().add(6)), fifth_bits(qh));
-        let x = _mm256_sub_epi8(x, _mm256_set1_epi8(16));
-        (dot_i8_i8(x, load_q8(y)), f16_at(b, 0) * y.d, 0.0)
+        (_mm256_sub_epi8(x, _mm256_set1_epi8(16)), f16_at(b, 0), 0.0)
     }
 );
 
 row_dot!(
     /// q5_1 weights: 5-bit value · d + m.
-    q5_1, Q5_1_BYTES, |b, y| {
+    q5_1, q5_1_x4, Q5_1_BYTES, dot_u8_i8, |b| {
         let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
         let x = _mm256_or_si256(nibbles(b.as_ptr().add(8)), fifth_bits(qh));
-        (dot_u8_i8(x, load_q8(y)), f16_at(b, 0) * y.d, f16_at(b, 2) * y.s)
+        (x, f16_at(b, 0), f16_at(b, 2))
     }
 );
 
 row_dot!(
     /// q8_0 weights: q · d.
-    q8_0, Q8_0_BYTES, |b, y| {
-        let x = _mm256_loadu_si256(b.as_ptr().add(2).cast());
-        (dot_i8_i8(x, load_q8(y)), f16_at(b, 0) * y.d, 0.0)
+    q8_0, q8_0_x4, Q8_0_BYTES, dot_i8_i8, |b| {
+        (_mm256_loadu_si256(b.as_ptr().add(2).cast()), f16_at(b, 0), 0.0)
     }
 );
 

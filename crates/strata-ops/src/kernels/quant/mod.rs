@@ -175,6 +175,27 @@ impl Isa {
     }
 }
 
+/// The dot of one weight row with four rows of quantized activations, each result equal to
+/// the one-row [`RowDot`]'s.
+type RowDot4 = unsafe fn(&[u8], [&[Q8Block]; 4]) -> [f32; 4];
+
+/// The four-row integer dot for `dtype` on `isa`, where there is one.
+fn int_dot_kernel4(dtype: DType, isa: Isa) -> Option<RowDot4> {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 {
+        return Some(match dtype {
+            DType::Q4_0 => avx2::q4_0_x4,
+            DType::Q4_1 => avx2::q4_1_x4,
+            DType::Q5_0 => avx2::q5_0_x4,
+            DType::Q5_1 => avx2::q5_1_x4,
+            DType::Q8_0 => avx2::q8_0_x4,
+            _ => return None,
+        });
+    }
+    let _ = (dtype, isa);
+    None
+}
+
 /// The integer row dot for `dtype` on `isa` (`None` for types without one).
 fn int_dot_kernel(dtype: DType, isa: Isa) -> Option<RowDot> {
     #[cfg(target_arch = "x86_64")]
@@ -272,9 +293,25 @@ pub fn quant_matmul_with(
             let xq = &mut scratch[..need];
             quantize_activations(x, xq);
             let xq = &*xq;
+            let dot4 = int_dot_kernel4(w.dtype, isa);
             for_rows(n, k, threads, |j| {
                 let row = w.row(j);
-                for i in 0..m {
+                let mut i = 0;
+                if let Some(dot4) = dot4 {
+                    while i + 4 <= m {
+                        let ys =
+                            std::array::from_fn(|r| &xq[(i + r) * blocks..(i + r + 1) * blocks]);
+                        // SAFETY: `dot4` is the kernel for `isa`, which is available; the row
+                        // and the activation rows are whole blocks of the same count.
+                        let v = unsafe { dot4(row, ys) };
+                        for (r, v) in v.into_iter().enumerate() {
+                            // SAFETY: as below.
+                            unsafe { out.write((i + r) * n + j, v) };
+                        }
+                        i += 4;
+                    }
+                }
+                for i in i..m {
                     // SAFETY: `dot` is the kernel for `isa`, which is available (checked above);
                     // the row and the activation blocks are whole blocks of the same length.
                     let v = unsafe { dot(row, &xq[i * blocks..(i + 1) * blocks]) };

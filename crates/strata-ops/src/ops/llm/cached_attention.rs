@@ -5,15 +5,21 @@
 //! length rewinds it there); query `t` attends to every cached position up to its own. Query
 //! head `h` reads KV head `h / (heads / kv_heads)`, as llama.cpp does.
 //!
-//! The numbers follow llama.cpp's attention without flash attention: keys and values cached as
-//! f16, the query rounded to f16 before its dot with the keys, softmax in f32 with a wide sum,
-//! and the probabilities rounded to f16 before they weight the values (sums in f32).
+//! The numbers follow llama.cpp's attention without flash attention (its x86 AVX-512 build):
+//! keys and values cached as f16, the query rounded to f16 before its dot with the keys, softmax
+//! in f32 with a wide sum, and the probabilities rounded to f16 before they weight the values.
+//! The summation order depends on the chunk, as in ggml's `mul_mat`: a chunk of several tokens
+//! goes through tinyBLAS (one 16-lane accumulator per output), a single token (decode) through
+//! `ggml_vec_dot_f16` (four 16-lane accumulators, see [`ggml_math::dot_f16_order`]).
 //!
 //! The cache is per-context state ([`crate::UsesContextState`]): each context gets its own
 //! [`KvCache`] when it is created, so many conversations share one plan.
 
 use strata_core::{DType, Device};
 
+#[cfg(target_arch = "x86_64")]
+use super::attention_avx2 as simd;
+use super::ggml_math::{self, reduce16, v_expf, LANES};
 use super::kv_cache::{KvCache, KV_BLOCK_TOKENS};
 use super::positive_attr;
 use crate::support::f16_bits::{f16_to_f32, f32_to_f16};
@@ -39,9 +45,10 @@ pub struct CachedAttention {
 }
 
 impl CachedAttention {
-    /// Scores (one per position), the query rounded to f16, and 16 lanes of value sums.
+    /// Scores (one per position), the query rounded to f16, and four accumulators of 16 lanes
+    /// of value sums.
     fn scratch_per_head(&self) -> usize {
-        self.max_context + self.head_dim + LANES * self.head_dim
+        self.max_context + self.head_dim + 4 * LANES * self.head_dim
     }
 
     pub fn build(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
@@ -246,14 +253,14 @@ impl UsesContextState for CachedAttentionKernel {
         let out = out_w.as_mut_slice().ok_or_else(contiguous)?;
         let out_ptr = OutPtr(out.as_mut_ptr());
         let cache = &*cache;
-        let isa = Fma::detect();
+        let isa = Isa::detect();
         let head = |(h, scores): (usize, &mut [f32])| {
             for t in 0..seq {
                 let row = &q[t * qw + h * a.head_dim..t * qw + (h + 1) * a.head_dim];
                 // SAFETY: head h of row t is written by this task only (tasks split heads), and
                 // the range lies inside the output (seq × heads·head_dim, checked above).
                 let dst = unsafe { out_ptr.slice(t * qw + h * a.head_dim, a.head_dim) };
-                attend_on(isa, a, cache, h, row, start + t, scores, dst);
+                attend_on(isa, a, cache, h, row, start + t, seq == 1, scores, dst);
             }
         };
         let work = seq * (start + seq) * qw;
@@ -267,74 +274,84 @@ impl UsesContextState for CachedAttentionKernel {
     }
 }
 
-/// Whether the CPU fuses multiply-adds: `f32::mul_add` is then one instruction instead of a
-/// call to the C library's `fmaf` (the same result either way: both are exactly rounded).
-#[derive(Clone, Copy)]
-enum Fma {
-    Native,
-    Library,
+/// The instruction set the inner loops run with. Both give the same numbers: the vector forms
+/// in `attention_avx2` follow the portable code's order exactly.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Isa {
+    Avx2,
+    Portable,
 }
 
-impl Fma {
-    fn detect() -> Fma {
+impl Isa {
+    fn detect() -> Isa {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("fma") && std::arch::is_x86_feature_detected!("avx2")
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c")
         {
-            return Fma::Native;
+            return Isa::Avx2;
         }
-        Fma::Library
+        Isa::Portable
     }
 }
 
-/// [`attend`] compiled for the CPU's multiply-add.
+/// [`attend`] on `isa`.
 #[allow(clippy::too_many_arguments)]
 fn attend_on(
-    isa: Fma,
+    isa: Isa,
     a: &CachedAttention,
     cache: &KvCache,
     h: usize,
     query: &[f32],
     pos: usize,
+    decode: bool,
     scratch: &mut [f32],
     dst: &mut [f32],
 ) {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Fma::Native` is only detected when the CPU has AVX2 and FMA.
-        Fma::Native => unsafe { attend_fma(a, cache, h, query, pos, scratch, dst) },
-        _ => attend(a, cache, h, query, pos, scratch, dst),
+        // SAFETY: `Isa::Avx2` is only detected when the CPU has AVX2, FMA and F16C.
+        Isa::Avx2 => unsafe { attend_avx2(a, cache, h, query, pos, decode, scratch, dst) },
+        _ => attend(Isa::Portable, a, cache, h, query, pos, decode, scratch, dst),
     }
 }
 
 /// # Safety
-/// The CPU must have AVX2 and FMA.
+/// The CPU must have AVX2, FMA and F16C.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn attend_fma(
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn attend_avx2(
     a: &CachedAttention,
     cache: &KvCache,
     h: usize,
     query: &[f32],
     pos: usize,
+    decode: bool,
     scratch: &mut [f32],
     dst: &mut [f32],
 ) {
-    attend(a, cache, h, query, pos, scratch, dst)
+    attend(Isa::Avx2, a, cache, h, query, pos, decode, scratch, dst)
 }
 
 /// Softmax-weighted values for one query row of head `h` at position `pos` (attending to
-/// positions `0..=pos`), written to `dst`. `scratch` holds the scores, the rounded query and the
-/// value lanes.
+/// positions `0..=pos`), written to `dst`, in the summation order of a one-token chunk
+/// (`decode`) or of a longer one. `scratch` holds the scores, the rounded query and the value
+/// accumulators. `isa` must be available.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn attend(
+    isa: Isa,
     a: &CachedAttention,
     cache: &KvCache,
     h: usize,
     query: &[f32],
     pos: usize,
+    decode: bool,
     scratch: &mut [f32],
     dst: &mut [f32],
 ) {
+    let avx2 = cfg!(target_arch = "x86_64") && isa == Isa::Avx2;
     let hd = a.head_dim;
     let group = a.heads / a.kv_heads;
     let g = h / group;
@@ -342,13 +359,35 @@ fn attend(
     let scale = 1.0 / (hd as f32).sqrt();
     let (scores, rest) = scratch.split_at_mut(a.max_context);
     let (q16, lanes) = rest.split_at_mut(hd);
-    for (r, &x) in q16.iter_mut().zip(query) {
-        *r = f16_to_f32(f32_to_f16(x));
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: AVX2, FMA and F16C are available (`isa`).
+        unsafe { simd::round_to_f16(query, q16) };
     }
+    if !avx2 {
+        for (r, &x) in q16.iter_mut().zip(query) {
+            *r = f16_to_f32(f32_to_f16(x));
+        }
+    }
+    // tinyBLAS takes a product only when its depth is a multiple of 16 and its rows of 4;
+    // otherwise ggml falls back to `ggml_vec_dot_f16` even for several tokens.
+    let kq_tiny = !decode && hd.is_multiple_of(LANES);
+    let kqv_tiny = !decode && hd.is_multiple_of(4);
     let scores = &mut scores[..=pos];
     let mut max = f32::NEG_INFINITY;
     for (j, s) in scores.iter_mut().enumerate() {
-        *s = dot_lanes(q16, &cache.key(j)[cols.clone()]) * scale;
+        let key = &cache.key(j)[cols.clone()];
+        let dot = match (avx2, kq_tiny) {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above; the key row is as long as the query.
+            (true, true) => unsafe { simd::dot_tiny(q16, key) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above.
+            (true, false) => unsafe { simd::dot_vec(q16, key) },
+            (_, true) => dot_lanes(q16, key),
+            (_, false) => ggml_math::dot_f16_order(hd, |i| q16[i], |i| f16_to_f32(key[i])),
+        };
+        *s = dot * scale;
         max = max.max(*s);
     }
     // exp and its sum as ggml's soft_max: the sum in f64, one 16-lane chunk at a time.
@@ -356,91 +395,65 @@ fn attend(
     for chunk in scores.chunks_mut(LANES) {
         let mut part = [0.0f32; LANES];
         for (l, s) in part.iter_mut().zip(chunk.iter_mut()) {
-            *s = expf(*s - max);
+            *s = v_expf(*s - max);
             *l = *s;
         }
-        sum += f64::from(reduce(&part));
+        sum += f64::from(reduce16(&part));
     }
     let inv = (1.0 / sum) as f32;
-    // Σ p_j · v_j per feature: position j goes to lane j % 16 (tinyBLAS over positions), the
-    // lanes of a feature summed at the end.
+    // Σ p_j · v_j per feature. Several tokens (tinyBLAS over positions): position j goes to
+    // lane j % 16 of one accumulator. One token (`ggml_vec_dot_f16` over positions): to
+    // accumulator j % 64 / 16, lane j % 16. ggml's key/value length is padded to a multiple of
+    // 256 with zero weights, so no position is left for its f64 tail. Slot s of feature d is
+    // `lanes[s·hd + d]`.
+    let slots = if kqv_tiny { LANES } else { 4 * LANES };
+    let lanes = &mut lanes[..slots * hd];
     lanes.fill(0.0);
     for (j, s) in scores.iter().enumerate() {
         let p = f16_to_f32(f32_to_f16(s * inv));
-        let lane = &mut lanes[(j % LANES) * hd..(j % LANES + 1) * hd];
-        for (acc, &v) in lane.iter_mut().zip(&cache.value(j)[cols.clone()]) {
+        let slot = (j % slots) * hd;
+        let acc = &mut lanes[slot..slot + hd];
+        let values = &cache.value(j)[cols.clone()];
+        #[cfg(target_arch = "x86_64")]
+        if avx2 {
+            // SAFETY: as above.
+            unsafe { simd::axpy_f16(acc, values, p) };
+            continue;
+        }
+        for (acc, &v) in acc.iter_mut().zip(values) {
             *acc = f16_to_f32(v).mul_add(p, *acc);
         }
     }
-    for (d, out) in dst.iter_mut().enumerate() {
-        let mut part = [0.0f32; LANES];
-        for (l, v) in part.iter_mut().enumerate() {
-            *v = lanes[l * hd + d];
+    if !kqv_tiny {
+        // Fold the four accumulators of each lane: (0 + 2) + (1 + 3), into slots 0..16.
+        let (first, rest) = lanes.split_at_mut(LANES * hd);
+        for (i, x) in first.iter_mut().enumerate() {
+            *x = (*x + rest[LANES * hd + i]) + (rest[i] + rest[2 * LANES * hd + i]);
         }
-        *out = reduce(&part);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: as above; `lanes` holds at least 16 slots of `hd`.
+        unsafe { simd::fold_slots(lanes, dst) };
+        return;
+    }
+    for (d, out) in dst.iter_mut().enumerate() {
+        let part: [f32; LANES] = std::array::from_fn(|l| lanes[l * hd + d]);
+        *out = reduce16(&part);
     }
 }
 
-/// The vector width of llama.cpp's x86 AVX-512 build, whose summation order the dot products and
-/// sums here follow (so greedy tokens match it, not only within rounding).
-const LANES: usize = 16;
-
 /// `Σ q·k` as tinyBLAS computes it: lane `i % 16` accumulates with fused multiply-adds, then
-/// the lanes are summed as `_mm512_reduce_add_ps` does.
+/// the lanes are summed as `_mm512_reduce_add_ps` does. `q.len()` is a multiple of 16.
 #[inline(always)]
 fn dot_lanes(q: &[f32], k: &[u16]) -> f32 {
     let mut acc = [0.0f32; LANES];
-    let (qc, kc) = (q.chunks_exact(LANES), k.chunks_exact(LANES));
-    let (qr, kr) = (qc.remainder(), kc.remainder());
-    for (qs, ks) in qc.zip(kc) {
+    for (qs, ks) in q.chunks_exact(LANES).zip(k.chunks_exact(LANES)) {
         for l in 0..LANES {
             acc[l] = qs[l].mul_add(f16_to_f32(ks[l]), acc[l]);
         }
     }
-    for (l, (&x, &y)) in qr.iter().zip(kr).enumerate() {
-        acc[l] = x.mul_add(f16_to_f32(y), acc[l]);
-    }
-    reduce(&acc)
-}
-
-/// The sum of 16 lanes in `_mm512_reduce_add_ps`'s order (halves, then quarters, then pairs).
-#[inline(always)]
-fn reduce(v: &[f32; LANES]) -> f32 {
-    let mut h = [0.0f32; 8];
-    for i in 0..8 {
-        h[i] = v[i] + v[i + 8];
-    }
-    let q = [h[0] + h[4], h[1] + h[5], h[2] + h[6], h[3] + h[7]];
-    (q[0] + q[2]) + (q[1] + q[3])
-}
-
-/// `e^x` as ggml's vectorized `ggml_v_expf` computes it (a degree-5 polynomial after range
-/// reduction, from ARM's optimized routines), so softmax weights are llama.cpp's.
-#[inline(always)]
-fn expf(x: f32) -> f32 {
-    if x == f32::NEG_INFINITY {
-        return 0.0;
-    }
-    let r = f32::from_bits(0x4b40_0000); // 0x1.8p23
-    let z = x.mul_add(f32::from_bits(0x3fb8_aa3b), r); // log2(e)
-    let n = z - r;
-    let b = (-n).mul_add(
-        f32::from_bits(0x35bf_be8e),                  // 0x1.7f7d1cp-20
-        (-n).mul_add(f32::from_bits(0x3f31_7200), x), // 0x1.62e4p-1
-    );
-    let u = b * b;
-    let j = f32::from_bits(0x3c07_2010) // 0x1.0e4020p-7
-        .mul_add(b, f32::from_bits(0x3d2b_9f17)) // 0x1.573e2ep-5
-        .mul_add(
-            u,
-            f32::from_bits(0x3e2a_af33).mul_add(b, f32::from_bits(0x3eff_fedb)),
-        ) // 0x1.555e66p-3, 0x1.fffdb6p-2
-        .mul_add(u, f32::from_bits(0x3f7f_fff6).mul_add(b, 1.0)); // 0x1.ffffecp-1
-    if n.abs() > 126.0 {
-        // Far outside the softmax range (scores minus their max are <= 0): plain exp.
-        return x.exp();
-    }
-    j * 2f32.powi(n as i32)
+    reduce16(&acc)
 }
 
 /// `count` f32 carved from the scratch bytes.
@@ -479,5 +492,118 @@ impl OutPtr {
     unsafe fn slice(&self, at: usize, len: usize) -> &mut [f32] {
         // SAFETY: guaranteed by the caller.
         unsafe { std::slice::from_raw_parts_mut(self.0.add(at), len) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(n: usize, seed: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| (((i * 7919 + seed * 104_729) % 2003) as f32 / 1001.5 - 1.0) * 2.0)
+            .collect()
+    }
+
+    /// Softmax attention in f64 on the cache's f16 values, for one head and position.
+    fn reference(
+        a: &CachedAttention,
+        cache: &KvCache,
+        h: usize,
+        q: &[f32],
+        pos: usize,
+    ) -> Vec<f64> {
+        let hd = a.head_dim;
+        let g = h / (a.heads / a.kv_heads);
+        let cols = g * hd..(g + 1) * hd;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let scores: Vec<f64> = (0..=pos)
+            .map(|j| {
+                let k = &cache.key(j)[cols.clone()];
+                q.iter()
+                    .zip(k)
+                    .map(|(&q, &k)| f64::from(q) * f64::from(f16_to_f32(k)))
+                    .sum::<f64>()
+                    * scale
+            })
+            .collect();
+        let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+        let sum: f64 = e.iter().sum();
+        (0..hd)
+            .map(|d| {
+                (0..=pos)
+                    .map(|j| e[j] / sum * f64::from(f16_to_f32(cache.value(j)[cols.start + d])))
+                    .sum()
+            })
+            .collect()
+    }
+
+    /// Head sizes that are and are not multiples of the vector widths (8, 16, 64), one-token
+    /// (decode) and several-token orders: the AVX2 loops give the portable code's bits, and both
+    /// are softmax attention within f16 rounding.
+    #[test]
+    fn vector_and_portable_attention_agree_bit_for_bit_and_with_a_plain_reference() {
+        for hd in [4, 8, 20, 40, 64, 72, 80] {
+            let a = CachedAttention {
+                heads: 4,
+                kv_heads: 2,
+                head_dim: hd,
+                max_context: 96,
+                block_tokens: 16,
+            };
+            let kvw = a.kv_heads * hd;
+            let mut cache = KvCache::new(kvw, a.block_tokens, a.max_context).unwrap();
+            let len = 70;
+            cache.grow(len).unwrap();
+            for t in 0..len {
+                cache.push(&values(kvw, t), &values(kvw, t + 500)).unwrap();
+            }
+            let mut scratch = vec![0.0f32; a.scratch_per_head()];
+            for h in 0..a.heads {
+                let q = values(hd, 1000 + h);
+                for (pos, decode) in [(0, true), (len - 1, true), (17, false), (len - 1, false)] {
+                    let mut portable = vec![0.0f32; hd];
+                    attend(
+                        Isa::Portable,
+                        &a,
+                        &cache,
+                        h,
+                        &q,
+                        pos,
+                        decode,
+                        &mut scratch,
+                        &mut portable,
+                    );
+                    let want = reference(&a, &cache, h, &q, pos);
+                    for (d, (&got, &want)) in portable.iter().zip(&want).enumerate() {
+                        assert!(
+                            (f64::from(got) - want).abs() <= 2e-3 * (1.0 + want.abs()),
+                            "hd {hd} head {h} pos {pos} decode {decode} feature {d}: {got} vs {want}"
+                        );
+                    }
+                    if Isa::detect() == Isa::Avx2 {
+                        let mut vector = vec![0.0f32; hd];
+                        attend_on(
+                            Isa::Avx2,
+                            &a,
+                            &cache,
+                            h,
+                            &q,
+                            pos,
+                            decode,
+                            &mut scratch,
+                            &mut vector,
+                        );
+                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(
+                            bits(&vector),
+                            bits(&portable),
+                            "hd {hd} pos {pos} decode {decode}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }
