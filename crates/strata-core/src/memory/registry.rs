@@ -16,6 +16,7 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
+use crate::memory::budget::MemoryBudget;
 use crate::memory::ledger::{KindLedger, KindStats};
 use crate::memory::route::{Route, RouteRef};
 use crate::{
@@ -299,13 +300,15 @@ impl AllocatorRegistry {
         align: usize,
     ) -> Result<Arc<MemoryBlock>> {
         let route = self.route(device, kind)?;
+        // Charged before the allocator is asked, so a plan over its limit allocates nothing.
+        let charge = MemoryBudget::charge_current(bytes, kind, device)?;
         let ptr = route
             .allocator
             .allocate(bytes, align)
             .map_err(|err| name_kind(err, kind))?;
         route.ledger.record(bytes);
         Ok(Arc::new(MemoryBlock::from_route(
-            ptr, bytes, align, device, kind, route,
+            ptr, bytes, align, device, kind, route, charge,
         )))
     }
 
@@ -487,5 +490,41 @@ mod tests {
             "{err}"
         );
         assert!(err.to_string().contains("KVCache"));
+    }
+
+    #[test]
+    fn an_installed_budget_is_charged_before_allocating_and_refunded_on_free() {
+        let r = AllocatorRegistry::new();
+        r.register_device(Arc::new(CpuAllocator::new())).unwrap();
+        let budget = MemoryBudget::new(1000);
+        let block = budget
+            .install(|| r.allocate(Device::Cpu, MemoryKind::Persistent, 600, 64))
+            .unwrap();
+        assert_eq!(budget.used(), 600);
+        let err = budget
+            .install(|| r.allocate(Device::Cpu, MemoryKind::Workspace, 500, 64))
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                CoreError::MemoryLimitExceeded {
+                    bytes: 500,
+                    limit: 1000,
+                    kind: MemoryKind::Workspace,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        // Nothing was allocated for the refused request.
+        assert_eq!(r.stats(Device::Cpu, MemoryKind::Workspace).allocations, 0);
+        // Outside the install nothing is charged; freeing on another thread refunds.
+        let free = r
+            .allocate(Device::Cpu, MemoryKind::Workspace, 5000, 64)
+            .unwrap();
+        assert_eq!(budget.used(), 600);
+        std::thread::spawn(move || drop(block)).join().unwrap();
+        assert_eq!(budget.used(), 0);
+        drop(free);
     }
 }
