@@ -152,7 +152,10 @@ where
         y.fill(T::Wide::zero());
         return Ok(());
     }
+    // Taken here: the pool's workers that run the blocks have no run control installed.
+    let stop = crate::run_control::stop_token();
     let probabilities = |block: usize, scores: &mut [T::Wide], qk: Option<&mut [T]>| {
+        stop.poll(block, "Attention")?;
         head_probabilities::<T>(g, block, (q, k), scores, qk, bias, params)
     };
     match qk_output {
@@ -177,6 +180,10 @@ where
         .enumerate()
         .with_min_len(min_len)
         .try_for_each(|(block, (y, p))| {
+            if stop.should_stop_at(block) {
+                // Skipped: the run fails at its check after this node.
+                return Ok(());
+            }
             // Y (s × dv) = P (s × l) · V (l × dv).
             let kv_block = kv_block(g, block);
             let v = &v[kv_block * l * dv..(kv_block + 1) * l * dv];

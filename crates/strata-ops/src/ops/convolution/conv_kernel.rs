@@ -185,8 +185,13 @@ pub fn conv<T: GemmFloat + Element>(
             }
         }
     };
+    // Cancellation: one poll per (batch, group); the run fails at its next check (run_control).
+    let stop = crate::run_control::stop_token();
     for b in 0..g.batch {
         for grp in 0..g.groups {
+            if stop.should_stop() {
+                return Ok(());
+            }
             let x = &input[(b * g.in_channels + grp * cg) * w.in_len..][..cg * w.in_len];
             let wt = &weight[grp * mg * depth..][..mg * depth];
             let y = &mut out[(b * g.out_channels + grp * mg) * w.out_len..][..mg * w.out_len];
