@@ -112,7 +112,7 @@ impl StopToken {
     #[inline]
     pub fn should_stop_at(&self, block: usize) -> bool {
         self.cancel.as_ref().is_some_and(CancelFlag::is_cancelled)
-            || (block % CLOCK_EVERY == 0
+            || (block.is_multiple_of(CLOCK_EVERY)
                 && self.deadline.is_some_and(|(at, _)| Instant::now() >= at))
     }
 

@@ -49,6 +49,9 @@ fn run(
     run_operator(op.as_ref(), None, inputs, outputs, &options)
 }
 
+/// Operator, attributes, inputs, output count.
+type Case<'a> = (&'a str, Vec<(&'a str, Attr)>, Vec<&'a Tensor>, usize);
+
 fn ramp(dims: &[usize]) -> Tensor {
     let n: usize = dims.iter().product();
     let values: Vec<f32> = (0..n).map(|i| ((i * 7919) % 97) as f32 / 97.0).collect();
@@ -69,7 +72,7 @@ fn long_kernels_stop_when_the_run_is_cancelled_or_late() {
     let frame = Tensor::from_slice(&[32i64], &[]).unwrap();
     let stft_signal = ramp(&[1, 256, 1]);
     let absent = Tensor::undefined();
-    let cases: Vec<(&str, Vec<(&str, Attr)>, Vec<&Tensor>, usize)> = vec![
+    let cases: Vec<Case<'_>> = vec![
         (
             "RNN",
             vec![("hidden_size", Attr::Int(3))],

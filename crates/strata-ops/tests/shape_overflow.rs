@@ -21,6 +21,9 @@ fn infer(op_type: &str, attrs: &[(&str, Attr)], inputs: &[Fact]) -> OpResult<Vec
     op.infer(&inputs.iter().collect::<Vec<_>>())
 }
 
+/// Operator, attributes, input facts.
+type Case = (&'static str, Vec<(&'static str, Attr)>, Vec<Fact>);
+
 fn declared(dims: &[usize]) -> Fact {
     Fact::new(DType::F32, dims.iter().map(|&d| Dim::Known(d)).collect())
 }
@@ -32,7 +35,7 @@ fn ints(values: &[i64]) -> Fact {
 #[test]
 fn overflowing_element_counts_are_errors() {
     let big = declared(&[1 << 32, 1 << 32]);
-    let cases: Vec<(&str, Vec<(&str, Attr)>, Vec<Fact>)> = vec![
+    let cases: Vec<Case> = vec![
         ("Reshape", vec![], vec![big.clone(), ints(&[-1])]),
         (
             "Reshape",
