@@ -82,11 +82,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             after_warm_up = Some((n, rss));
         }
     }
+    // Sampled while the contexts are still alive.
+    let (end_runs, end_rss) = (runs.load(Ordering::Relaxed), rss_bytes());
     stop.store(true, Ordering::Relaxed);
     for w in workers {
         w.join().map_err(|_| "a worker panicked")??;
     }
-    let (end_runs, end_rss) = (runs.load(Ordering::Relaxed), rss_bytes());
     let (warm_runs, warm_rss) = after_warm_up.unwrap_or((0, end_rss));
     let per_1000 = (end_rss as f64 - warm_rss as f64) * 1000.0
         / (end_runs.saturating_sub(warm_runs).max(1)) as f64;
