@@ -1,18 +1,36 @@
 #!/usr/bin/env bash
-# Runs one cargo-fuzz target for a number of minutes (nightly toolchain; never part of CI).
+# Runs the cargo-fuzz targets (nightly toolchain; never part of CI).
 #
-#   scripts/fuzz.sh TARGET [MINUTES]     TARGET: onnx_load | npy | tensor_proto
+#   scripts/fuzz.sh build                  build every target once (do this first)
+#   scripts/fuzz.sh TARGET [MINUTES]       fuzz TARGET for MINUTES (default 10)
+#   scripts/fuzz.sh all [MINUTES]          every target in turn, MINUTES each
 #
-# The corpus lives in fuzz/corpus/TARGET (not committed) and is seeded on first use: ONNX models
-# and TensorProto files from ../shared/onnx-tests, .npy files written by `strata run`. Findings
-# land in fuzz/artifacts/TARGET; turn each into a regression test before fixing it.
+# TARGET: onnx_load | npy | tensor_proto | gguf. Everything runs under `nice -n 19`, so the
+# fuzzer only takes idle CPU. The corpus lives in fuzz/corpus/TARGET and findings land in
+# fuzz/artifacts/TARGET (both ignored by git); turn each finding into a regression test.
+# Corpora are seeded on first use: ONNX models and TensorProto files from ../shared/onnx-tests,
+# .npy files written by `strata run`, tiny GGUF language models written by a strata-llm test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-target=${1:?usage: scripts/fuzz.sh TARGET [MINUTES]}
+targets="onnx_load npy tensor_proto gguf"
+what=${1:?usage: scripts/fuzz.sh build | TARGET [MINUTES] | all [MINUTES]}
 minutes=${2:-10}
 shared=../shared/onnx-tests
 
-command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+command -v cargo-fuzz >/dev/null 2>&1 || nice -n 10 cargo install cargo-fuzz --locked
+
+if [ "$what" = build ]; then
+    exec nice -n 19 cargo +nightly fuzz build
+fi
+if [ "$what" = all ]; then
+    for t in $targets; do "$0" "$t" "$minutes"; done
+    exit 0
+fi
+case " $targets " in
+    *" $what "*) ;;
+    *) echo "unknown target '$what' (one of: $targets)" >&2; exit 2 ;;
+esac
+target=$what
 
 corpus=fuzz/corpus/$target
 if [ ! -d "$corpus" ]; then
@@ -28,11 +46,19 @@ if [ ! -d "$corpus" ]; then
             done ;;
         npy)
             out=$(mktemp -d)
-            cargo run --release -q -p strata-cli -- run --output-dir "$out" >/dev/null
+            nice -n 10 cargo run --release -q -p strata-cli -- run --output-dir "$out" >/dev/null
             cp "$out"/*.npy "$corpus"/ ;;
+        gguf)
+            STRATA_FUZZ_SEED_DIR=$(realpath "$corpus") nice -n 10 cargo test --release -q \
+                -p strata-llm --test fuzz_seeds >/dev/null ;;
     esac
 fi
 
 # -timeout: a run over 10 s is a hang finding; -rss_limit_mb: a runaway allocation is a finding.
-cargo +nightly fuzz run "$target" "$corpus" -- \
-    -max_total_time=$((minutes * 60)) -timeout=10 -rss_limit_mb=4096 -print_final_stats=1
+# GGUF seeds are tens of KB: let inputs grow to that size.
+max_len=()
+[ "$target" = gguf ] && max_len=(-max_len=131072)
+mkdir -p "fuzz/artifacts/$target"
+nice -n 19 cargo +nightly fuzz run "$target" "$corpus" -- \
+    -max_total_time=$((minutes * 60)) -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
+    "${max_len[@]}"

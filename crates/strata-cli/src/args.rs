@@ -40,6 +40,10 @@ pub struct ModelArgs {
     /// Fail a run when one Loop has taken more than N trips (an endless loop is an error).
     #[arg(long, value_name = "N", value_parser = at_least_one_trip)]
     pub max_loop_iterations: Option<u64>,
+    /// Most memory the model may use (weights, arenas, run-time allocations), e.g. 512M, 4G,
+    /// 1.5G; going past it is an error. Default: the machine's memory.
+    #[arg(long, value_name = "SIZE", value_parser = strata_core::parse_memory_size)]
+    pub memory_limit: Option<usize>,
 }
 
 /// A timeout: a positive number of seconds, fractions allowed.
@@ -159,6 +163,9 @@ pub struct GenerateArgs {
     /// Intra-op threads (default: all cores).
     #[arg(long, value_parser = at_least_one)]
     pub threads: Option<usize>,
+    /// Most memory the model may use (weights, KV cache, run-time allocations), e.g. 512M, 4G.
+    #[arg(long, value_name = "SIZE", value_parser = strata_core::parse_memory_size)]
+    pub memory_limit: Option<usize>,
     /// Print one JSON object (ids, text, speeds, KV cache bytes) instead of streaming text.
     #[arg(long)]
     pub json: bool,

@@ -23,6 +23,9 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
     if let Some(threads) = args.model.threads {
         options.threads = threads;
     }
+    if let Some(limit) = args.model.memory_limit {
+        options.memory_limit = limit;
+    }
     let model = LanguageModel::load(path, options).map_err(fail)?;
     let text = "The quick brown fox jumps over the lazy dog. ".repeat(args.prompt_tokens);
     let mut prompt = model.encode_prompt(&text).map_err(fail)?;

@@ -18,6 +18,9 @@ pub fn generate(args: &GenerateArgs) -> Result<(), String> {
     if let Some(threads) = args.threads {
         options.threads = threads;
     }
+    if let Some(limit) = args.memory_limit {
+        options.memory_limit = limit;
+    }
     let model = LanguageModel::load(&args.model, options).map_err(fail)?;
     let text = match (&args.prompt, &args.chat) {
         (Some(prompt), _) => prompt.clone(),

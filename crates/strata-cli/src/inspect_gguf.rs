@@ -11,10 +11,15 @@ use strata_gguf::GgufFile;
 use crate::report::{bytes, memory_json, memory_text};
 
 /// The plan's memory and the KV cache's size, or why there is none.
-fn llm_memory(path: &Path) -> Result<(serde_json::Value, String), String> {
+fn llm_memory(
+    path: &Path,
+    memory_limit: Option<usize>,
+) -> Result<(serde_json::Value, String), String> {
+    let defaults = strata_llm::LoadOptions::default();
     let options = strata_llm::LoadOptions {
         threads: 1,
-        ..Default::default()
+        memory_limit: memory_limit.unwrap_or(defaults.memory_limit),
+        ..defaults
     };
     let model = strata_llm::LanguageModel::load(path, options).map_err(|e| e.to_string())?;
     let c = model.config();
@@ -53,7 +58,7 @@ pub fn is_gguf(path: &Path) -> bool {
         && &magic == b"GGUF"
 }
 
-pub fn inspect(path: &Path, json_out: bool) -> Result<(), String> {
+pub fn inspect(path: &Path, memory_limit: Option<usize>, json_out: bool) -> Result<(), String> {
     let file = GgufFile::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let architecture = file.architecture().unwrap_or("(none)").to_string();
     // Tensor count and bytes per dtype.
@@ -64,7 +69,7 @@ pub fn inspect(path: &Path, json_out: bool) -> Result<(), String> {
         entry.1 += t.size_in_bytes;
     }
     let total: usize = file.tensors().iter().map(|t| t.size_in_bytes).sum();
-    let memory = llm_memory(path);
+    let memory = llm_memory(path, memory_limit);
     if json_out {
         let mut value = json!({
             "model": path.display().to_string(),

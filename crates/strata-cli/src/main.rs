@@ -60,7 +60,9 @@ fn main() -> ExitCode {
         None => run::run(&RunArgs::default()),
         Some(Command::Run(args)) => run::run(&args),
         Some(Command::Inspect(args)) => match &args.model.model {
-            Some(path) if inspect_gguf::is_gguf(path) => inspect_gguf::inspect(path, args.json),
+            Some(path) if inspect_gguf::is_gguf(path) => {
+                inspect_gguf::inspect(path, args.model.memory_limit, args.json)
+            }
             _ => inspect::inspect(&args),
         },
         Some(Command::Bench(args)) => match &args.model.model {

@@ -56,6 +56,9 @@ pub fn load_with(
     if let Some(trips) = args.max_loop_iterations {
         config.max_loop_iterations = trips;
     }
+    if let Some(limit) = args.memory_limit {
+        config = config.with_memory_limit(limit);
+    }
     let shapes = parse_shapes(&args.shapes)?;
     if !shapes.is_empty() {
         let mut profile = OptimizationProfile::new();

@@ -85,6 +85,15 @@ pub enum CoreError {
         reason: String,
     },
 
+    #[error("memory limit exceeded: {bytes} more bytes ({kind:?}) on {device} would pass the limit of {limit} bytes ({used} bytes in use; raise it with PlanConfig::memory_limit or --memory-limit)")]
+    MemoryLimitExceeded {
+        bytes: usize,
+        kind: MemoryKind,
+        device: Device,
+        used: usize,
+        limit: usize,
+    },
+
     #[error("no allocator registered for {device} ({kind:?}), and none for its Default kind")]
     NoAllocator { device: Device, kind: MemoryKind },
 

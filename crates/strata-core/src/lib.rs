@@ -26,6 +26,7 @@ pub use error::{CoreError, Result};
 pub use memory::allocator::{Allocator, AllocatorStats};
 pub use memory::arena::WorkspaceArena;
 pub use memory::block::MemoryBlock;
+pub use memory::budget::{default_memory_limit, parse_memory_size, BudgetCharge, MemoryBudget};
 pub use memory::caching::CachingAllocator;
 pub use memory::cpu::CpuAllocator;
 pub use memory::external::MappedFile;

@@ -24,6 +24,9 @@ pub struct LoadOptions {
     pub prefill_chunk: usize,
     /// Logits for every prompt position (scoring, tests) instead of the last one only.
     pub all_logits: bool,
+    /// Most bytes the model's plan may hold (mapped weights, arenas, KV caches of every
+    /// session); see `PlanConfig::memory_limit`. Default: the machine's memory.
+    pub memory_limit: usize,
 }
 
 impl Default for LoadOptions {
@@ -33,6 +36,7 @@ impl Default for LoadOptions {
             context: None,
             prefill_chunk: 256,
             all_logits: false,
+            memory_limit: strata_core::default_memory_limit(),
         }
     }
 }
@@ -97,7 +101,8 @@ impl LanguageModel {
             .with_input(POSITIONS, &[1, 1], &[1, 1], &[1, chunk])?;
         let plan_config = PlanConfig::default()
             .with_threads(options.threads)
-            .with_profile(profile);
+            .with_profile(profile)
+            .with_memory_limit(options.memory_limit);
         let plan = InferencePlan::build(graph, plan_config)?;
         Ok(Arc::new(LanguageModel {
             config,

@@ -153,10 +153,35 @@ fn impossible_sizes_from_values_are_size_or_memory_errors() {
         let message = outcome(&b, PlanConfig::default().with_threads(1))
             .unwrap_or_else(|| panic!("{op}: a {HUGE}-sized output ran"));
         assert!(
-            message.contains("out of memory") || message.contains("size overflow"),
+            message.contains("out of memory")
+                || message.contains("size overflow")
+                || message.contains("memory limit exceeded"),
             "{op}: {message}"
         );
     }
+}
+
+#[test]
+fn element_counts_of_declared_dims_are_checked_in_shape_inference() {
+    // 2^32 × 2^32 elements overflow a usize: Reshape to [-1] and Flatten used to multiply them
+    // unchecked (a panic in debug builds, a wrong count in release builds).
+    let flat = Tensor::from_slice(&[-1i64], &[1]).unwrap();
+    let b = model()
+        .input("x", DType::F32, &known(&[1 << 32, 1 << 32]))
+        .initializer("s", &flat)
+        .node("Reshape", &["x", "s"], &["y"], Attrs::new())
+        .output_unranked("y", DType::F32);
+    fails_with(b, "size overflow");
+    let b = model()
+        .input("x", DType::F32, &known(&[1 << 32, 1 << 32, 2]))
+        .node("Flatten", &["x"], &["y"], Attrs::new().int("axis", 2))
+        .output_unranked("y", DType::F32);
+    fails_with(b, "size overflow");
+    let b = model()
+        .input("x", DType::F32, &known(&[1 << 32, 1 << 32]))
+        .node("Size", &["x"], &["y"], Attrs::new())
+        .output_unranked("y", DType::I64);
+    assert!(outcome(&b, PlanConfig::default().with_threads(1)).is_some());
 }
 
 #[test]
@@ -169,7 +194,9 @@ fn huge_declared_inputs_fail_before_anything_is_filled() {
         let message = outcome(&b, PlanConfig::default().with_threads(1))
             .unwrap_or_else(|| panic!("{dtype}: a {HUGE}×{HUGE} input ran"));
         assert!(
-            message.contains("out of memory") || message.contains("size overflow"),
+            message.contains("out of memory")
+                || message.contains("size overflow")
+                || message.contains("memory limit exceeded"),
             "{dtype}: {message}"
         );
     }

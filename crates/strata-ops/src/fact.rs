@@ -114,9 +114,11 @@ impl Fact {
             .ok_or_else(|| OpError::shape(op, format!("needs known dims, got {:?}", self.dims)))
     }
 
-    /// Known element count.
+    /// Known element count (`None` too when the dims' product overflows: no such tensor can
+    /// exist, and whatever would allocate it fails with its own size error).
     pub fn numel(&self) -> Option<usize> {
-        self.concrete().map(|d| d.iter().product())
+        self.concrete()
+            .and_then(|d| strata_core::shape::checked_numel(&d).ok())
     }
 }
 

@@ -56,15 +56,13 @@ impl Default for RunControl {
 impl RunControl {
     /// `Err` when the run was cancelled or its deadline has passed; `op` names where it stopped.
     pub fn check(&self, op: &str) -> OpResult<()> {
-        if self.cancel.is_cancelled() {
-            return Err(OpError::Cancelled { op: op.to_string() });
-        }
-        match self.deadline {
-            Some((at, timeout)) if Instant::now() >= at => Err(OpError::TimedOut {
-                op: op.to_string(),
-                timeout,
-            }),
-            _ => Ok(()),
+        self.token().check(op)
+    }
+
+    fn token(&self) -> StopToken {
+        StopToken {
+            cancel: Some(self.cancel.clone()),
+            deadline: self.deadline,
         }
     }
 
@@ -79,6 +77,79 @@ impl RunControl {
         let _restore = Restore;
         f()
     }
+}
+
+/// Blocks between two clock reads in [`StopToken::should_stop_at`].
+pub const CLOCK_EVERY: usize = 16;
+
+/// What a long kernel polls between blocks of work, on any thread: the intra-op pool's workers
+/// have no run control installed, so a kernel takes the token on the thread that runs it
+/// ([`stop_token`]) and hands it to its tasks. Polling is an atomic load, plus a clock read when
+/// the run has a deadline. A kernel that sees it stop skips its remaining blocks and returns;
+/// the run then ends with the cancelled or timed-out error at its next check (the run checks
+/// once more after its last node, so a cut-short result is never handed out).
+#[derive(Debug, Clone, Default)]
+pub struct StopToken {
+    cancel: Option<CancelFlag>,
+    deadline: Option<(Instant, Duration)>,
+}
+
+impl StopToken {
+    /// A token that never stops (outside a run).
+    pub fn never() -> StopToken {
+        StopToken::default()
+    }
+
+    /// Whether the run was cancelled or passed its deadline.
+    #[inline]
+    pub fn should_stop(&self) -> bool {
+        self.cancel.as_ref().is_some_and(CancelFlag::is_cancelled)
+            || self.deadline.is_some_and(|(at, _)| Instant::now() >= at)
+    }
+
+    /// Like [`StopToken::should_stop`] for the `block`-th block of a loop, reading the clock
+    /// only every [`CLOCK_EVERY`] blocks (for blocks of a few microseconds).
+    #[inline]
+    pub fn should_stop_at(&self, block: usize) -> bool {
+        self.cancel.as_ref().is_some_and(CancelFlag::is_cancelled)
+            || (block.is_multiple_of(CLOCK_EVERY)
+                && self.deadline.is_some_and(|(at, _)| Instant::now() >= at))
+    }
+
+    /// [`StopToken::should_stop_at`] as a result: `Err` (cancelled or timed out, naming `op`)
+    /// when the `block`-th block should not run.
+    #[inline]
+    pub fn poll(&self, block: usize, op: &str) -> OpResult<()> {
+        if self.should_stop_at(block) {
+            self.check(op)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// `Err` (cancelled or timed out, naming `op`) when the token says stop.
+    pub fn check(&self, op: &str) -> OpResult<()> {
+        if self.cancel.as_ref().is_some_and(CancelFlag::is_cancelled) {
+            return Err(OpError::Cancelled { op: op.to_string() });
+        }
+        match self.deadline {
+            Some((at, timeout)) if Instant::now() >= at => Err(OpError::TimedOut {
+                op: op.to_string(),
+                timeout,
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The stop token of the run on this thread ([`StopToken::never`] outside one). Cheap: clones an
+/// `Arc` and copies the deadline, allocates nothing.
+pub fn stop_token() -> StopToken {
+    CURRENT.with(|c| {
+        c.borrow()
+            .as_ref()
+            .map_or_else(StopToken::never, RunControl::token)
+    })
 }
 
 thread_local! {
@@ -156,5 +227,38 @@ mod tests {
             assert_eq!(max_loop_iterations(), 7);
         });
         assert_eq!(max_loop_iterations(), DEFAULT_MAX_LOOP_ITERATIONS);
+    }
+
+    #[test]
+    fn stop_tokens_work_on_threads_without_a_control() {
+        assert!(!stop_token().should_stop());
+        let control = RunControl::default();
+        let token = control.install(stop_token);
+        let worker = {
+            let token = token.clone();
+            std::thread::spawn(move || {
+                while !token.should_stop_at(1) {
+                    std::thread::yield_now();
+                }
+                token.check("MatMul")
+            })
+        };
+        assert!(!token.should_stop());
+        control.cancel.cancel();
+        let err = worker.join().unwrap().unwrap_err();
+        assert!(
+            matches!(err, OpError::Cancelled { ref op } if op == "MatMul"),
+            "{err}"
+        );
+
+        let timed = RunControl {
+            deadline: Some((Instant::now(), Duration::ZERO)),
+            ..RunControl::default()
+        };
+        let token = timed.install(stop_token);
+        assert!(token.should_stop() && token.should_stop_at(0));
+        // Between clock reads only the flag is looked at.
+        assert!(!token.should_stop_at(1));
+        assert!(matches!(token.check("TopK"), Err(OpError::TimedOut { .. })));
     }
 }

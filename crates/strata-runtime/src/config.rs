@@ -1,6 +1,6 @@
 //! Plan configuration.
 
-use strata_core::{Device, DEFAULT_ALIGNMENT};
+use strata_core::{default_memory_limit, Device, DEFAULT_ALIGNMENT};
 
 use crate::OptimizationProfile;
 
@@ -22,6 +22,10 @@ pub struct PlanConfig {
     /// Most trips one Loop may run before the run fails (an endless loop is an error, not a
     /// hang); [`strata_ops::run_control::DEFAULT_MAX_LOOP_ITERATIONS`] by default.
     pub max_loop_iterations: u64,
+    /// Most bytes the plan may hold at once: weights, every context's arena, and what runs
+    /// allocate. Checked before allocating; passing it is a `MemoryLimitExceeded` error at build
+    /// or run. Default: the machine's physical memory.
+    pub memory_limit: usize,
 }
 
 impl Default for PlanConfig {
@@ -34,6 +38,7 @@ impl Default for PlanConfig {
             profiling: false,
             optimize: true,
             max_loop_iterations: strata_ops::run_control::DEFAULT_MAX_LOOP_ITERATIONS,
+            memory_limit: default_memory_limit(),
         }
     }
 }
@@ -46,6 +51,12 @@ impl PlanConfig {
 
     pub fn with_profile(mut self, profile: OptimizationProfile) -> Self {
         self.profile = Some(profile);
+        self
+    }
+
+    /// The plan's memory limit in bytes (see [`PlanConfig::memory_limit`]).
+    pub fn with_memory_limit(mut self, bytes: usize) -> Self {
+        self.memory_limit = bytes;
         self
     }
 

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use strata_core::DType;
+use strata_core::{BudgetCharge, DType, MemoryBudget, MemoryKind};
 use strata_ops::{Dim, Fact, Kernel};
 
 use crate::graph::ValueSource;
@@ -36,6 +36,10 @@ pub struct InferencePlan {
     base: Option<Arc<Planned>>,
     report: OptimizeReport,
     pool: IntraOpPool,
+    /// Charged by every allocation the plan's builds and runs make (see `PlanConfig::memory_limit`).
+    budget: Arc<MemoryBudget>,
+    /// The weights handed in, charged for the plan's life.
+    _weights: BudgetCharge,
 }
 
 impl InferencePlan {
@@ -46,6 +50,24 @@ impl InferencePlan {
         if graph.outputs.is_empty() {
             return Err(RuntimeError::NoOutputs);
         }
+        // Weights the loader made count in full; what building makes (folded constants, packed
+        // weights) is charged as it is allocated.
+        let budget = MemoryBudget::new(config.memory_limit);
+        let weights = budget.try_charge(
+            initializer_bytes(&graph),
+            MemoryKind::Persistent,
+            config.device,
+        )?;
+        let budget_for_build = budget.clone();
+        budget_for_build.install(|| Self::build_within(graph, config, budget, weights))
+    }
+
+    fn build_within(
+        mut graph: Graph,
+        config: PlanConfig,
+        budget: Arc<MemoryBudget>,
+        weights: BudgetCharge,
+    ) -> Result<Arc<InferencePlan>> {
         let report = if config.optimize {
             optimize(&mut graph, config.threads)?
         } else {
@@ -72,6 +94,14 @@ impl InferencePlan {
             Some(dims) => Some(Arc::new(Planned::new(&graph, dims, &config, None)?)),
             None => None,
         };
+        if let Some(base) = &base {
+            // Every context allocates this arena: one at least must fit beside the weights.
+            budget.check(
+                base.memory.arena_bytes,
+                MemoryKind::Workspace,
+                config.device,
+            )?;
+        }
         let symbolic;
         let facts_spec = match &base {
             Some(p) => &p.spec,
@@ -105,7 +135,15 @@ impl InferencePlan {
             base,
             report,
             pool,
+            budget,
+            _weights: weights,
         }))
+    }
+
+    /// The budget this plan's builds and runs are charged to: its limit, and the bytes the
+    /// weights, arenas and runs hold now.
+    pub fn memory_budget(&self) -> &Arc<MemoryBudget> {
+        &self.budget
     }
 
     pub fn graph(&self) -> &Graph {
@@ -165,6 +203,17 @@ impl InferencePlan {
         }
         bytes
     }
+}
+
+/// Bytes of the initializers the graph came with (string tensors count as nothing).
+fn initializer_bytes(graph: &Graph) -> usize {
+    graph
+        .values
+        .iter()
+        .fold(0usize, |total, v| match &v.source {
+            ValueSource::Initializer(t) => total.saturating_add(t.size_in_bytes().unwrap_or(0)),
+            _ => total,
+        })
 }
 
 fn check_profile(config: &PlanConfig, inputs: &[IoInfo]) -> Result<()> {

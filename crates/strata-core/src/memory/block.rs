@@ -6,6 +6,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::memory::budget::BudgetCharge;
 use crate::memory::mode::InferenceMode;
 use crate::memory::route::RouteRef;
 use crate::{Allocator, CoreError, Device, MemoryKind, Result};
@@ -13,8 +14,12 @@ use crate::{Allocator, CoreError, Device, MemoryKind, Result};
 /// How a block's memory is released when the last reference drops.
 pub(crate) enum BlockOwner {
     /// Allocated through a registry: returned to the route's allocator and un-accounted from
-    /// its (device, kind) ledger.
-    Routed(RouteRef),
+    /// its (device, kind) ledger, and from the budget it was charged to, if any.
+    Routed {
+        route: RouteRef,
+        /// Held only to be dropped with the block: returns the bytes to the budget.
+        _charge: Option<BudgetCharge>,
+    },
     /// Allocated from an allocator directly, outside any registry accounting: returned to it.
     Allocator { allocator: Arc<dyn Allocator> },
     /// Owned elsewhere (a file mapping, a user buffer): never freed here; the keep-alive handle
@@ -63,6 +68,7 @@ impl MemoryBlock {
         device: Device,
         kind: MemoryKind,
         route: RouteRef,
+        charge: Option<BudgetCharge>,
     ) -> Self {
         debug_assert_eq!(route.allocator.device(), device);
         MemoryBlock::with_owner(
@@ -72,7 +78,10 @@ impl MemoryBlock {
             device,
             kind,
             false,
-            BlockOwner::Routed(route),
+            BlockOwner::Routed {
+                route,
+                _charge: charge,
+            },
         )
     }
 
@@ -212,17 +221,21 @@ impl MemoryBlock {
     /// The allocator that owns this block, if it came from one (used by `resize`).
     pub fn allocator(&self) -> Option<&Arc<dyn Allocator>> {
         match &self.owner {
-            BlockOwner::Routed(route) => Some(&route.allocator),
+            BlockOwner::Routed { route, .. } => Some(&route.allocator),
             BlockOwner::Allocator { allocator } => Some(allocator),
             _ => None,
         }
     }
 
-    /// The global-registry route this block returns to, if it came from one.
+    /// The global-registry route this block returns to, if it came from one and carries no
+    /// budget charge (only such blocks may be parked in a thread cache and handed out again).
     #[inline]
     pub(crate) fn static_route(&self) -> Option<&'static crate::memory::route::Route> {
         match &self.owner {
-            BlockOwner::Routed(RouteRef::Static(route)) => Some(route),
+            BlockOwner::Routed {
+                route: RouteRef::Static(route),
+                _charge: None,
+            } => Some(route),
             _ => None,
         }
     }
@@ -304,7 +317,8 @@ impl Drop for MemoryBlock {
     #[inline]
     fn drop(&mut self) {
         match &self.owner {
-            BlockOwner::Routed(route) => {
+            // The budget charge (if any) is returned when the owner drops, after this.
+            BlockOwner::Routed { route, .. } => {
                 // SAFETY: `ptr`, `len` and `align` are exactly what `route.allocator.allocate`
                 // returned and was asked for (see `from_route`), and this is the last reference
                 // to the block, so nothing can use the memory afterwards.

@@ -4,6 +4,7 @@ pub mod alias;
 pub mod allocator;
 pub mod arena;
 pub mod block;
+pub mod budget;
 pub mod caching;
 pub mod cpu;
 mod cuda_host;

@@ -16,6 +16,7 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
+use crate::memory::budget::MemoryBudget;
 use crate::memory::ledger::{KindLedger, KindStats};
 use crate::memory::route::{Route, RouteRef};
 use crate::memory::thread_cache;
@@ -301,9 +302,16 @@ impl AllocatorRegistry {
         align: usize,
     ) -> Result<Arc<MemoryBlock>> {
         let route = self.route(device, kind)?;
-        if let RouteRef::Static(route) = &route {
-            if let Some(block) = thread_cache::take(route, bytes, align) {
-                return Ok(block);
+        // Charged before the allocator is asked, so a plan over its limit allocates nothing.
+        let charge = MemoryBudget::charge_current(bytes, kind, device)?;
+        // Outside any budget (eager tensors, user code), a small block this thread freed is
+        // taken back from its cache. Blocks under a budget are never parked (they carry a
+        // charge), so the budget's counts stay exact.
+        if charge.is_none() {
+            if let RouteRef::Static(route) = &route {
+                if let Some(block) = thread_cache::take(route, bytes, align) {
+                    return Ok(block);
+                }
             }
         }
         let ptr = route
@@ -312,7 +320,7 @@ impl AllocatorRegistry {
             .map_err(|err| name_kind(err, kind))?;
         route.ledger.record(bytes);
         Ok(Arc::new(MemoryBlock::from_route(
-            ptr, bytes, align, device, kind, route,
+            ptr, bytes, align, device, kind, route, charge,
         )))
     }
 
@@ -494,5 +502,41 @@ mod tests {
             "{err}"
         );
         assert!(err.to_string().contains("KVCache"));
+    }
+
+    #[test]
+    fn an_installed_budget_is_charged_before_allocating_and_refunded_on_free() {
+        let r = AllocatorRegistry::new();
+        r.register_device(Arc::new(CpuAllocator::new())).unwrap();
+        let budget = MemoryBudget::new(1000);
+        let block = budget
+            .install(|| r.allocate(Device::Cpu, MemoryKind::Persistent, 600, 64))
+            .unwrap();
+        assert_eq!(budget.used(), 600);
+        let err = budget
+            .install(|| r.allocate(Device::Cpu, MemoryKind::Workspace, 500, 64))
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                CoreError::MemoryLimitExceeded {
+                    bytes: 500,
+                    limit: 1000,
+                    kind: MemoryKind::Workspace,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        // Nothing was allocated for the refused request.
+        assert_eq!(r.stats(Device::Cpu, MemoryKind::Workspace).allocations, 0);
+        // Outside the install nothing is charged; freeing on another thread refunds.
+        let free = r
+            .allocate(Device::Cpu, MemoryKind::Workspace, 5000, 64)
+            .unwrap();
+        assert_eq!(budget.used(), 600);
+        std::thread::spawn(move || drop(block)).join().unwrap();
+        assert_eq!(budget.used(), 0);
+        drop(free);
     }
 }

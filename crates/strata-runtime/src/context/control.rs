@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use strata_core::CoreError;
 use strata_ops::run_control::CancelFlag;
 use strata_ops::OpError;
 
@@ -21,6 +22,19 @@ impl RuntimeError {
     pub fn is_timeout(&self) -> bool {
         self.stop_reason()
             .is_some_and(|e| matches!(e, OpError::TimedOut { .. }))
+    }
+
+    /// The `MemoryLimitExceeded` error under this one, when a build or run stopped at the plan's
+    /// memory limit (directly, in a node, or in a subgraph's run).
+    pub fn memory_limit_exceeded(&self) -> Option<&CoreError> {
+        let core = match self {
+            RuntimeError::Core(err) => err,
+            _ => match self.stop_reason()? {
+                OpError::Core(err) => err,
+                _ => return None,
+            },
+        };
+        matches!(core, CoreError::MemoryLimitExceeded { .. }).then_some(core)
     }
 
     /// The operator error at the bottom of this one, looking through nodes and the subgraph

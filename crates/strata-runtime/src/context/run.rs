@@ -1,10 +1,11 @@
 //! Running the plan: nodes in order, static ones into their arena slots, data-dependent ones
 //! through the one eval path with outputs made as they run.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use smallvec::SmallVec;
-use strata_core::{MemoryKind, Tensor};
+use strata_core::{MemoryBudget, MemoryKind, Tensor};
 use strata_ops::eval::EvalOptions;
 use strata_ops::run_control::{self, RunControl};
 use strata_ops::KernelIo;
@@ -20,6 +21,13 @@ static UNDEFINED: std::sync::LazyLock<Tensor> = std::sync::LazyLock::new(Tensor:
 impl ExecutionContext {
     /// Runs the plan on the inputs set so far.
     pub fn execute(&mut self) -> Result<()> {
+        // What the run allocates (a grown arena, dynamic outputs) counts against the plan's
+        // limit; a subgraph's run (a Loop or If body) against the limit of the run it is part of.
+        let budget = MemoryBudget::current().unwrap_or_else(|| self.plan.memory_budget().clone());
+        budget.install(|| self.execute_charged(&budget))
+    }
+
+    fn execute_charged(&mut self, budget: &Arc<MemoryBudget>) -> Result<()> {
         for (i, info) in self.plan.inputs().iter().enumerate() {
             if self.pending[i].is_none() && !self.input_set[i] {
                 return Err(RuntimeError::InputNotSet {
@@ -41,9 +49,9 @@ impl ExecutionContext {
         let plan = self.plan.clone();
         // A subgraph's run (inside a Loop or If) obeys the run it is part of.
         let control = run_control::current().unwrap_or_else(|| self.limits.for_run());
-        let result = plan
-            .pool()
-            .run(|| control.install(|| self.run_nodes(&plan, &planned, &control)));
+        let result = plan.pool().run(|| {
+            budget.install(|| control.install(|| self.run_nodes(&plan, &planned, &control)))
+        });
         self.limits.after_run(&result);
         result?;
         self.stats.runs += 1;
@@ -68,6 +76,8 @@ impl ExecutionContext {
             } else {
                 self.run_static(plan, planned, i)?;
             }
+            // A long kernel that saw the stop token cut its work short: its output is never used.
+            control.check(&plan.graph().nodes[i].name)?;
             if let Some(t) = started {
                 self.timings[i] += t.elapsed();
             }

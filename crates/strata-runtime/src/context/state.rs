@@ -47,7 +47,11 @@ pub struct ExecutionContext {
 impl InferencePlan {
     /// A new execution context; allocates its arena now when the memory plan is known.
     pub fn create_context(self: &Arc<Self>) -> Result<ExecutionContext> {
-        ExecutionContext::new(self.clone())
+        // Its arena and state (a KV cache) count against the plan's memory limit; a subgraph's
+        // context, made during a run, against the limit of that run.
+        strata_core::MemoryBudget::current()
+            .unwrap_or_else(|| self.memory_budget().clone())
+            .install(|| ExecutionContext::new(self.clone()))
     }
 }
 

@@ -111,9 +111,11 @@ pub unsafe fn run<T: Float + Pod, K: Microkernel<T>>(p: &Problem<'_, T>, threads
     } else {
         threads.min(parallel::threads())
     };
+    // Cancellation: blocks poll the run's token; the run fails at its next check (run_control).
+    let stop = crate::run_control::stop_token();
     if threads <= 1 {
         // SAFETY: the whole of C, per the caller's contract.
-        unsafe { block::<T, K>(p, 0..p.m, 0..p.n) };
+        unsafe { block::<T, K>(p, 0..p.m, 0..p.n, &stop) };
         return;
     }
     let (row_chunk, col_chunk) = split(p.m, p.n, K::MR, K::NR, threads);
@@ -121,12 +123,15 @@ pub unsafe fn run<T: Float + Pod, K: Microkernel<T>>(p: &Problem<'_, T>, threads
     // About one block per thread, each on the same thread every call (its part of a prepacked
     // operand stays in that core's cache).
     parallel::for_each_thread(row_blocks * col_blocks, |index| {
+        if stop.should_stop() {
+            return;
+        }
         let (r, c) = (index / col_blocks, index % col_blocks);
         let rows = r * row_chunk..((r + 1) * row_chunk).min(p.m);
         let cols = c * col_chunk..((c + 1) * col_chunk).min(p.n);
         // SAFETY: the blocks partition C (disjoint row or column ranges), so each task owns
         // its elements; the rest is the caller's contract.
-        unsafe { block::<T, K>(p, rows, cols) };
+        unsafe { block::<T, K>(p, rows, cols, &stop) };
     });
 }
 
@@ -155,6 +160,7 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
     p: &Problem<'_, T>,
     rows: Range<usize>,
     cols: Range<usize>,
+    stop: &crate::run_control::StopToken,
 ) {
     let kc_max = K::KC.min(p.k);
     let nc_max = K::NC.min(cols.len().div_ceil(K::NR) * K::NR);
@@ -173,6 +179,9 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
         for jc in cols.clone().step_by(K::NC) {
             let nc = K::NC.min(cols.end - jc);
             for pc in (0..p.k).step_by(K::KC) {
+                if stop.should_stop() {
+                    return;
+                }
                 let kc = K::KC.min(p.k - pc);
                 // Prepacked B: sliver `jr / NR` holds all k rows, its rows pc.. are contiguous.
                 let b_len = match p.packed_b {

@@ -152,7 +152,10 @@ where
         y.fill(T::Wide::zero());
         return Ok(());
     }
+    // Taken here: the pool's workers that run the blocks have no run control installed.
+    let stop = crate::run_control::stop_token();
     let probabilities = |block: usize, scores: &mut [T::Wide], qk: Option<&mut [T]>| {
+        stop.poll(block, "Attention")?;
         head_probabilities::<T>(g, block, (q, k), scores, qk, bias, params)
     };
     match qk_output {
@@ -172,6 +175,10 @@ where
     let (l, dv) = (g.total_kv, g.v_head_size);
     let scores = &*scores;
     parallel::try_for_each_chunk_mut(y, y_len, min_len, |block, y| {
+        if stop.should_stop_at(block) {
+            // Skipped: the run fails at its check after this node.
+            return Ok(());
+        }
         let p = &scores[block * score_len..(block + 1) * score_len];
         // Y (s × dv) = P (s × l) · V (l × dv).
         let kv_block = kv_block(g, block);

@@ -240,7 +240,9 @@ impl Operator for LinearAttention {
                 dims(DECAY).flatten().as_deref(),
                 dims(BETA).flatten().as_deref(),
             )?;
-            out_v = Dim::Known(self.q_heads * g.d_v);
+            out_v = Dim::Known(self.q_heads.checked_mul(g.d_v).ok_or_else(|| {
+                OpError::shape(OP, "the output width (heads × value dim) overflows")
+            })?);
             state[2] = Dim::Known(g.d_k);
             state[3] = Dim::Known(g.d_v);
         }

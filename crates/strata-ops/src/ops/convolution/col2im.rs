@@ -129,7 +129,7 @@ impl Col2Im {
             };
             blocks.push(n);
         }
-        let count: usize = blocks.iter().product();
+        let count = strata_core::shape::checked_numel(&blocks)?;
         if x[2] != count {
             return Err(OpError::shape(
                 OP,

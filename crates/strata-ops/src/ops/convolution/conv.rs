@@ -4,6 +4,7 @@
 
 use std::marker::PhantomData;
 
+use strata_core::shape::checked_numel;
 use strata_core::{DType, Device, Element};
 
 use crate::kernels::{resolve_auto_pad, Activation, GemmFloat, Prepacked};
@@ -228,15 +229,17 @@ impl Operator for Conv {
         match inputs[0].dtype {
             DType::F16 | DType::BF16 => {
                 let bias = inputs.get(2).and_then(|b| b.numel()).unwrap_or(0);
-                let out = conv_output_dims(&x, &w, &p)?.iter().product::<usize>();
-                let len = [unfold, x.iter().product(), w.iter().product(), bias, out]
+                let out = checked_numel(&conv_output_dims(&x, &w, &p)?)?;
+                let len = [unfold, checked_numel(&x)?, checked_numel(&w)?, bias, out]
                     .iter()
                     .try_fold(0usize, |acc, &n| acc.checked_add(n))
                     .and_then(|n| n.checked_mul(std::mem::size_of::<f32>()))
                     .ok_or_else(|| OpError::shape("Conv", "f32 working set size overflows"))?;
                 Ok(len)
             }
-            dtype => Ok(unfold * dtype.size_in_bytes()),
+            dtype => unfold
+                .checked_mul(dtype.size_in_bytes())
+                .ok_or_else(|| OpError::shape("Conv", "unfold buffer size overflows")),
         }
     }
 

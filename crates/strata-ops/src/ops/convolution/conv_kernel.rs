@@ -185,9 +185,14 @@ pub fn conv<T: GemmFloat + Element>(
             }
         }
     };
+    // Cancellation: one poll per (batch, group); the run fails at its next check (run_control).
+    let stop = crate::run_control::stop_token();
     let needs_epilogue = bias.is_some() || residual.is_some() || p.post != Activation::None;
     // Pointwise: the input plane already is the (cg x out_len) matrix of a group.
     let pointwise = |b: usize, grp: usize, y: &mut [T], threads: usize| -> KernelResult<()> {
+        if stop.should_stop() {
+            return Ok(());
+        }
         let x = &input[(b * g.in_channels + grp * cg) * w.in_len..][..cg * w.in_len];
         let finish_row = |oc: usize, j: usize, y_row: &mut [T]| {
             let channel = grp * mg + oc;
@@ -251,6 +256,9 @@ pub fn conv<T: GemmFloat + Element>(
     }
     for b in 0..g.batch {
         for grp in 0..g.groups {
+            if stop.should_stop() {
+                return Ok(());
+            }
             let x = &input[(b * g.in_channels + grp * cg) * w.in_len..][..cg * w.in_len];
             let wt = &weight[grp * mg * depth..][..mg * depth];
             let y = &mut out[(b * g.out_channels + grp * mg) * w.out_len..][..mg * w.out_len];

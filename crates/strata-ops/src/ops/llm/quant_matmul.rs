@@ -29,7 +29,7 @@ fn geometry(inputs: &[&Fact]) -> OpResult<(usize, usize, usize, DType)> {
     let w = required(OP, inputs, 1)?;
     let wd = w.concrete_or_err(OP)?;
     let k = x.last().copied().unwrap_or(1);
-    let m = x[..x.len().saturating_sub(1)].iter().product();
+    let m = strata_core::shape::checked_numel(&x[..x.len().saturating_sub(1)])?;
     Ok((m, k, wd[0], w.dtype))
 }
 

@@ -186,7 +186,8 @@ impl Operator for Recurrent {
         check_dim(op, "W's direction axis", &w.dims[0], &dirs)?;
         check_dim(op, "R's direction axis", &r.dims[0], &dirs)?;
         let hidden = self.hidden_dim(r);
-        let gate_rows = hidden.map(|h| h * self.cell.gates());
+        // Saturated: no real dim equals usize::MAX, so an overflowing hidden_size fails the checks.
+        let gate_rows = hidden.map(|h| h.saturating_mul(self.cell.gates()));
         check_dim(op, "R's hidden axis", &r.dims[2], &hidden)?;
         check_dim(op, "R's gate axis", &r.dims[1], &gate_rows)?;
         check_dim(op, "W's gate axis", &w.dims[1], &gate_rows)?;

@@ -312,6 +312,8 @@ impl SequenceKernel {
         let (lens, rows) = (&*work.lens, work.rows);
         let (projection, gates, h, c) = (work.projection, work.gates, work.h, work.c);
 
+        // Cancellation and deadlines are checked once per time step.
+        let stop = crate::run_control::stop_token();
         for d in 0..g.dirs {
             let w_d = &w[d * gw * g.input..(d + 1) * gw * g.input];
             let r_d = &r[d * gw * hs..(d + 1) * gw * hs];
@@ -363,6 +365,7 @@ impl SequenceKernel {
             }
             let reverse = self.op.direction.is_reverse(d);
             for s in 0..g.seq {
+                stop.check(self.op.cell.name())?;
                 for (b, row) in rows.iter_mut().enumerate() {
                     *row = if s < lens[b] {
                         let t = if reverse { lens[b] - 1 - s } else { s };

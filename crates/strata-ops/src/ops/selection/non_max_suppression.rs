@@ -169,12 +169,15 @@ impl NonMaxSuppression {
         let mut selected = Vec::new();
         let mut order: Vec<usize> = Vec::with_capacity(count);
         let mut kept: Vec<Extent> = Vec::new();
+        // Cancellation and deadlines, once per (batch, class).
+        let stop = crate::run_control::stop_token();
         for b in 0..batches {
             let extents: Vec<Extent> = boxes[b * count * 4..(b + 1) * count * 4]
                 .chunks_exact(4)
                 .map(|c| Extent::new(c, self.center_point_box))
                 .collect();
             for c in 0..classes {
+                stop.poll(b * classes + c, OP)?;
                 let s = &scores[(b * classes + c) * count..(b * classes + c + 1) * count];
                 order.clear();
                 order.extend((0..count).filter(|&i| limits.score.is_none_or(|t| s[i] > t)));

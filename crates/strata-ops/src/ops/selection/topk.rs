@@ -165,12 +165,15 @@ fn topk<T: TotalOrder>(
     indices: &mut [i64],
     order: &mut [u32],
     l: &Lanes,
-) {
+) -> OpResult<()> {
     let (n, inner, k) = (l.n, l.inner, l.k);
     let outer = x.len().checked_div(n * inner).unwrap_or(0);
     let order = &mut order[..n];
+    // Cancellation and deadlines, once per lane.
+    let stop = crate::run_control::stop_token();
     for o in 0..outer {
         for i in 0..inner {
+            stop.poll(o * inner + i, "TopK")?;
             let base = o * n * inner + i;
             let at = |j: u32| x[base + j as usize * inner];
             let cmp = |a: &u32, b: &u32| {
@@ -196,6 +199,7 @@ fn topk<T: TotalOrder>(
             }
         }
     }
+    Ok(())
 }
 
 impl Kernel for TopK {
@@ -253,8 +257,7 @@ impl Kernel for TopK {
             let xs = xr.as_slice().ok_or_else(not_contiguous)?;
             let mut vw = values.write::<T>()?;
             let vs = vw.as_mut_slice().ok_or_else(not_contiguous)?;
-            topk(xs, vs, is, order, &lanes);
-            Ok(())
+            topk(xs, vs, is, order, &lanes)
         }, _ => Err(OpError::no_kernel("TopK", x.dtype(), Device::Cpu)))
     }
 }

@@ -181,8 +181,7 @@ impl Operator for Unique {
         let (y, n) = match self.axis {
             None => (
                 vec![Dim::Unknown],
-                x.concrete()
-                    .map_or(Dim::Unknown, |d| Dim::Known(d.iter().product())),
+                x.numel().map_or(Dim::Unknown, Dim::Known),
             ),
             Some(a) => {
                 let axis = normalize_axis(OP, "axis", a, x.rank())?;

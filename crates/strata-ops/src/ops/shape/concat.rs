@@ -78,7 +78,12 @@ impl Operator for Concat {
                     }
                 }
             }
-            total = total.zip(f.dims[axis].known()).map(|(t, d)| t + d);
+            total = match (total, f.dims[axis].known()) {
+                (Some(t), Some(d)) => Some(t.checked_add(d).ok_or_else(|| {
+                    OpError::shape("Concat", "the length along the axis overflows")
+                })?),
+                _ => None,
+            };
         }
         dims[axis] = total.map_or(Dim::Unknown, Dim::Known);
         Ok(vec![Fact::new(first.dtype, dims)])

@@ -64,14 +64,18 @@ impl DepthSpace {
     /// Output dims for NCHW input dims, checking divisibility.
     fn out_dims(&self, [n, c, h, w]: [usize; 4]) -> OpResult<[usize; 4]> {
         let b = self.block;
+        // Dims are declared and the block size is an attribute: products are checked.
+        let overflow = || OpError::shape(self.name(), "the output dims overflow");
+        let bb = b.checked_mul(b).ok_or_else(overflow)?;
         if self.to_space {
-            if c % (b * b) != 0 {
+            if c % bb != 0 {
                 return Err(OpError::shape(
                     self.name(),
-                    format!("{c} channels are not divisible by blocksize² = {}", b * b),
+                    format!("{c} channels are not divisible by blocksize² = {bb}"),
                 ));
             }
-            Ok([n, c / (b * b), h * b, w * b])
+            let (h, w) = (h.checked_mul(b), w.checked_mul(b));
+            Ok([n, c / bb, h.ok_or_else(overflow)?, w.ok_or_else(overflow)?])
         } else {
             if h % b != 0 || w % b != 0 {
                 return Err(OpError::shape(
@@ -79,7 +83,7 @@ impl DepthSpace {
                     format!("spatial dims {h}x{w} are not divisible by blocksize {b}"),
                 ));
             }
-            Ok([n, c * b * b, h / b, w / b])
+            Ok([n, c.checked_mul(bb).ok_or_else(overflow)?, h / b, w / b])
         }
     }
 

@@ -5,7 +5,7 @@ use strata_core::Device;
 use crate::ops::shape::identity::copy_kernel;
 use crate::support::axes::normalize_split_axis;
 use crate::support::inputs::required;
-use crate::{Dim, Fact, Kernel, OpContext, OpResult, Operator};
+use crate::{Dim, Fact, Kernel, OpContext, OpError, OpResult, Operator};
 
 #[derive(Debug)]
 pub struct Flatten {
@@ -20,10 +20,14 @@ impl Flatten {
     }
 }
 
-fn product(dims: &[Dim]) -> Dim {
-    dims.iter()
-        .try_fold(1usize, |acc, d| d.known().map(|d| acc * d))
-        .map_or(Dim::Unknown, Dim::Known)
+/// The product of known dims (declared dims may be anything: an overflow is an error).
+fn product(dims: &[Dim]) -> OpResult<Dim> {
+    let Some(known) = dims.iter().map(Dim::known).collect::<Option<Vec<_>>>() else {
+        return Ok(Dim::Unknown);
+    };
+    let n = strata_core::shape::checked_numel(&known)
+        .map_err(|e| OpError::shape("Flatten", e.to_string()))?;
+    Ok(Dim::Known(n))
 }
 
 impl Operator for Flatten {
@@ -35,7 +39,7 @@ impl Operator for Flatten {
         let x = required("Flatten", inputs, 0)?;
         let axis = normalize_split_axis("Flatten", "axis", self.axis, x.rank())?;
         let (outer, inner) = x.dims.split_at(axis);
-        let mut out = Fact::new(x.dtype, vec![product(outer), product(inner)]);
+        let mut out = Fact::new(x.dtype, vec![product(outer)?, product(inner)?]);
         if let (Some(v), Some(dims)) = (&x.value, out.concrete()) {
             out.value = Some(v.reshape(&dims)?);
         }

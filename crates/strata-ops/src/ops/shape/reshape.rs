@@ -1,5 +1,6 @@
 //! Reshape: new dims from a shape tensor (0 copies the input dim unless `allowzero`, -1 infers).
 
+use strata_core::shape::checked_numel;
 use strata_core::Device;
 
 use crate::ops::shape::identity::copy_kernel;
@@ -62,9 +63,11 @@ pub fn reshape_dims(op: &str, input: &[Dim], spec: &[i64], allow_zero: bool) -> 
         });
     }
     let known = |dims: &[Dim]| dims.iter().map(Dim::known).collect::<Option<Vec<_>>>();
-    let in_numel = known(input).map(|d| d.iter().product::<usize>());
+    // Declared dims may be anything: element counts are checked, an overflow is an error.
+    let numel = |dims: &[usize]| checked_numel(dims).map_err(|e| OpError::shape(op, e.to_string()));
+    let in_numel = known(input).as_deref().map(numel).transpose()?;
     if let Some(at) = infer_at {
-        let rest = known(&out).map(|d| d.iter().product::<usize>());
+        let rest = known(&out).as_deref().map(numel).transpose()?;
         out[at] = match (in_numel, rest) {
             (Some(n), Some(r)) if r != 0 && n % r == 0 => Dim::Known(n / r),
             (Some(n), Some(r)) => {
@@ -76,7 +79,7 @@ pub fn reshape_dims(op: &str, input: &[Dim], spec: &[i64], allow_zero: bool) -> 
             _ => Dim::Unknown,
         };
     } else if let (Some(n), Some(out_dims)) = (in_numel, known(&out)) {
-        let m: usize = out_dims.iter().product();
+        let m = numel(&out_dims)?;
         if n != m {
             return Err(OpError::shape(
                 op,

@@ -47,14 +47,15 @@ impl Operator for Tile {
                 x.dims
                     .iter()
                     .zip(&r)
-                    .map(|(d, &r)| {
-                        if r == 1 {
-                            d.clone()
-                        } else {
-                            d.map(|d| d * r as usize)
-                        }
+                    .map(|(d, &r)| match d {
+                        _ if r == 1 => Ok(d.clone()),
+                        Dim::Known(d) => d
+                            .checked_mul(r as usize)
+                            .map(Dim::Known)
+                            .ok_or_else(|| OpError::shape("Tile", "the output dims overflow")),
+                        _ => Ok(Dim::Unknown),
                     })
-                    .collect()
+                    .collect::<OpResult<Vec<_>>>()?
             }
             None => vec![Dim::Unknown; x.rank()],
         };

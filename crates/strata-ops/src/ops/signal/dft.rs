@@ -6,6 +6,7 @@
 //! (`n` defaults to `2 * (bins - 1)`). `inverse` scales by `1 / n`. Computed in f64, one
 //! transform at a time in planned scratch, reading the input and writing the output in place.
 
+use strata_core::shape::checked_numel;
 use strata_core::{DType, Device};
 
 use super::fft::{Complex, Fft};
@@ -97,9 +98,9 @@ impl Dft {
         };
         Ok(Geometry {
             axis,
-            outer: dims[..axis].iter().product(),
+            outer: checked_numel(&dims[..axis])?,
             len,
-            inner: dims[axis + 1..rank - 1].iter().product(),
+            inner: checked_numel(&dims[axis + 1..rank - 1])?,
             channels,
             n,
             out_len,
@@ -132,8 +133,10 @@ impl Dft {
             p.len.min(p.n)
         };
         let scale = if self.inverse { 1.0 / p.n as f64 } else { 1.0 };
+        let stop = crate::run_control::stop_token();
         for o in 0..p.outer {
             for i in 0..p.inner {
+                stop.poll(o * p.inner + i, OP)?;
                 buf.fill(Complex::ZERO);
                 for (k, slot) in buf.iter_mut().enumerate().take(taken) {
                     let at = ((o * p.len + k) * p.inner + i) * p.channels;

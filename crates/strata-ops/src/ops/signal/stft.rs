@@ -132,8 +132,10 @@ impl Stft {
         let mut fft = Fft::new(f.frame, false, rest)
             .ok_or_else(|| OpError::kernel(OP, "scratch is smaller than planned"))?;
         let mut at_out = 0;
+        let stop = crate::run_control::stop_token();
         for b in 0..f.batch {
             for frame in 0..f.count {
+                stop.poll(b * f.count + frame, OP)?;
                 for (k, slot) in buf.iter_mut().enumerate() {
                     let at = (b * f.length + frame * f.step + k) * f.channels;
                     let w = window.map_or(1.0, |w| w.get(k));
