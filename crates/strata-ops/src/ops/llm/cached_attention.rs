@@ -24,6 +24,7 @@ use super::kv_cache::{KvCache, KV_BLOCK_TOKENS};
 use super::positive_attr;
 use crate::support::f16_bits::{f16_to_f32, f32_to_f16};
 use crate::support::inputs::exact_inputs;
+use crate::support::kernel_choice::cpu_only;
 use crate::{
     ContextState, Dim, Fact, Kernel, KernelCapabilities, KernelIo, OpContext, OpError, OpResult,
     Operator, UsesContextState,
@@ -142,9 +143,7 @@ impl Operator for CachedAttention {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu {
-            return Err(OpError::no_kernel(OP, DType::F32, device));
-        }
+        cpu_only(OP, DType::F32, device)?;
         Ok(Box::new(CachedAttentionKernel(*self)))
     }
 

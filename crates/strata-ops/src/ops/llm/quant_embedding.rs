@@ -6,6 +6,7 @@ use strata_core::{DType, Device};
 
 use crate::kernels::quant::embedding_lookup;
 use crate::support::inputs::exact_inputs;
+use crate::support::kernel_choice::cpu_only;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "QuantEmbedding";
@@ -51,9 +52,7 @@ impl Operator for QuantEmbedding {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu {
-            return Err(OpError::no_kernel(OP, DType::F32, device));
-        }
+        cpu_only(OP, DType::F32, device)?;
         Ok(Box::new(QuantEmbeddingKernel))
     }
 }

@@ -10,6 +10,7 @@ use strata_core::{DType, Device, QUANT_BLOCK};
 use crate::kernels::quant::{quant_matmul_with, Isa, Q8Block, QuantMatrix, Strategy};
 use crate::kernels::KernelResult;
 use crate::support::inputs::{optional, required};
+use crate::support::kernel_choice::cpu_only;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "QuantMatMul";
@@ -96,9 +97,7 @@ impl Operator for QuantMatMul {
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let w = required(OP, inputs, 1)?;
-        if device != Device::Cpu {
-            return Err(OpError::no_kernel(OP, w.dtype, device));
-        }
+        cpu_only(OP, w.dtype, device)?;
         Ok(Box::new(QuantMatMulKernel))
     }
 

@@ -8,6 +8,7 @@ use strata_core::{DType, Device};
 use super::ggml_math::rms_norm_row;
 use super::{check_f32, contiguous_f32, contiguous_f32_mut};
 use crate::support::inputs::exact_inputs;
+use crate::support::kernel_choice::cpu_only;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "RmsNorm";
@@ -64,9 +65,7 @@ impl Operator for RmsNorm {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu {
-            return Err(OpError::no_kernel(OP, DType::F32, device));
-        }
+        cpu_only(OP, DType::F32, device)?;
         Ok(Box::new(RmsNormKernel(*self)))
     }
 }

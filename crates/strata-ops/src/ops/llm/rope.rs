@@ -11,6 +11,7 @@ use strata_core::{DType, Device};
 use super::ggml_math::rotate;
 use super::{check_f32, contiguous_f32, contiguous_f32_mut, positive_attr};
 use crate::support::inputs::exact_inputs;
+use crate::support::kernel_choice::cpu_only;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "Rope";
@@ -118,9 +119,7 @@ impl Operator for Rope {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu {
-            return Err(OpError::no_kernel(OP, DType::F32, device));
-        }
+        cpu_only(OP, DType::F32, device)?;
         Ok(Box::new(RopeKernel(*self)))
     }
 }

@@ -8,6 +8,7 @@ use strata_core::{DType, Device};
 use super::ggml_math::swiglu_rows;
 use super::{check_f32, contiguous_f32, contiguous_f32_mut};
 use crate::support::inputs::exact_inputs;
+use crate::support::kernel_choice::cpu_only;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "SwiGlu";
@@ -58,9 +59,7 @@ impl Operator for SwiGlu {
         _outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        if device != Device::Cpu {
-            return Err(OpError::no_kernel(OP, DType::F32, device));
-        }
+        cpu_only(OP, DType::F32, device)?;
         Ok(Box::new(SwiGluKernel))
     }
 }
