@@ -20,7 +20,9 @@ echo "== pip install ./crates/strata-python"
 # The LanguageModel tests compare Python's generation with the Rust CLI's (`strata generate`).
 echo "== cargo build --release -p strata-cli"
 cargo build --release --quiet -p strata-cli
-export STRATA_BIN="$repo/target/release/strata"
+target_dir="${CARGO_TARGET_DIR:-$repo/target}"
+case "$target_dir" in /*) ;; *) target_dir="$repo/$target_dir" ;; esac
+export STRATA_BIN="$target_dir/release/strata"
 
 echo "== pytest crates/strata-python/tests"
 cd "$here/tests"
