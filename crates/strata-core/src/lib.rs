@@ -29,7 +29,7 @@ pub use memory::block::MemoryBlock;
 pub use memory::budget::{default_memory_limit, parse_memory_size, BudgetCharge, MemoryBudget};
 pub use memory::caching::CachingAllocator;
 pub use memory::cpu::CpuAllocator;
-pub use memory::external::MappedFile;
+pub use memory::external::{MappedFile, MappedFileBytes};
 pub use memory::host_vec::{try_collect, try_vec_filled, try_vec_with_capacity};
 pub use memory::kind::MemoryKind;
 pub use memory::ledger::KindStats;

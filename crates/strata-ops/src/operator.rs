@@ -218,6 +218,10 @@ pub struct KernelCapabilities<'a> {
     pub makes_outputs: Option<&'a dyn MakesOutputs>,
     /// It keeps state across runs in each execution context (a language model's KV cache).
     pub context_state: Option<&'a dyn UsesContextState>,
+    /// Input slots whose constant value it copied into its own layout when it was built (packed
+    /// weights) and never reads at run time: the plan frees such a weight once every reader
+    /// packed it, and binds an undefined tensor in its place.
+    pub packed_inputs: &'a [usize],
 }
 
 impl fmt::Debug for KernelCapabilities<'_> {
@@ -225,6 +229,7 @@ impl fmt::Debug for KernelCapabilities<'_> {
         f.debug_struct("KernelCapabilities")
             .field("makes_outputs", &self.makes_outputs.is_some())
             .field("context_state", &self.context_state.is_some())
+            .field("packed_inputs", &self.packed_inputs)
             .finish()
     }
 }

@@ -90,8 +90,8 @@ impl InferencePlan {
 
         let declared: Vec<Vec<Dim>> = inputs.iter().map(|i| i.dims.clone()).collect();
         let base_dims = base_dims(&config, &inputs);
-        let base = match &base_dims {
-            Some(dims) => Some(Arc::new(Planned::new(&graph, dims, &config, None)?)),
+        let mut base = match &base_dims {
+            Some(dims) => Some(Planned::new(&graph, dims, &config, None)?),
             None => None,
         };
         if let Some(base) = &base {
@@ -102,15 +102,23 @@ impl InferencePlan {
                 config.device,
             )?;
         }
-        let symbolic;
-        let facts_spec = match &base {
-            Some(p) => &p.spec,
+        let mut symbolic;
+        let facts_spec = match &mut base {
+            Some(p) => &mut p.spec,
             None => {
                 symbolic = specialize(&graph, &declared, config.threads)?;
-                &symbolic
+                &mut symbolic
             }
         };
-        let kernels = select_kernels(&graph, facts_spec, &config)?;
+        let kernels = select_kernels(&mut graph, facts_spec, &config)?;
+        // Packed weights were freed: the plan holds (and is charged for) what is left.
+        drop(weights);
+        let weights = budget.try_charge(
+            initializer_bytes(&graph),
+            MemoryKind::Persistent,
+            config.device,
+        )?;
+        let facts_spec = &*facts_spec;
         let outputs = graph
             .outputs
             .iter()
@@ -126,6 +134,7 @@ impl InferencePlan {
             })
             .collect();
         let pool = IntraOpPool::for_threads(config.threads)?;
+        let base = base.map(Arc::new);
         Ok(Arc::new(InferencePlan {
             graph,
             config,
@@ -261,37 +270,73 @@ fn base_dims(config: &PlanConfig, inputs: &[IoInfo]) -> Option<Vec<Vec<Dim>>> {
         .collect()
 }
 
+/// Chooses every node's kernel, in execution order. A weight whose every reader packed it into
+/// its own layout (`KernelCapabilities::packed_inputs`) is freed as soon as its last reader is
+/// built, so the original and all the packed copies are never resident at once (R1).
 fn select_kernels(
-    graph: &Graph,
-    spec: &Specialization,
+    graph: &mut Graph,
+    spec: &mut Specialization,
     config: &PlanConfig,
 ) -> Result<Vec<Option<Box<dyn Kernel>>>> {
     let absent = Fact::absent();
-    graph
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, node)| {
-            if spec.skip[i] {
-                return Ok(None);
+    // Per value: how many input slots read it, and how many of those a kernel packed.
+    let mut reads = vec![0usize; graph.values.len()];
+    for input in graph.nodes.iter().flat_map(|n| n.inputs.iter().flatten()) {
+        reads[input.0] += 1;
+    }
+    let mut packed = vec![0usize; graph.values.len()];
+    let mut kernels = Vec::with_capacity(graph.nodes.len());
+    for i in 0..graph.nodes.len() {
+        if spec.skip[i] {
+            kernels.push(None);
+            continue;
+        }
+        let node = &graph.nodes[i];
+        let inputs: Vec<&Fact> = node
+            .inputs
+            .iter()
+            .map(|v| v.map_or(&absent, |id| &spec.facts[id.0]))
+            .collect();
+        let outputs: Vec<&Fact> = node.outputs.iter().map(|id| &spec.facts[id.0]).collect();
+        let kernel = node
+            .op
+            .kernel(&inputs, &outputs, config.device)
+            .map_err(|source| {
+                RuntimeError::node(
+                    &node.name,
+                    node.op.op_type(),
+                    inputs.iter().filter_map(|f| f.concrete()).collect(),
+                    source,
+                )
+            })?;
+        let slots: Vec<usize> = kernel.capabilities().packed_inputs.to_vec();
+        for slot in slots {
+            let Some(Some(value)) = graph.nodes[i].inputs.get(slot).copied() else {
+                continue;
+            };
+            packed[value.0] += 1;
+            if packed[value.0] == reads[value.0] {
+                release_packed(graph, spec, value);
             }
-            let inputs: Vec<&Fact> = node
-                .inputs
-                .iter()
-                .map(|v| v.map_or(&absent, |id| &spec.facts[id.0]))
-                .collect();
-            let outputs: Vec<&Fact> = node.outputs.iter().map(|id| &spec.facts[id.0]).collect();
-            node.op
-                .kernel(&inputs, &outputs, config.device)
-                .map(Some)
-                .map_err(|source| {
-                    RuntimeError::node(
-                        &node.name,
-                        node.op.op_type(),
-                        inputs.iter().filter_map(|f| f.concrete()).collect(),
-                        source,
-                    )
-                })
-        })
-        .collect()
+        }
+        kernels.push(Some(kernel));
+    }
+    Ok(kernels)
+}
+
+/// Frees a weight every reader has packed: the graph and the specialization keep its type and
+/// dims only. Graph outputs and values that are not weights stay as they are.
+fn release_packed(graph: &mut Graph, spec: &mut Specialization, value: ValueId) {
+    if graph.outputs.contains(&value) {
+        return;
+    }
+    let entry = &mut graph.values[value.0];
+    let ValueSource::Initializer(tensor) = &entry.source else {
+        return;
+    };
+    let (dtype, dims) = (tensor.dtype(), tensor.dims().to_vec());
+    let fact = Fact::new(dtype, dims.iter().map(|&d| Dim::Known(d)).collect());
+    entry.source = ValueSource::Packed { dtype, dims };
+    entry.fact = fact.clone();
+    spec.facts[value.0] = fact;
 }

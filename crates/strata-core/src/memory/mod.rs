@@ -13,6 +13,7 @@ pub mod host_vec;
 pub mod kind;
 pub mod ledger;
 pub mod mode;
+mod os_pages;
 pub mod pinned;
 pub mod registry;
 mod route;

@@ -15,8 +15,8 @@ use crate::support::inputs::{optional, required};
 use crate::support::numeric::Real;
 use crate::support::scratch::{carve, scratch_as};
 use crate::{
-    Dim, EpilogueStep, Fact, Fused, FusesEpilogue, Kernel, KernelIo, OpCapabilities, OpContext,
-    OpError, OpResult, Operator,
+    Dim, EpilogueStep, Fact, Fused, FusesEpilogue, Kernel, KernelCapabilities, KernelIo,
+    OpCapabilities, OpContext, OpError, OpResult, Operator,
 };
 
 #[derive(Debug, Clone)]
@@ -259,11 +259,13 @@ impl Operator for Conv {
             (DType::F32, Device::Cpu) => Ok(Box::new(ConvKernel::<f32> {
                 op: self.clone(),
                 packed: prepack(inputs, &planned)?,
+                weight_dims: inputs[1].concrete(),
                 planned,
             })),
             (DType::F64, Device::Cpu) => Ok(Box::new(ConvKernel::<f64> {
                 op: self.clone(),
                 packed: prepack(inputs, &planned)?,
+                weight_dims: inputs[1].concrete(),
                 planned,
             })),
             // The widened kernels have no room planned for a residual.
@@ -306,11 +308,19 @@ struct ConvKernel<T> {
     planned: Option<(Vec<usize>, ConvParams)>,
     /// One packed weight matrix per group.
     packed: Option<Vec<Prepacked<T>>>,
+    /// The weight's dims when they were known at plan time: with the weight packed, the plan
+    /// frees the original and binds an undefined tensor in its place.
+    weight_dims: Option<Vec<usize>>,
 }
 
 impl<T: Element + GemmFloat> Kernel for ConvKernel<T> {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
         let (x, w, b, out) = (io.input(0), io.input(1), io.input(2), io.output(0));
+        let weight_dims = match (&self.weight_dims, w.is_defined()) {
+            (_, true) => w.dims(),
+            (Some(dims), false) if self.packed.is_some() => dims.as_slice(),
+            _ => return Err(OpError::kernel("Conv", "the weight input is missing")),
+        };
         let fresh;
         let params = match &self.planned {
             Some((dims, p))
@@ -320,12 +330,21 @@ impl<T: Element + GemmFloat> Kernel for ConvKernel<T> {
                 p
             }
             _ => {
-                fresh = self.op.params(x.dims(), w.dims())?;
+                fresh = self.op.params(x.dims(), weight_dims)?;
                 &fresh
             }
         };
         let not_contiguous = || OpError::kernel("Conv", "operands must be contiguous");
-        let (rx, rw) = (x.read::<T>()?, w.read::<T>()?);
+        let rx = x.read::<T>()?;
+        let rw = if w.is_defined() {
+            Some(w.read::<T>()?)
+        } else {
+            None
+        };
+        let weight: &[T] = match &rw {
+            Some(r) => r.as_slice().ok_or_else(not_contiguous)?,
+            None => &[],
+        };
         let rb = if b.is_defined() {
             Some(b.read::<T>()?)
         } else {
@@ -361,8 +380,8 @@ impl<T: Element + GemmFloat> Kernel for ConvKernel<T> {
         conv(
             rx.as_slice().ok_or_else(not_contiguous)?,
             x.dims(),
-            rw.as_slice().ok_or_else(not_contiguous)?,
-            w.dims(),
+            weight,
+            weight_dims,
             bias,
             residual,
             self.packed.as_deref(),
@@ -372,6 +391,14 @@ impl<T: Element + GemmFloat> Kernel for ConvKernel<T> {
             io.threads,
         )?;
         Ok(())
+    }
+
+    fn capabilities(&self) -> KernelCapabilities<'_> {
+        KernelCapabilities {
+            // Every product reads the packed groups, whatever dims a run brings.
+            packed_inputs: if self.packed.is_some() { &[1] } else { &[] },
+            ..KernelCapabilities::default()
+        }
     }
 }
 
