@@ -353,13 +353,11 @@ multiversion! {
                 }
             }
             // Rows, then columns: w[r] = Bᵀ d[r] (along k), V[.][j] = Bᵀ w[.][j] (along r).
-            let mut w = [[[0.0f32; LANES]; ALPHA]; ALPHA];
-            for r in 0..ALPHA {
-                w[r] = bt(&d[r]);
-            }
-            for j in 0..ALPHA {
-                let column: [[f32; LANES]; ALPHA] = std::array::from_fn(|r| w[r][j]);
-                let transformed = bt(&column);
+            let w: [[[f32; LANES]; ALPHA]; ALPHA] = std::array::from_fn(|r| bt(&d[r]));
+            let columns: [[[f32; LANES]; ALPHA]; ALPHA] =
+                std::array::from_fn(|j| std::array::from_fn(|r| w[r][j]));
+            for (j, column) in columns.iter().enumerate() {
+                let transformed = bt(column);
                 for (i, values) in transformed.iter().enumerate() {
                     let e = i * ALPHA + j;
                     v[e * tiles + t0..][..lanes].copy_from_slice(&values[..lanes]);
@@ -398,13 +396,14 @@ multiversion! {
             }
             // Rows: s[i] = Aᵀ z[i] (along j); then columns: Y[.][q] = Aᵀ s[.][q] (along i).
             let s: [[[f32; LANES]; TILE]; ALPHA] = std::array::from_fn(|i| at(&z[i]));
-            for q in 0..TILE {
+            let columns: [[[f32; LANES]; ALPHA]; TILE] =
+                std::array::from_fn(|q| std::array::from_fn(|i| s[i][q]));
+            for (q, column) in columns.iter().enumerate() {
                 let ox = tx * TILE + q;
                 if ox >= g.out_w {
                     break;
                 }
-                let column: [[f32; LANES]; ALPHA] = std::array::from_fn(|i| s[i][q]);
-                let y = at(&column);
+                let y = at(column);
                 for (p, values) in y.iter().enumerate() {
                     let oy = ty * TILE + p;
                     if oy >= g.out_h {
