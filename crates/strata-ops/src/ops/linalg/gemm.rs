@@ -6,8 +6,8 @@ use strata_core::{DType, Device, Element};
 use crate::kernels::{gemm, gemm_prepacked, Activation, GemmFloat, Prepacked};
 use crate::support::strided::for_each_broadcast;
 use crate::{
-    broadcast_dims, Dim, EpilogueStep, Fact, Fused, FusesEpilogue, Kernel, KernelIo,
-    OpCapabilities, OpContext, OpError, OpResult, Operator,
+    broadcast_dims, Dim, EpilogueStep, Fact, Fused, FusesEpilogue, Kernel, KernelCapabilities,
+    KernelIo, OpCapabilities, OpContext, OpError, OpResult, Operator,
 };
 
 #[derive(Debug, Clone, Copy)]
@@ -19,10 +19,6 @@ pub struct Gemm {
     /// An activation fused in by the graph optimizer, applied after `beta * C` is added.
     post: Activation,
 }
-
-/// Products with at most this many rows stream B (the skinny path) instead of using a packed
-/// copy, so B is not prepacked for them.
-const SKINNY_ROWS: usize = 4;
 
 /// The kernel applies one activation to the finished output (bias already fused as C).
 impl FusesEpilogue for Gemm {
@@ -139,19 +135,19 @@ impl Operator for Gemm {
 }
 
 impl Gemm {
-    /// A constant B (the weights of a fully connected layer) packed once for the products, when
-    /// the planned row count is past the skinny path's (R1: held by the kernel in Persistent
-    /// memory, shared by every context).
+    /// A constant B (the weights of a fully connected layer) packed once for the products (R1:
+    /// held by the kernel in Persistent memory, shared by every context; the plan then frees
+    /// the original). Batch-1 products stream the packed slivers, larger ones use them as the
+    /// driver's B panels.
     fn prepack_b<T: Element + GemmFloat>(
         &self,
         inputs: &[&Fact],
-        outputs: &[&Fact],
+        _outputs: &[&Fact],
     ) -> OpResult<Option<Prepacked<T>>> {
-        let (Some(b), Some(out)) = (inputs[1].value.as_ref(), outputs.first()) else {
+        let Some(b) = inputs[1].value.as_ref() else {
             return Ok(None);
         };
-        let rows = out.dims.first().and_then(Dim::known);
-        if b.rank() != 2 || !matches!(rows, Some(m) if m > SKINNY_ROWS) {
+        if b.rank() != 2 {
             return Ok(None);
         }
         let read = b.read::<T>()?;
@@ -184,13 +180,10 @@ impl<T: Element + GemmFloat> Kernel for GemmKernel<T> {
         } else {
             a.dims()[1]
         };
-        let (ra, rb) = (a.read::<T>()?, b.read::<T>()?);
+        let ra = a.read::<T>()?;
         let mut w = out.write::<T>()?;
         let not_contiguous = || OpError::kernel("Gemm", "operands must be contiguous");
-        let (sa, sb) = (
-            ra.as_slice().ok_or_else(not_contiguous)?,
-            rb.as_slice().ok_or_else(not_contiguous)?,
-        );
+        let sa = ra.as_slice().ok_or_else(not_contiguous)?;
         let so = w.as_mut_slice().ok_or_else(not_contiguous)?;
         let beta = if c.is_defined() {
             let lc = c.layout().expand(out.dims())?;
@@ -214,34 +207,56 @@ impl<T: Element + GemmFloat> Kernel for GemmKernel<T> {
         };
         let alpha = T::from_f32(self.op.alpha);
         match &self.packed_b {
-            // Past the skinny row count only: fewer rows stream B faster than a packed tile.
-            Some(pb) if m > SKINNY_ROWS && pb.extent() == n && pb.depth() == k => gemm_prepacked(
-                pb,
-                m,
-                sa,
-                a_strides,
-                so,
-                (n as isize, 1),
-                alpha,
-                beta,
-                io.threads,
-            )?,
-            _ => gemm(
-                m,
-                n,
-                k,
-                sa,
-                a_strides,
-                sb,
-                b_strides,
-                so,
-                (n as isize, 1),
-                alpha,
-                beta,
-                io.threads,
-            )?,
+            // The packed B is all this kernel reads (the plan freed the original).
+            Some(pb) => {
+                if pb.extent() != n || pb.depth() != k {
+                    return Err(OpError::kernel(
+                        "Gemm",
+                        format!(
+                            "B was packed as {} x {}, the run needs {k} x {n}",
+                            pb.depth(),
+                            pb.extent()
+                        ),
+                    ));
+                }
+                gemm_prepacked(
+                    pb,
+                    m,
+                    sa,
+                    a_strides,
+                    so,
+                    (n as isize, 1),
+                    alpha,
+                    beta,
+                    io.threads,
+                )?
+            }
+            None => {
+                let rb = b.read::<T>()?;
+                gemm(
+                    m,
+                    n,
+                    k,
+                    sa,
+                    a_strides,
+                    rb.as_slice().ok_or_else(not_contiguous)?,
+                    b_strides,
+                    so,
+                    (n as isize, 1),
+                    alpha,
+                    beta,
+                    io.threads,
+                )?
+            }
         }
         self.op.post.apply_all(so);
         Ok(())
+    }
+
+    fn capabilities(&self) -> KernelCapabilities<'_> {
+        KernelCapabilities {
+            packed_inputs: if self.packed_b.is_some() { &[1] } else { &[] },
+            ..KernelCapabilities::default()
+        }
     }
 }
