@@ -31,9 +31,14 @@ pub(super) unsafe fn try_run<T: Float>(p: &Problem<'_, T>, tile: usize, threads:
         return false;
     }
     let slivers = p.n.div_ceil(tile);
+    // Cancellation: sliver pairs poll the run's token; the run fails at its next check.
+    let stop = crate::run_control::stop_token();
     let run = |range: std::ops::Range<usize>| {
         let mut s = range.start;
         while s < range.end {
+            if stop.should_stop_at(s / 2) {
+                return;
+            }
             let count = 2.min(range.end - s);
             let data = &packed[s * p.k * tile..][..count * p.k * tile];
             let mut acc = [[T::ZERO; 2 * 32]; MAX_ROWS];
