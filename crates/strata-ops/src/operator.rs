@@ -44,6 +44,14 @@ pub trait Operator: Send + Sync + fmt::Debug {
         None
     }
 
+    /// When output 0 is its inputs laid end to end (Concat along an axis with only 1s before
+    /// it), the element offset of each input in it: the memory planner may then place the
+    /// inputs there, where their producers write them, and the kernel must skip an input it
+    /// finds already in place. `None` (the default) when it is not so for these facts.
+    fn places_inputs_in_output(&self, _inputs: &[&Fact], _output: &Fact) -> Option<Vec<usize>> {
+        None
+    }
+
     /// Whether this op's output shapes depend on the *values* of non-constant inputs (e.g.
     /// NonZero). Such outputs are allocated at run time.
     fn is_data_dependent(&self) -> bool {
