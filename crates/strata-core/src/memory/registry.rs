@@ -358,6 +358,8 @@ impl AllocatorRegistry {
 
     /// Releases the caches of every registered allocator.
     pub fn release_cached(&self) {
+        // The calling thread's parked small blocks first, so the caches below free them too.
+        crate::memory::thread_cache::flush_current();
         let registrations = self.registrations.lock();
         for (_, d) in registrations.devices() {
             for allocator in d.allocators.iter().flatten() {
