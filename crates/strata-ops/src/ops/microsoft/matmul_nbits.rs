@@ -1,16 +1,19 @@
 //! com.microsoft MatMulNBits: `Y = A · Bᵀ (+ bias)` with B quantized to 2, 4 or 8 bits in blocks
-//! along K (layout in `nbits_layout.rs`). Weights that are plan-time constants (always, in
-//! models from onnxruntime's quantizer) are dequantized once into an f32 `K × N` matrix in
-//! persistent memory and every run is one f32 GEMM — exact up to f32 rounding, which is what
-//! onnxruntime's accuracy levels 0–3 compute; level 4 (int8 activations) is accepted and run
-//! the same, more accurate, way. Non-constant weights are dequantized into scratch each run.
-//! `g_idx` (act-order group indices, deprecated by onnxruntime) is refused.
+//! along K (layout in `nbits_layout.rs`). 4-bit weights that are plan-time constants (always, in
+//! models from onnxruntime's quantizer) are repacked once into the block layout the GGUF
+//! kernels share (`kernels::quant::Q4Weights`, persistent memory about the size of B) and run
+//! there: accuracy level 4 as onnxruntime does, with 8-bit activations and integer dots; levels
+//! 0–3 in f32 on weights dequantized on the fly (onnxruntime computes fp16/bf16 levels in f32 on
+//! CPU too). Constant 2- and 8-bit weights are dequantized once into an f32 `K × N` matrix and
+//! run as one f32 GEMM; non-constant weights are dequantized into scratch each run. `g_idx`
+//! (act-order group indices, deprecated by onnxruntime) is refused.
 
 use strata_core::{DType, Device, MemoryKind, Tensor};
 
 use super::access::{contiguous, contiguous_mut};
-use super::nbits_layout::{NBitsLayout, ZeroPoints};
+use super::nbits_layout::{NBitsLayout, RepackedZeros, ZeroPoints};
 use crate::kernels::gemm;
+use crate::kernels::quant::{q4_matmul, Compute, Q4Weights, Q4Zeros};
 use crate::support::inputs::{optional, required};
 use crate::support::scratch::{carve, scratch_as};
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
@@ -20,6 +23,7 @@ const OP: &str = "MatMulNBits";
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct MatMulNBits {
     layout: NBitsLayout,
+    accuracy_level: i64,
 }
 
 pub(crate) fn build(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
@@ -42,7 +46,10 @@ pub(crate) fn build(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
             format!("must be 0 to 4, got {level}"),
         ));
     }
-    Ok(Box::new(MatMulNBits { layout }))
+    Ok(Box::new(MatMulNBits {
+        layout,
+        accuracy_level: level,
+    }))
 }
 
 impl MatMulNBits {
@@ -152,29 +159,106 @@ impl Operator for MatMulNBits {
     ) -> OpResult<Box<dyn Kernel>> {
         self.check_inputs(inputs)?;
         crate::support::kernel_choice::cpu_only(OP, inputs[0].dtype, device)?;
-        let weights = if Self::constant_weights(inputs) {
-            let l = self.layout;
-            let w = Tensor::empty(&[l.k, l.n], DType::F32, Device::Cpu, MemoryKind::Persistent)?;
-            {
-                let value = |i: usize| inputs[i].value.clone().expect("checked constant");
-                let zp = optional(inputs, 3).map(|z| z.value.clone().expect("checked constant"));
-                let mut ww = w.write::<f32>()?;
-                dequantize(
-                    &l,
-                    &value(1),
-                    &value(2),
-                    zp.as_ref(),
-                    contiguous_mut(OP, "weights", &mut ww)?,
-                )?;
-            }
-            Some(w)
+        let l = self.layout;
+        let weights = if !Self::constant_weights(inputs) {
+            Weights::RunTime
         } else {
-            None
+            let value = |i: usize| inputs[i].value.clone().expect("checked constant");
+            let zp = optional(inputs, 3).map(|z| z.value.clone().expect("checked constant"));
+            if l.bits == 4 {
+                self.repack(&value(1), &value(2), zp.as_ref())?
+            } else {
+                let w =
+                    Tensor::empty(&[l.k, l.n], DType::F32, Device::Cpu, MemoryKind::Persistent)?;
+                {
+                    let mut ww = w.write::<f32>()?;
+                    dequantize(
+                        &l,
+                        &value(1),
+                        &value(2),
+                        zp.as_ref(),
+                        contiguous_mut(OP, "weights", &mut ww)?,
+                    )?;
+                }
+                Weights::F32(w)
+            }
         };
         Ok(Box::new(MatMulNBitsKernel {
             layout: self.layout,
             weights,
         }))
+    }
+}
+
+impl MatMulNBits {
+    /// Repacks constant 4-bit weights for the block kernels, in persistent memory.
+    fn repack(&self, b: &Tensor, scales: &Tensor, zp: Option<&Tensor>) -> OpResult<Weights> {
+        let l = self.layout;
+        let persistent = |len: usize, dtype: DType| {
+            Tensor::empty(&[len], dtype, Device::Cpu, MemoryKind::Persistent)
+        };
+        let qs = persistent(Q4Weights::qs_len(l.n, l.k), DType::U8)?;
+        let zeros = {
+            let mut qw = qs.write::<u8>()?;
+            with_zero_points(zp, |zero| {
+                let (br, sr) = (b.read::<u8>()?, scales.read::<f32>()?);
+                l.repack_q4(
+                    contiguous(OP, "B", &br)?,
+                    contiguous(OP, "scales", &sr)?,
+                    &zero,
+                    contiguous_mut(OP, "packed B", &mut qw)?,
+                )
+            })?
+        };
+        let s = persistent(l.blocks(), DType::F32)?;
+        {
+            let (sr, mut sw) = (scales.read::<f32>()?, s.write::<f32>()?);
+            contiguous_mut(OP, "scales", &mut sw)?.copy_from_slice(contiguous(OP, "scales", &sr)?);
+        }
+        let zeros = match zeros {
+            RepackedZeros::Default => None,
+            RepackedZeros::Int(z) => Some(Tensor::from_slice_in(
+                &z,
+                &[z.len()],
+                MemoryKind::Persistent,
+            )?),
+            RepackedZeros::Float(z) => Some(Tensor::from_slice_in(
+                &z,
+                &[z.len()],
+                MemoryKind::Persistent,
+            )?),
+        };
+        // Level 4 asks for 8-bit activations; integer dots need integer zero points.
+        let compute =
+            if self.accuracy_level == 4 && zeros.as_ref().is_none_or(|z| z.dtype() == DType::U8) {
+                Compute::Int8
+            } else {
+                Compute::F32
+            };
+        Ok(Weights::Q4 {
+            qs,
+            scales: s,
+            zeros,
+            compute,
+        })
+    }
+}
+
+/// Runs `f` with the zero points of a MatMulNBits (absent, packed bytes, or floats).
+fn with_zero_points<R>(
+    zp: Option<&Tensor>,
+    f: impl FnOnce(ZeroPoints<'_>) -> OpResult<R>,
+) -> OpResult<R> {
+    match zp {
+        None => f(ZeroPoints::Default),
+        Some(z) if z.dtype() == DType::U8 => {
+            let zr = z.read::<u8>()?;
+            f(ZeroPoints::Packed(contiguous(OP, "zero_points", &zr)?))
+        }
+        Some(z) => {
+            let zr = z.read::<f32>()?;
+            f(ZeroPoints::Float(contiguous(OP, "zero_points", &zr)?))
+        }
     }
 }
 
@@ -187,32 +271,36 @@ fn dequantize(
     w: &mut [f32],
 ) -> OpResult<()> {
     let (br, sr) = (b.read::<u8>()?, scales.read::<f32>()?);
-    let zr_u8 = zp
-        .filter(|z| z.dtype() == DType::U8)
-        .map(|z| z.read::<u8>())
-        .transpose()?;
-    let zr_f32 = zp
-        .filter(|z| z.dtype() == DType::F32)
-        .map(|z| z.read::<f32>())
-        .transpose()?;
-    let zero = match (&zr_u8, &zr_f32) {
-        (Some(z), _) => ZeroPoints::Packed(contiguous(OP, "zero_points", z)?),
-        (_, Some(z)) => ZeroPoints::Float(contiguous(OP, "zero_points", z)?),
-        _ => ZeroPoints::Default,
-    };
-    l.dequantize_transposed(
-        contiguous(OP, "B", &br)?,
-        contiguous(OP, "scales", &sr)?,
-        &zero,
-        w,
-    )
+    with_zero_points(zp, |zero| {
+        l.dequantize_transposed(
+            contiguous(OP, "B", &br)?,
+            contiguous(OP, "scales", &sr)?,
+            &zero,
+            w,
+        )
+    })
+}
+
+/// The weights as the kernel holds them.
+#[derive(Debug)]
+enum Weights {
+    /// Constant 4-bit weights repacked for `kernels::quant` (zero points: U8, F32 or absent).
+    Q4 {
+        qs: Tensor,
+        scales: Tensor,
+        zeros: Option<Tensor>,
+        compute: Compute,
+    },
+    /// Constant 2- or 8-bit weights dequantized to `K × N` f32.
+    F32(Tensor),
+    /// Non-constant weights, dequantized into scratch each run.
+    RunTime,
 }
 
 #[derive(Debug)]
 struct MatMulNBitsKernel {
     layout: NBitsLayout,
-    /// The dequantized `K × N` weights, when they were constant at plan time.
-    weights: Option<Tensor>,
+    weights: Weights,
 }
 
 impl Kernel for MatMulNBitsKernel {
@@ -237,34 +325,73 @@ impl Kernel for MatMulNBitsKernel {
                 format!("Y has {} elements, need {}", y.len(), m * n),
             ));
         }
-        let planned = self.weights.as_ref().map(|w| w.read::<f32>()).transpose()?;
-        let mut scratch = io.scratch.map(|s| s.write_bytes(OP)).transpose()?;
-        let w: &[f32] = match (&planned, &mut scratch) {
-            (Some(w), _) => contiguous(OP, "weights", w)?,
-            (None, Some(s)) => {
-                let mut rest = scratch_as::<f32>(OP, s.bytes())?;
-                let buf = carve(OP, &mut rest, k * n)?;
-                let zp = Some(io.input(3)).filter(|z| z.is_defined());
-                dequantize(l, io.input(1), io.input(2), zp, buf)?;
-                buf
-            }
-            (None, None) => return Err(OpError::kernel(OP, "non-constant weights need scratch")),
-        };
-        let row = |cols: usize| (cols as isize, 1isize);
-        gemm(
-            m,
-            n,
-            k,
-            a,
-            row(k),
-            w,
-            row(n),
-            y,
-            row(n),
-            1.0,
-            0.0,
-            io.threads,
-        )?;
+        if let Weights::Q4 {
+            qs,
+            scales,
+            zeros,
+            compute,
+        } = &self.weights
+        {
+            let (qr, sr) = (qs.read::<u8>()?, scales.read::<f32>()?);
+            let zr_u8 = zeros
+                .as_ref()
+                .filter(|z| z.dtype() == DType::U8)
+                .map(|z| z.read::<u8>())
+                .transpose()?;
+            let zr_f32 = zeros
+                .as_ref()
+                .filter(|z| z.dtype() == DType::F32)
+                .map(|z| z.read::<f32>())
+                .transpose()?;
+            let zero = match (&zr_u8, &zr_f32) {
+                (Some(z), _) => Q4Zeros::Int(contiguous(OP, "zero points", z)?),
+                (_, Some(z)) => Q4Zeros::Float(contiguous(OP, "zero points", z)?),
+                _ => Q4Zeros::Default,
+            };
+            let w = Q4Weights::new(
+                n,
+                k,
+                l.block_size,
+                contiguous(OP, "packed B", &qr)?,
+                contiguous(OP, "scales", &sr)?,
+                zero,
+            )?;
+            q4_matmul(&w, *compute, a, m, y, io.threads)?;
+        } else {
+            let planned = match &self.weights {
+                Weights::F32(w) => Some(w.read::<f32>()?),
+                _ => None,
+            };
+            let mut scratch = io.scratch.map(|s| s.write_bytes(OP)).transpose()?;
+            let w: &[f32] = match (&planned, &mut scratch) {
+                (Some(w), _) => contiguous(OP, "weights", w)?,
+                (None, Some(s)) => {
+                    let mut rest = scratch_as::<f32>(OP, s.bytes())?;
+                    let buf = carve(OP, &mut rest, k * n)?;
+                    let zp = Some(io.input(3)).filter(|z| z.is_defined());
+                    dequantize(l, io.input(1), io.input(2), zp, buf)?;
+                    buf
+                }
+                (None, None) => {
+                    return Err(OpError::kernel(OP, "non-constant weights need scratch"))
+                }
+            };
+            let row = |cols: usize| (cols as isize, 1isize);
+            gemm(
+                m,
+                n,
+                k,
+                a,
+                row(k),
+                w,
+                row(n),
+                y,
+                row(n),
+                1.0,
+                0.0,
+                io.threads,
+            )?;
+        }
         let bias_t = io.input(5);
         if bias_t.is_defined() {
             let br = bias_t.read::<f32>()?;
