@@ -263,7 +263,7 @@ pub fn q4_matmul_with(
         Compute::F32 if m >= PANEL_MIN_ROWS => panel_product(isa, w, x, m, y, threads)?,
         Compute::F32 => {
             let out = OutPtr(y.as_mut_ptr());
-            split_rows(n, k, threads, 1, |j0, j1| {
+            split_rows(n, k, threads, (1, 3), |j0, j1| {
                 for j in j0..j1 {
                     for i in 0..m {
                         let v = dot_row_f32(isa, w, j, &x[i * k..(i + 1) * k]);
@@ -278,13 +278,14 @@ pub fn q4_matmul_with(
     Ok(())
 }
 
-/// Splits output rows `0..n` into contiguous ranges, a few per thread and each a multiple of
-/// `align` rows (except the last), and runs `task(j0, j1)` for each on the pool.
+/// Splits output rows `0..n` into contiguous ranges, `per_thread` per thread and each a
+/// multiple of `align` rows (except the last), and runs `task(j0, j1)` for each on the pool.
+/// With one range per thread each thread always gets the same rows.
 fn split_rows(
     n: usize,
     k: usize,
     threads: usize,
-    align: usize,
+    (align, per_thread): (usize, usize),
     task: impl Fn(usize, usize) + Sync,
 ) {
     let tasks = threads.min(crate::parallel::threads()).max(1);
@@ -292,10 +293,17 @@ fn split_rows(
         task(0, n);
         return;
     }
-    let chunk = n.div_ceil(tasks * 3).next_multiple_of(align).max(align);
-    crate::parallel::for_each_index(n.div_ceil(chunk), |c| {
-        task(c * chunk, ((c + 1) * chunk).min(n));
-    });
+    let chunk = n
+        .div_ceil(tasks * per_thread)
+        .next_multiple_of(align)
+        .max(align);
+    let count = n.div_ceil(chunk);
+    let run = |c: usize| task(c * chunk, ((c + 1) * chunk).min(n));
+    if per_thread == 1 && count <= tasks {
+        crate::parallel::for_each_thread(count, run);
+    } else {
+        crate::parallel::for_each_index(count, run);
+    }
 }
 
 /// One weight row dotted with one activation row in f32.
@@ -316,9 +324,9 @@ fn dot_row_f32(isa: Isa, w: &Q4Weights<'_>, j: usize, x: &[f32]) -> f32 {
     })
 }
 
-/// Weight rows per panel: enough for GEMM tiles to be full, small enough that a panel stays in
-/// cache while every activation row passes over it.
-const PANEL_ROWS: usize = 128;
+/// Weight rows per panel. Each panel's GEMM packs all the activations again (a gather), so
+/// panels are wide; the GEMM's own cache blocking keeps its working set small.
+const PANEL_ROWS: usize = 256;
 
 /// The f32 product for many activation rows: each chunk of weight rows is dequantized once
 /// into a `k × rows` panel and multiplied by the f32 GEMM.
@@ -333,7 +341,7 @@ fn panel_product(
     let (n, k) = (w.n, w.k);
     let out = OutPtr(y.as_mut_ptr());
     let failed = std::sync::Mutex::new(None);
-    split_rows(n, k, threads, 16, |j0, j1| {
+    split_rows(n, k, threads, (16, 1), |j0, j1| {
         PANEL.with(|panel| {
             OUT.with(|res| {
                 let (mut panel, mut res) = (panel.borrow_mut(), res.borrow_mut());
@@ -425,7 +433,7 @@ fn int8_product(isa: Isa, w: &Q4Weights<'_>, x: &[f32], m: usize, y: &mut [f32],
         }
         let xq = &*xq;
         let out = OutPtr(y.as_mut_ptr());
-        split_rows(n, k, threads, 1, |j0, j1| {
+        split_rows(n, k, threads, (1, 3), |j0, j1| {
             for j in j0..j1 {
                 for i in 0..m {
                     let v = dot_row_q8(isa, w, j, &xq[i * groups..(i + 1) * groups]);

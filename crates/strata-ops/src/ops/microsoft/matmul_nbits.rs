@@ -2,11 +2,12 @@
 //! along K (layout in `nbits_layout.rs`). 4-bit weights that are plan-time constants (always, in
 //! models from onnxruntime's quantizer) are repacked once into the block layout the GGUF
 //! kernels share (`kernels::quant::Q4Weights`, persistent memory about the size of B) and run
-//! there: accuracy level 4 as onnxruntime does, with 8-bit activations and integer dots; levels
-//! 0–3 in f32 on weights dequantized on the fly (onnxruntime computes fp16/bf16 levels in f32 on
-//! CPU too). Constant 2- and 8-bit weights are dequantized once into an f32 `K × N` matrix and
-//! run as one f32 GEMM; non-constant weights are dequantized into scratch each run. `g_idx`
-//! (act-order group indices, deprecated by onnxruntime) is refused.
+//! there in f32 on weights dequantized on the fly, exact up to f32 rounding (onnxruntime's
+//! levels 0–3; it computes the fp16/bf16 levels in f32 on CPU too). Level 4 can run on 8-bit
+//! activations and integer dots as onnxruntime does ([`LEVEL4_INT8`], off for now). Constant
+//! 2- and 8-bit weights are dequantized once into an f32 `K × N` matrix and run as one f32
+//! GEMM; non-constant weights are dequantized into scratch each run. `g_idx` (act-order group
+//! indices, deprecated by onnxruntime) is refused.
 
 use strata_core::{DType, Device, MemoryKind, Tensor};
 
@@ -19,6 +20,14 @@ use crate::support::scratch::{carve, scratch_as};
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "MatMulNBits";
+
+/// Whether accuracy level 4 runs on 8-bit activations and integer dots, as onnxruntime does
+/// (`Compute::Int8`, tested in `kernels::quant`). Off for now: the conformance case
+/// `test_ms_matmul_nbits_4bit_accuracy_level4` expects the exact (level 0) product at rtol 1e-3,
+/// which onnxruntime's own level-4 output misses by 0.12 on outputs of about 32; strata's int8
+/// path is within 3.6e-3 of onnxruntime's level 4. Turning it on needs that case regenerated
+/// with onnxruntime's level-4 output and a quantization tolerance.
+const LEVEL4_INT8: bool = false;
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct MatMulNBits {
@@ -229,12 +238,14 @@ impl MatMulNBits {
             )?),
         };
         // Level 4 asks for 8-bit activations; integer dots need integer zero points.
-        let compute =
-            if self.accuracy_level == 4 && zeros.as_ref().is_none_or(|z| z.dtype() == DType::U8) {
-                Compute::Int8
-            } else {
-                Compute::F32
-            };
+        let compute = if LEVEL4_INT8
+            && self.accuracy_level == 4
+            && zeros.as_ref().is_none_or(|z| z.dtype() == DType::U8)
+        {
+            Compute::Int8
+        } else {
+            Compute::F32
+        };
         Ok(Weights::Q4 {
             qs,
             scales: s,
@@ -478,5 +489,148 @@ mod tests {
         assert!(err.to_string().contains("B has"), "{err}");
         let a16 = Tensor::from_slice(&[1.0f32; 16], &[1, 16]).unwrap();
         assert!(run(&[a16, b, s], true).is_err());
+    }
+
+    /// A random MatMulNBits weight set: B, scales and zero points (packed bytes or floats) in
+    /// the operator's layout, and the weights `w[n][k]` computed straight from the integers.
+    struct Case {
+        b: Vec<u8>,
+        scales: Vec<f32>,
+        zp_packed: Vec<u8>,
+        zp_float: Vec<f32>,
+        w: Vec<f32>,
+    }
+
+    fn case(n: usize, k: usize, bits: usize, block: usize, zeros: usize, seed: u32) -> Case {
+        let nb = k.div_ceil(block);
+        let hash =
+            |i: usize, salt: u32| ((i as u32 ^ seed ^ salt).wrapping_mul(2654435761) >> 9) as usize;
+        let levels = 1usize << bits;
+        let q = |j: usize, kk: usize| (hash(j * nb * block + kk, 1) % levels) as u8;
+        let per_byte = 8 / bits;
+        let mut b = vec![0u8; n * nb * block / per_byte];
+        for j in 0..n {
+            for kk in 0..nb * block {
+                let at = j * nb * block + kk;
+                b[at / per_byte] |= q(j, kk) << ((at % per_byte) * bits);
+            }
+        }
+        let scales: Vec<f32> = (0..n * nb)
+            .map(|x| 0.01 + (hash(x, 2) % 100) as f32 * 1e-3)
+            .collect();
+        let zp_int: Vec<u8> = (0..n * nb).map(|x| (hash(x, 3) % levels) as u8).collect();
+        let zp_row = (nb * bits).div_ceil(8);
+        let mut zp_packed = vec![0u8; n * zp_row];
+        for j in 0..n {
+            for blk in 0..nb {
+                zp_packed[j * zp_row + blk / per_byte] |=
+                    zp_int[j * nb + blk] << ((blk % per_byte) * bits);
+            }
+        }
+        let zp_float: Vec<f32> = (0..n * nb)
+            .map(|x| (hash(x, 4) % (levels * 10)) as f32 / 10.0)
+            .collect();
+        let w = (0..n * k)
+            .map(|x| {
+                let (j, kk) = (x / k, x % k);
+                let at = j * nb + kk / block;
+                let z = match zeros {
+                    0 => (levels / 2) as f32,
+                    1 => zp_int[at] as f32,
+                    _ => zp_float[at],
+                };
+                (q(j, kk) as f32 - z) * scales[at]
+            })
+            .collect();
+        Case {
+            b,
+            scales,
+            zp_packed,
+            zp_float,
+            w,
+        }
+    }
+
+    #[test]
+    fn every_bit_width_block_size_and_zero_point_kind_matches_dequantize_then_matmul() {
+        for bits in [2usize, 4, 8] {
+            for block in [16usize, 32, 64, 128, 256] {
+                for (n, k) in [(5usize, 96usize), (3, 300)] {
+                    for zeros in 0..3 {
+                        let c = case(n, k, bits, block, zeros, (bits * block + k + zeros) as u32);
+                        let nb = k.div_ceil(block);
+                        let zp = match zeros {
+                            0 => Tensor::undefined(),
+                            1 => Tensor::from_slice(&c.zp_packed, &[c.zp_packed.len()]).unwrap(),
+                            _ => Tensor::from_slice(&c.zp_float, &[n * nb]).unwrap(),
+                        };
+                        let b = Tensor::from_slice(&c.b, &[n, nb, block * bits / 8]).unwrap();
+                        let s = Tensor::from_slice(&c.scales, &[n * nb]).unwrap();
+                        for level in [0i64, 4] {
+                            for m in [1usize, 6] {
+                                let x: Vec<f32> = (0..m * k)
+                                    .map(|i| ((i * 7919) % 201) as f32 / 100.0 - 1.0)
+                                    .collect();
+                                let a = Tensor::from_slice(&x, &[m, k]).unwrap();
+                                let attrs = [
+                                    ("K", Attr::Int(k as i64)),
+                                    ("N", Attr::Int(n as i64)),
+                                    ("bits", Attr::Int(bits as i64)),
+                                    ("block_size", Attr::Int(block as i64)),
+                                    ("accuracy_level", Attr::Int(level)),
+                                ];
+                                for constant in [true, false] {
+                                    let run = OpRun::new("MatMulNBits", 1)
+                                        .domain("com.microsoft")
+                                        .attrs(&attrs);
+                                    let run = if constant { run.constant_inputs() } else { run };
+                                    let y = run
+                                        .run(&[a.clone(), b.clone(), s.clone(), zp.clone()])
+                                        .unwrap()[0]
+                                        .to_vec::<f32>()
+                                        .unwrap();
+                                    for i in 0..m {
+                                        for j in 0..n {
+                                            let xs = &x[i * k..(i + 1) * k];
+                                            let ws = &c.w[j * k..(j + 1) * k];
+                                            let want: f64 = xs
+                                                .iter()
+                                                .zip(ws)
+                                                .map(|(&a, &b)| a as f64 * b as f64)
+                                                .sum();
+                                            let mag: f64 = xs
+                                                .iter()
+                                                .zip(ws)
+                                                .map(|(&a, &b)| (a as f64 * b as f64).abs())
+                                                .sum();
+                                            // Level 4 with 4-bit integer zero points runs on 8-bit
+                                            // activations: half a step (1/254 of |x|max) per |w|.
+                                            let int8 = super::LEVEL4_INT8
+                                                && level == 4
+                                                && bits == 4
+                                                && zeros < 2
+                                                && constant;
+                                            let bound = if int8 {
+                                                ws.iter().map(|w| w.abs() as f64).sum::<f64>()
+                                                    / 254.0
+                                                    + mag * 1e-3
+                                            } else {
+                                                mag * 1e-5 + 1e-6
+                                            };
+                                            let got = y[i * n + j] as f64;
+                                            assert!(
+                                                (got - want).abs() <= bound,
+                                                "bits {bits} block {block} k {k} zeros {zeros} level {level} \
+                                                 m {m} constant {constant} ({i},{j}): {got} vs {want}"
+                                            );
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }
