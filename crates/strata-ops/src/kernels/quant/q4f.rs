@@ -203,7 +203,7 @@ pub(super) struct GroupParams {
 
 /// Packs 32 unsigned 4-bit values (element order) into a group's 16 bytes.
 pub fn pack_group(values: &[u8; QUANT_BLOCK]) -> [u8; GROUP_BYTES] {
-    std::array::from_fn(|t| (values[t] & 0x0F) | (values[t + 16] & 0x0F) << 4)
+    std::array::from_fn(|t| (values[t] & 0x0F) | ((values[t + 16] & 0x0F) << 4))
 }
 
 thread_local! {
