@@ -1,18 +1,26 @@
 //! AVX2 block dots: the legacy weight formats against [`Q8Block`] activations with 8-bit
 //! integer products (`vpmaddubsw` then `vpmaddwd`, llama.cpp's scheme), and an FMA float dot for
-//! the dequantized path. Every function requires AVX2 and FMA, checked by the caller at run time.
+//! the dequantized path. Every function requires AVX2, FMA and F16C, checked by the caller at run
+//! time.
 
 use std::arch::x86_64::*;
 
-use strata_core::dtype::block::{
-    f16_at, Q4_0_BYTES, Q4_1_BYTES, Q5_0_BYTES, Q5_1_BYTES, Q8_0_BYTES,
-};
+use strata_core::dtype::block::{Q4_0_BYTES, Q4_1_BYTES, Q5_0_BYTES, Q5_1_BYTES, Q8_0_BYTES};
 
 use super::q8::Q8Block;
 
+/// The f16 at byte `at` of `b` as f32, with F16C (the block scales: a call into `half` per
+/// block cost a tenth of a decode step).
 #[inline]
-#[target_feature(enable = "avx2,fma")]
-fn hsum(v: __m256) -> f32 {
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn f16_at(b: &[u8], at: usize) -> f32 {
+    let bits = u16::from_le_bytes([b[at], b[at + 1]]);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
@@ -25,8 +33,8 @@ fn hsum(v: __m256) -> f32 {
 /// # Safety
 /// `p` must point at 16 readable bytes.
 #[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn nibbles(p: *const u8) -> __m256i {
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn nibbles(p: *const u8) -> __m256i {
     // SAFETY: the caller guarantees 16 readable bytes; unaligned loads are allowed.
     let b = unsafe { _mm_loadu_si128(p.cast()) };
     let both = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
@@ -35,7 +43,7 @@ unsafe fn nibbles(p: *const u8) -> __m256i {
 
 /// Byte j = 0x10 where bit j of `qh` is set, else 0 (the fifth bit of the q5 formats).
 #[inline]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 fn fifth_bits(qh: u32) -> __m256i {
     let spread = _mm256_shuffle_epi8(
         _mm256_set1_epi32(qh as i32),
@@ -51,7 +59,7 @@ fn fifth_bits(qh: u32) -> __m256i {
 
 /// Σ x·y over 32 byte pairs, x unsigned (≤ 128) and y signed, as eight f32 partial sums.
 #[inline]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 fn dot_u8_i8(x: __m256i, y: __m256i) -> __m256 {
     let pairs = _mm256_maddubs_epi16(x, y);
     _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
@@ -59,16 +67,16 @@ fn dot_u8_i8(x: __m256i, y: __m256i) -> __m256 {
 
 /// Σ x·y over 32 signed byte pairs: |x| times y with x's sign moved onto y.
 #[inline]
-#[target_feature(enable = "avx2,fma")]
-fn dot_i8_i8(x: __m256i, y: __m256i) -> __m256 {
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot_i8_i8(x: __m256i, y: __m256i) -> __m256 {
     dot_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
 }
 
 /// # Safety
 /// `y` must be a live block (32 readable bytes of `qs`).
 #[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn load_q8(y: &Q8Block) -> __m256i {
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn load_q8(y: &Q8Block) -> __m256i {
     // SAFETY: `qs` is 32 bytes inside `y`.
     unsafe { _mm256_loadu_si256(y.qs.as_ptr().cast()) }
 }
@@ -84,8 +92,8 @@ macro_rules! row_dot {
      |$b:ident| $prep:block) => {
         $(#[$doc])*
         /// # Safety
-        /// The CPU must have AVX2 and FMA.
-        #[target_feature(enable = "avx2,fma")]
+        /// The CPU must have AVX2, FMA and F16C.
+        #[target_feature(enable = "avx2,fma,f16c")]
         pub unsafe fn $name(row: &[u8], ys: &[Q8Block]) -> f32 {
             let mut acc = _mm256_setzero_ps();
             let mut offset = 0.0f32;
@@ -104,8 +112,8 @@ macro_rules! row_dot {
         /// The same dot for four activation rows at once: each weight block is unpacked once.
         ///
         /// # Safety
-        /// The CPU must have AVX2 and FMA; each of `ys` holds a block per weight block.
-        #[target_feature(enable = "avx2,fma")]
+        /// The CPU must have AVX2, FMA and F16C; each of `ys` holds a block per weight block.
+        #[target_feature(enable = "avx2,fma,f16c")]
         pub unsafe fn $name4(row: &[u8], ys: [&[Q8Block]; 4]) -> [f32; 4] {
             let mut acc = [_mm256_setzero_ps(); 4];
             let mut offset = [0.0f32; 4];
@@ -171,8 +179,8 @@ row_dot!(
 /// `Σ a·b` with FMA, 32 lanes in flight.
 ///
 /// # Safety
-/// The CPU must have AVX2 and FMA.
-#[target_feature(enable = "avx2,fma")]
+/// The CPU must have AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     let mut acc = [_mm256_setzero_ps(); 4];
@@ -193,4 +201,60 @@ pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
     let tail: f32 = a[i..n].iter().zip(&b[i..n]).map(|(x, y)| x * y).sum();
     hsum(sum) + tail
+}
+
+/// [`super::q8::quantize_activations`] as llama.cpp's AVX2 `quantize_row_q8_1` computes it (the
+/// same values as the scalar form: the absolute maximum is order-independent, and
+/// `_mm256_round_ps` rounds ties to even like `round_ties_even`).
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn quantize_activations(x: &[f32], out: &mut [Q8Block]) {
+    let sign = _mm256_set1_ps(-0.0);
+    for (xs, block) in x.chunks_exact(32).zip(out.iter_mut()) {
+        // SAFETY: `xs` holds 32 values (`chunks_exact`).
+        let v: [__m256; 4] =
+            std::array::from_fn(|i| unsafe { _mm256_loadu_ps(xs.as_ptr().add(8 * i)) });
+        let abs = v.map(|v| _mm256_andnot_ps(sign, v));
+        let max = _mm256_max_ps(_mm256_max_ps(abs[0], abs[1]), _mm256_max_ps(abs[2], abs[3]));
+        let m4 = _mm_max_ps(_mm256_extractf128_ps(max, 1), _mm256_castps256_ps128(max));
+        let m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        let m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        let amax = _mm_cvtss_f32(m4);
+        let d = amax / 127.0;
+        let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+        let q = v.map(|v| {
+            _mm256_cvtps_epi32(_mm256_round_ps::<
+                { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+            >(_mm256_mul_ps(v, id)))
+        });
+        let sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        let s4 = _mm_add_epi32(
+            _mm256_castsi256_si128(sum),
+            _mm256_extracti128_si256(sum, 1),
+        );
+        let s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+        let s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
+        let sum = _mm_cvtsi128_si32(s4);
+        // packs interleave the 128-bit lanes; the permutation restores element order.
+        let i01 = _mm256_packs_epi32(q[0], q[1]);
+        let i23 = _mm256_packs_epi32(q[2], q[3]);
+        let bytes = _mm256_permutevar8x32_epi32(
+            _mm256_packs_epi16(i01, i23),
+            _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7),
+        );
+        // SAFETY: `qs` is 32 bytes inside `block`.
+        unsafe { _mm256_storeu_si256(block.qs.as_mut_ptr().cast(), bytes) };
+        block.d = through_f16(d);
+        block.s = through_f16(d * sum as f32);
+    }
+}
+
+/// `v` rounded to the nearest f16 (ties to even), as f32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn through_f16(v: f32) -> f32 {
+    let h = _mm_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT }>(_mm_set_ss(v));
+    _mm_cvtss_f32(_mm_cvtph_ps(h))
 }

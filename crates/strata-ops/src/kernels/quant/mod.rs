@@ -19,6 +19,9 @@
 mod avx2;
 mod embedding;
 mod portable;
+mod q4f;
+#[cfg(target_arch = "x86_64")]
+mod q4f_avx2;
 mod q8;
 #[cfg(test)]
 mod tests;
@@ -30,6 +33,7 @@ use strata_core::{DType, QUANT_BLOCK};
 
 pub use embedding::embedding_lookup;
 pub use portable::RowDot;
+pub use q4f::{pack_group, q4_matmul, q4_matmul_with, Compute, Q4Weights, Q4Zeros, GROUP_BYTES};
 pub use q8::{quantize_activations, Q8Block};
 
 use super::error::{KernelError, KernelResult};
@@ -148,6 +152,7 @@ const INT_DOT_MAX_ROWS: usize = 8;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isa {
     Portable,
+    /// AVX2, FMA and F16C.
     Avx2,
 }
 
@@ -168,6 +173,7 @@ impl Isa {
             Isa::Avx2 => {
                 std::arch::is_x86_feature_detected!("avx2")
                     && std::arch::is_x86_feature_detected!("fma")
+                    && std::arch::is_x86_feature_detected!("f16c")
             }
             #[cfg(not(target_arch = "x86_64"))]
             Isa::Avx2 => false,
@@ -350,7 +356,7 @@ thread_local! {
 fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 {
-        // SAFETY: AVX2 and FMA were detected at run time.
+        // SAFETY: AVX2, FMA and F16C were detected at run time.
         return unsafe { avx2::dot_f32(a, b) };
     }
     let _ = isa;
@@ -388,6 +394,14 @@ impl OutPtr {
     unsafe fn write(self, at: usize, v: f32) {
         // SAFETY: guaranteed by the caller.
         unsafe { *self.0.add(at) = v };
+    }
+}
+
+fn error_at(param: &'static str, reason: String) -> KernelError {
+    KernelError::InvalidParam {
+        op: OP,
+        param,
+        reason,
     }
 }
 

@@ -27,11 +27,10 @@ fn reference(w: &[f32], x: &[f32], m: usize, n: usize, k: usize, q8: bool) -> (V
             let wj = &w[j * k..(j + 1) * k];
             let mut sum = 0.0f64;
             let mut err = 0.0f64;
-            for b in 0..k / 32 {
-                let amax = xi[b * 32..b * 32 + 32]
-                    .iter()
-                    .fold(0.0f32, |a, v| a.max(v.abs())) as f64;
-                for t in b * 32..b * 32 + 32 {
+            for b in 0..k.div_ceil(32) {
+                let end = (b * 32 + 32).min(k);
+                let amax = xi[b * 32..end].iter().fold(0.0f32, |a, v| a.max(v.abs())) as f64;
+                for t in b * 32..end {
                     sum += wj[t] as f64 * xi[t] as f64;
                     // f32 accumulation: a generous k·ε relative to Σ |w·x|.
                     err += (wj[t] as f64 * xi[t] as f64).abs() * 5e-5;
@@ -170,4 +169,168 @@ fn four_row_integer_dots_equal_one_row_dots() {
             }
         }
     }
+}
+
+/// A random `n × k` 4-bit matrix in [`Q4Weights`]' layout, and its f32 values computed
+/// directly from the unpacked integers.
+struct Q4Case {
+    qs: Vec<u8>,
+    scales: Vec<f32>,
+    int_zeros: Vec<u8>,
+    float_zeros: Vec<f32>,
+    values: Vec<f32>,
+}
+
+fn q4_case(n: usize, k: usize, block: usize, zeros: u8, seed: u32) -> Q4Case {
+    let nb = k.div_ceil(block);
+    let hash =
+        |i: usize, salt: u32| ((i as u32 ^ seed ^ salt).wrapping_mul(2654435761) >> 7) as usize;
+    let q: Vec<u8> = (0..n * k).map(|i| (hash(i, 1) % 16) as u8).collect();
+    let scales: Vec<f32> = (0..n * nb)
+        .map(|b| 0.002 + (hash(b, 2) % 1000) as f32 * 1e-5)
+        .collect();
+    let int_zeros: Vec<u8> = (0..n * nb).map(|b| (hash(b, 3) % 16) as u8).collect();
+    let float_zeros: Vec<f32> = (0..n * nb)
+        .map(|b| (hash(b, 4) % 1600) as f32 / 100.0)
+        .collect();
+    let groups = k.div_ceil(32);
+    let mut qs = Vec::new();
+    for j in 0..n {
+        for g in 0..groups {
+            let vals: [u8; 32] = std::array::from_fn(|t| {
+                let kk = g * 32 + t;
+                if kk < k {
+                    q[j * k + kk]
+                } else {
+                    0
+                }
+            });
+            qs.extend_from_slice(&pack_group(&vals));
+        }
+    }
+    let values = (0..n * k)
+        .map(|i| {
+            let (j, kk) = (i / k, i % k);
+            let b = j * nb + kk / block;
+            let z = match zeros {
+                0 => 8.0,
+                1 => int_zeros[b] as f32,
+                _ => float_zeros[b],
+            };
+            (q[i] as f32 - z) * scales[b]
+        })
+        .collect();
+    Q4Case {
+        qs,
+        scales,
+        int_zeros,
+        float_zeros,
+        values,
+    }
+}
+
+#[test]
+fn q4_products_match_the_dequantized_reference_for_every_block_size() {
+    let isas: Vec<Isa> = [Isa::Portable, Isa::Avx2]
+        .into_iter()
+        .filter(|i| i.is_available())
+        .collect();
+    let pool = crate::parallel::ThreadPool::new(2).unwrap();
+    for block in [16, 32, 64, 128, 256] {
+        for (n, k) in [(37, 256), (70, 300), (9, 17)] {
+            for zeros in 0..3u8 {
+                let c = q4_case(n, k, block, zeros, (block + k + zeros as usize) as u32);
+                let z = match zeros {
+                    0 => Q4Zeros::Default,
+                    1 => Q4Zeros::Int(&c.int_zeros),
+                    _ => Q4Zeros::Float(&c.float_zeros),
+                };
+                let w = Q4Weights::new(n, k, block, &c.qs, &c.scales, z).unwrap();
+                let mut row = vec![0.0f32; k];
+                w.dequantize_row(n - 1, &mut row);
+                assert_eq!(row, c.values[(n - 1) * k..]);
+                for m in [1, 3, 5, 33] {
+                    let x = activations(m * k, m as u32 * 7 + k as u32);
+                    let (want, f32_bound) = reference(&c.values, &x, m, n, k, false);
+                    for compute in [Compute::F32, Compute::Int8] {
+                        if compute == Compute::Int8 && zeros == 2 {
+                            let mut y = vec![0.0f32; m * n];
+                            assert!(q4_matmul(&w, compute, &x, m, &mut y, 1).is_err());
+                            continue;
+                        }
+                        for &isa in &isas {
+                            for threads in [1, 2] {
+                                let mut y = vec![f32::NAN; m * n];
+                                crate::parallel::install(&pool, || {
+                                    q4_matmul_with(isa, &w, compute, &x, m, &mut y, threads)
+                                })
+                                .unwrap();
+                                for (t, (&g, &r)) in y.iter().zip(&want).enumerate() {
+                                    let (i, j) = (t / n, t % n);
+                                    let bound = if compute == Compute::F32 {
+                                        f32_bound[t]
+                                    } else {
+                                        // 8-bit activations: half a step of each block's absmax
+                                        // per |w|, plus the f16 rounding of the scales.
+                                        let xi = &x[i * k..(i + 1) * k];
+                                        let wj = &c.values[j * k..(j + 1) * k];
+                                        let mut e = 0.0f64;
+                                        for (b, xs) in xi.chunks(32).enumerate() {
+                                            let amax =
+                                                xs.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+                                            for (u, xv) in xs.iter().enumerate() {
+                                                let wv = wj[b * 32 + u] as f64;
+                                                e += wv.abs() * amax as f64 / 254.0
+                                                    + (wv * *xv as f64).abs() * 1e-3;
+                                            }
+                                        }
+                                        e * 1.01 + 1e-5
+                                    };
+                                    assert!(
+                                        (g as f64 - r).abs() <= bound,
+                                        "block {block} n {n} k {k} zeros {zeros} m {m} \
+                                         {compute:?} {isa:?} t{threads} ({i},{j}): {g} vs {r} \
+                                         (bound {bound})"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn q4_weights_reject_wrong_sizes() {
+    let c = q4_case(2, 64, 32, 1, 1);
+    assert!(Q4Weights::new(2, 64, 24, &c.qs, &c.scales, Q4Zeros::Default).is_err());
+    assert!(Q4Weights::new(2, 64, 32, &c.qs[1..], &c.scales, Q4Zeros::Default).is_err());
+    assert!(Q4Weights::new(2, 64, 32, &c.qs, &c.scales[1..], Q4Zeros::Default).is_err());
+    assert!(Q4Weights::new(2, 64, 32, &c.qs, &c.scales, Q4Zeros::Int(&c.int_zeros[1..])).is_err());
+    let w = Q4Weights::new(2, 64, 32, &c.qs, &c.scales, Q4Zeros::Default).unwrap();
+    let mut y = vec![0.0f32; 2];
+    assert!(q4_matmul(&w, Compute::F32, &[0.0; 63], 1, &mut y, 1).is_err());
+}
+
+#[test]
+fn vectorized_activation_quantization_equals_the_scalar_one() {
+    if !Isa::Avx2.is_available() {
+        return;
+    }
+    let mut x = activations(32 * 40, 11);
+    // Ties: block 1 holds multiples of absmax/254 (half steps), block 2 is all zeros.
+    for (i, v) in x[32..64].iter_mut().enumerate() {
+        *v = (i as f32 - 16.0) * 0.5 * 127.0 / 254.0 * (16.0 / 127.0);
+    }
+    x[32] = 16.0 * 0.5 * 127.0 / 254.0 * (16.0 / 127.0) * 127.0 / 8.0;
+    x[64..96].fill(0.0);
+    x[100] = 1e-30;
+    let mut want = vec![Q8Block::default(); 40];
+    let mut got = vec![Q8Block::default(); 40];
+    q8::quantize_portable(&x, &mut want);
+    // SAFETY: AVX2, FMA and F16C were checked above.
+    unsafe { avx2::quantize_activations(&x, &mut got) };
+    assert_eq!(got, want);
 }

@@ -37,10 +37,12 @@ pub fn v_expf(x: f32) -> f32 {
 }
 
 /// `j · 2^n` rounded once, as `vscalefps` does (also into the subnormal range): the product is
-/// exact in f64, the conversion rounds it.
+/// exact in f64, the conversion rounds it. `|n| <= 192` (checked by the caller), so `2^n` is a
+/// normal f64 built from its exponent bits (`powi` would be a libm call per element).
 #[inline(always)]
 fn scalef(j: f32, n: f32) -> f32 {
-    (f64::from(j) * 2f64.powi(n as i32)) as f32
+    let pow2 = f64::from_bits(((n as i64 + 1023) as u64) << 52);
+    (f64::from(j) * pow2) as f32
 }
 
 /// SiLU `x / (1 + e^-x)` as ggml's AVX-512 `ggml_v_silu` (the vector part of a row).

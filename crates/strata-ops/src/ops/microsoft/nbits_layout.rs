@@ -168,6 +168,66 @@ impl NBitsLayout {
     }
 }
 
+/// Zero points repacked for [`crate::kernels::quant::Q4Weights`]: one per block, row after row.
+pub(crate) enum RepackedZeros {
+    Default,
+    Int(Vec<u8>),
+    Float(Vec<f32>),
+}
+
+impl NBitsLayout {
+    /// Repacks 4-bit B into the shared 32-element group layout of the block kernels
+    /// (`kernels::quant::Q4Weights`): `qs` of `Q4Weights::qs_len(N, K)` bytes. The scales keep
+    /// their layout (one per block, row after row); packed zero points are unpacked to one
+    /// byte per block. Lengths must pass [`NBitsLayout::check`].
+    pub(crate) fn repack_q4(
+        &self,
+        b: &[u8],
+        scales: &[f32],
+        zp: &ZeroPoints<'_>,
+        qs: &mut [u8],
+    ) -> OpResult<RepackedZeros> {
+        use crate::kernels::quant::{pack_group, Q4Weights, GROUP_BYTES};
+        self.check(b.len(), scales.len(), zp)?;
+        if self.bits != 4 || qs.len() != Q4Weights::qs_len(self.n, self.k) {
+            return Err(OpError::kernel(
+                OP,
+                format!("cannot repack {}-bit B into {} bytes", self.bits, qs.len()),
+            ));
+        }
+        let groups = self.k.div_ceil(32);
+        let mut values = vec![0u8; groups * 32];
+        for (n, out) in qs.chunks_exact_mut(groups * GROUP_BYTES).enumerate() {
+            let row = &b[n * self.n_blocks * self.blob..(n + 1) * self.n_blocks * self.blob];
+            for (i, v) in values.iter_mut().enumerate() {
+                *v = if i < self.k {
+                    let (blk, e) = (i / self.block_size, i % self.block_size);
+                    self.element(&row[blk * self.blob..(blk + 1) * self.blob], e)
+                } else {
+                    0
+                };
+            }
+            for (g, dst) in out.chunks_exact_mut(GROUP_BYTES).enumerate() {
+                let group: &[u8; 32] = values[g * 32..(g + 1) * 32].try_into().expect("32 values");
+                dst.copy_from_slice(&pack_group(group));
+            }
+        }
+        let zp_row = self.zero_point_row_bytes();
+        Ok(match *zp {
+            ZeroPoints::Default => RepackedZeros::Default,
+            ZeroPoints::Float(z) => RepackedZeros::Float(z.to_vec()),
+            ZeroPoints::Packed(z) => RepackedZeros::Int(
+                (0..self.blocks())
+                    .map(|at| {
+                        let (n, blk) = (at / self.n_blocks, at % self.n_blocks);
+                        self.element(&z[n * zp_row..], blk)
+                    })
+                    .collect(),
+            ),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
