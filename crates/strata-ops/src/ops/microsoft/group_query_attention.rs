@@ -63,7 +63,11 @@ pub(crate) fn build(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
         ("sliding_window_cache", "a window-sized cache"),
     ] {
         if a.int_or(name, 0)? != 0 {
-            return Err(OpError::attribute(OP, name, format!("{what} is not supported")));
+            return Err(OpError::attribute(
+                OP,
+                name,
+                format!("{what} is not supported"),
+            ));
         }
     }
     for name in ["k_quant_type", "v_quant_type"] {
@@ -147,7 +151,12 @@ impl GroupQueryAttention {
         let past_rows = match past {
             None => 0,
             Some((&[pb, ph, p, pd], &[vb, vh, vp, vd]))
-                if pb == batch && vb == batch && ph == kv && vh == kv && vp == p && pd == head
+                if pb == batch
+                    && vb == batch
+                    && ph == kv
+                    && vh == kv
+                    && vp == p
+                    && pd == head
                     && vd == head =>
             {
                 p
@@ -181,7 +190,10 @@ fn total_of(f: &Fact) -> OpResult<Option<usize>> {
         [t] => usize::try_from(*t)
             .map(Some)
             .map_err(|_| OpError::shape(OP, format!("total_sequence_length {t} is negative"))),
-        _ => Err(OpError::shape(OP, "total_sequence_length must be one value")),
+        _ => Err(OpError::shape(
+            OP,
+            "total_sequence_length must be one value",
+        )),
     }
 }
 
@@ -226,10 +238,19 @@ impl Operator for GroupQueryAttention {
             }
         }
         if self.rotary && (optional(inputs, 7).is_none() || optional(inputs, 8).is_none()) {
-            return Err(OpError::shape(OP, "do_rotary needs cos_cache and sin_cache"));
+            return Err(OpError::shape(
+                OP,
+                "do_rotary needs cos_cache and sin_cache",
+            ));
         }
         let concrete = |i: usize| optional(inputs, i).map(|f| f.concrete());
-        let (qd, kd, vd, pk, pv) = (q.concrete(), concrete(1), concrete(2), concrete(3), concrete(4));
+        let (qd, kd, vd, pk, pv) = (
+            q.concrete(),
+            concrete(1),
+            concrete(2),
+            concrete(3),
+            concrete(4),
+        );
         let known = |x: &Option<Option<Vec<usize>>>| !matches!(x, Some(None));
         let total = total_of(required(OP, inputs, 6)?)?;
         let n = self.num_heads;
@@ -259,7 +280,12 @@ impl Operator for GroupQueryAttention {
             q.dims.first().cloned().unwrap_or(Dim::Unknown),
             q.dims.get(1).cloned().unwrap_or(Dim::Unknown),
         );
-        let present = vec![b.clone(), Dim::Known(self.kv_heads), Dim::Unknown, Dim::Unknown];
+        let present = vec![
+            b.clone(),
+            Dim::Known(self.kv_heads),
+            Dim::Unknown,
+            Dim::Unknown,
+        ];
         Ok(vec![
             Fact::new(DType::F32, vec![b, s, Dim::Unknown]),
             Fact::new(DType::F32, present.clone()),
@@ -371,7 +397,12 @@ impl Kernel for GqaKernel {
             let v = t.elements()?;
             match v.as_ref() {
                 [t] if *t >= 0 => *t as usize,
-                _ => return Err(OpError::kernel(OP, "total_sequence_length must be one value >= 0")),
+                _ => {
+                    return Err(OpError::kernel(
+                        OP,
+                        "total_sequence_length must be one value >= 0",
+                    ))
+                }
             }
         };
         let rows = GroupQueryAttention::present_rows(&s, total);
@@ -390,7 +421,10 @@ impl Kernel for GqaKernel {
         let slr = io.input(5).read::<i32>()?;
         let seqlens = contiguous(OP, "seqlens_k", &slr)?;
         if seqlens.len() != batch {
-            return Err(OpError::shape(OP, format!("seqlens_k must hold {batch} values")));
+            return Err(OpError::shape(
+                OP,
+                format!("seqlens_k must hold {batch} values"),
+            ));
         }
         // Keys and past rows per batch entry.
         let entry = |b: usize| -> OpResult<(usize, usize)> {
@@ -418,13 +452,19 @@ impl Kernel for GqaKernel {
         let cr = read_optional::<f32>(io.input(7))?;
         let sr = read_optional::<f32>(io.input(8))?;
         let rotary = if op.rotary {
-            let (cos, sin) = (optional_slice(OP, "cos_cache", &cr)?, optional_slice(OP, "sin_cache", &sr)?);
+            let (cos, sin) = (
+                optional_slice(OP, "cos_cache", &cr)?,
+                optional_slice(OP, "sin_cache", &sr)?,
+            );
             let half = match defined(7) {
                 Some(&[_, half]) if 2 * half <= h && half > 0 && defined(8) == defined(7) => half,
                 d => {
                     return Err(OpError::shape(
                         OP,
-                        format!("cos_cache {d:?} must be (max_seq, rotary_dim / 2 <= {})", h / 2),
+                        format!(
+                            "cos_cache {d:?} must be (max_seq, rotary_dim / 2 <= {})",
+                            h / 2
+                        ),
                     ))
                 }
             };
@@ -493,8 +533,19 @@ impl Kernel for GqaKernel {
         let per_kv = kv * rows * h;
         for b in 0..batch {
             let (_, past) = entry(b)?;
-            place_rows(&q_src, b, (n, seq, h), &mut q_buf[b * per_q..][..per_q], (seq, 0), rotary, past)?;
-            let (kb, vb) = (&mut k_all[b * per_kv..][..per_kv], &mut v_all[b * per_kv..][..per_kv]);
+            place_rows(
+                &q_src,
+                b,
+                (n, seq, h),
+                &mut q_buf[b * per_q..][..per_q],
+                (seq, 0),
+                rotary,
+                past,
+            )?;
+            let (kb, vb) = (
+                &mut k_all[b * per_kv..][..per_kv],
+                &mut v_all[b * per_kv..][..per_kv],
+            );
             if past > 0 {
                 let p = s.past_rows;
                 for hd in 0..kv {
@@ -513,9 +564,18 @@ impl Kernel for GqaKernel {
         let hsr = read_optional::<f32>(io.input(11))?;
         let head_sink = optional_slice(OP, "head_sink", &hsr)?;
         if !head_sink.is_empty() && head_sink.len() != n {
-            return Err(OpError::shape(OP, format!("head_sink must hold {n} values")));
+            return Err(OpError::shape(
+                OP,
+                format!("head_sink must hold {n} values"),
+            ));
         }
-        let sink_of = |hd: usize| if head_sink.is_empty() { 0.0 } else { head_sink[hd] };
+        let sink_of = |hd: usize| {
+            if head_sink.is_empty() {
+                0.0
+            } else {
+                head_sink[hd]
+            }
+        };
         let sink: Option<&super::attention_heads::Sink<'_>> =
             (!head_sink.is_empty() || op.smooth_softmax).then_some(&sink_of);
         let scale = if op.scale == 0.0 {
@@ -548,8 +608,16 @@ impl Kernel for GqaKernel {
                         .zip(&attn_bias[at..at + keys])
                         .for_each(|(x, &a)| *x += a);
                 }
-                let end = if causal { (past + i + 1).min(keys) } else { keys };
-                let start = if window > 0 { end.saturating_sub(window) } else { 0 };
+                let end = if causal {
+                    (past + i + 1).min(keys)
+                } else {
+                    keys
+                };
+                let start = if window > 0 {
+                    end.saturating_sub(window)
+                } else {
+                    0
+                };
                 row[..start].fill(f32::NEG_INFINITY);
                 row[end..].fill(f32::NEG_INFINITY);
             };
@@ -573,5 +641,99 @@ impl Kernel for GqaKernel {
         }
         context_to_rows(context, y, n, seq, h);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use strata_core::Tensor;
+
+    use crate::support::test_util::{assert_close, OpRun};
+    use crate::{Attr, OpError};
+
+    fn t<T: strata_core::Element>(v: &[T], dims: &[usize]) -> Tensor {
+        Tensor::from_slice(v, dims).unwrap()
+    }
+
+    fn ramp(len: usize, step: f32) -> Vec<f32> {
+        (0..len).map(|i| (i as f32 * step).sin()).collect()
+    }
+
+    fn gqa(inputs: &[Tensor], attrs: &[(&str, Attr)]) -> Result<Vec<Tensor>, OpError> {
+        OpRun::new("GroupQueryAttention", 1)
+            .domain("com.microsoft")
+            .attrs(&[("num_heads", Attr::Int(2)), ("kv_num_heads", Attr::Int(1))])
+            .attrs(attrs)
+            .outputs(3)
+            // total_sequence_length's value sizes present.
+            .constant_inputs()
+            .checked_writes()
+            .run(inputs)
+    }
+
+    #[test]
+    fn a_prompt_equals_causal_multi_head_attention_with_shared_kv() {
+        let (s, h) = (4, 4);
+        let (q, k, v) = (ramp(s * 2 * h, 0.3), ramp(s * h, 0.7), ramp(s * h, 1.3));
+        let u = Tensor::undefined();
+        let y = gqa(
+            &[
+                t(&q, &[1, s, 2 * h]),
+                t(&k, &[1, s, h]),
+                t(&v, &[1, s, h]),
+                u.clone(),
+                u,
+                t(&[s as i32 - 1], &[1]),
+                t(&[s as i32], &[]),
+            ],
+            &[],
+        )
+        .unwrap();
+        // The one K/V head, repeated for both query heads.
+        let twice = |x: &[f32]| -> Vec<f32> {
+            x.chunks(h)
+                .flat_map(|r| r.iter().chain(r).copied())
+                .collect()
+        };
+        let mha = OpRun::new("MultiHeadAttention", 1)
+            .domain("com.microsoft")
+            .attrs(&[
+                ("num_heads", Attr::Int(2)),
+                ("unidirectional", Attr::Int(1)),
+            ])
+            .run(&[
+                t(&q, &[1, s, 2 * h]),
+                t(&twice(&k), &[1, s, 2 * h]),
+                t(&twice(&v), &[1, s, 2 * h]),
+            ])
+            .unwrap();
+        assert_close(
+            &y[0].to_vec::<f32>().unwrap(),
+            &mha[0].to_vec::<f32>().unwrap(),
+            "GQA vs MHA",
+        );
+        assert_eq!(y[1].to_vec::<f32>().unwrap(), k);
+    }
+
+    #[test]
+    fn seqlens_past_the_cache_and_quantized_caches_are_errors() {
+        let u = Tensor::undefined();
+        let inputs = [
+            t(&ramp(8, 0.1), &[1, 1, 8]),
+            t(&ramp(4, 0.1), &[1, 1, 4]),
+            t(&ramp(4, 0.1), &[1, 1, 4]),
+            u.clone(),
+            u,
+            t(&[5i32], &[1]),
+            t(&[2i32], &[]),
+        ];
+        let err = gqa(&inputs, &[]).unwrap_err();
+        assert!(matches!(err, OpError::Kernel { .. }), "{err}");
+        let err = gqa(
+            &inputs,
+            &[("k_quant_type", Attr::String("PER_TENSOR".into()))],
+        )
+        .unwrap_err();
+        assert!(matches!(err, OpError::Attribute { .. }), "{err}");
     }
 }

@@ -96,7 +96,9 @@ impl MultiHeadAttention {
             if d.is_multiple_of(n) && d > 0 {
                 Ok(d / n)
             } else {
-                Err(err(format!("{what} width {d} is not a multiple of {n} heads")))
+                Err(err(format!(
+                    "{what} width {d} is not a multiple of {n} heads"
+                )))
             }
         };
         let (layout, batch, q_len, kv_len, head, v_head) = match (q, k, v) {
@@ -127,15 +129,19 @@ impl MultiHeadAttention {
                 return Err(err("past_key needs new keys, not a key cache".into()))
             }
             Some((&[pb, pn, p, ph], &[vb, vn, vp, vh]))
-                if pb == batch && vb == batch && pn == n && vn == n && vp == p && ph == head
+                if pb == batch
+                    && vb == batch
+                    && pn == n
+                    && vn == n
+                    && vp == p
+                    && ph == head
                     && vh == v_head =>
             {
                 p
             }
             Some((pk, pv)) => {
-                return Err(err(format!(
-                    "past_key {pk:?} / past_value {pv:?} must be ({batch}, {n}, P, {head} / {v_head})"
-                )))
+                let want = format!("({batch}, {n}, P, {head} / {v_head})");
+                return Err(err(format!("past {pk:?} / {pv:?} must be {want}")));
             }
         };
         Ok(Sizes {
@@ -277,7 +283,10 @@ enum Mask {
     /// `(B)`: keys at or past `mask[b]` are masked.
     Lengths,
     /// 0/1 values: element `(b, i, j)` at `b·batch + i·query + j`.
-    Raw { batch: usize, query: usize },
+    Raw {
+        batch: usize,
+        query: usize,
+    },
 }
 
 impl Mask {
@@ -437,11 +446,20 @@ impl Kernel for MhaKernel {
                 last + size <= v.data.len()
             }
         };
-        if !needed(&q_src, s.q_len, h) || !needed(&k_src, s.kv_len, h) || !needed(&v_src, s.kv_len, hv)
+        if !needed(&q_src, s.q_len, h)
+            || !needed(&k_src, s.kv_len, h)
+            || !needed(&v_src, s.kv_len, hv)
         {
             return Err(OpError::kernel(OP, "an input is smaller than its dims"));
         }
-        copy_heads(&q_src, (batch, n, s.q_len, h), bias_of(0), q_buf, s.q_len, 0);
+        copy_heads(
+            &q_src,
+            (batch, n, s.q_len, h),
+            bias_of(0),
+            q_buf,
+            s.q_len,
+            0,
+        );
 
         // K and V with the past in front: into present_key/present_value when requested.
         let mut pk_w = write_optional::<f32>(io.output(1))?;
@@ -467,7 +485,14 @@ impl Kernel for MhaKernel {
             copy_past(past_v, (batch, n, s.past, hv), s.past, v_all, t);
         }
         copy_heads(&k_src, (batch, n, s.kv_len, h), kv_bias_k, k_all, t, s.past);
-        copy_heads(&v_src, (batch, n, s.kv_len, hv), kv_bias_v, v_all, t, s.past);
+        copy_heads(
+            &v_src,
+            (batch, n, s.kv_len, hv),
+            kv_bias_v,
+            v_all,
+            t,
+            s.past,
+        );
 
         let mr = read_optional::<i32>(io.input(4))?;
         let mask = optional_slice(OP, "key_padding_mask", &mr)?;
@@ -515,5 +540,86 @@ impl Kernel for MhaKernel {
         }
         context_to_rows(context, y, n, s.q_len, hv);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use strata_core::Tensor;
+
+    use crate::support::test_util::OpRun;
+    use crate::{Attr, OpError};
+
+    fn t(v: &[f32], dims: &[usize]) -> Tensor {
+        Tensor::from_slice(v, dims).unwrap()
+    }
+
+    fn ramp(len: usize, step: f32) -> Vec<f32> {
+        (0..len).map(|i| (i as f32 * step).sin()).collect()
+    }
+
+    fn mha(inputs: &[Tensor], outputs: usize) -> Result<Vec<Tensor>, OpError> {
+        OpRun::new("MultiHeadAttention", 1)
+            .domain("com.microsoft")
+            .attrs(&[("num_heads", Attr::Int(2))])
+            .outputs(outputs)
+            .checked_writes()
+            .run(inputs)
+    }
+
+    #[test]
+    fn packed_qkv_equals_separate_inputs() {
+        let (b, s, n, h) = (2, 3, 2, 4);
+        let (q, k, v) = (
+            ramp(b * s * n * h, 0.3),
+            ramp(b * s * n * h, 0.7),
+            ramp(b * s * n * h, 1.1),
+        );
+        let mut packed = vec![];
+        for row in 0..b * s {
+            for head in 0..n {
+                for x in [&q, &k, &v] {
+                    packed.extend_from_slice(&x[(row * n + head) * h..][..h]);
+                }
+            }
+        }
+        let dims = [b, s, n * h];
+        let sep = mha(&[t(&q, &dims), t(&k, &dims), t(&v, &dims)], 1).unwrap();
+        let pk = mha(&[t(&packed, &[b, s, n, 3, h])], 1).unwrap();
+        let (x, y) = (
+            sep[0].to_vec::<f32>().unwrap(),
+            pk[0].to_vec::<f32>().unwrap(),
+        );
+        assert_eq!(x, y);
+    }
+
+    #[test]
+    fn present_holds_past_then_new_keys() {
+        let (b, s, n, h, p) = (1, 2, 2, 2, 3);
+        let dims = [b, s, n * h];
+        let q = t(&ramp(b * s * n * h, 0.5), &dims);
+        let k = t(&[10.0, 11.0, 12.0, 13.0, 20.0, 21.0, 22.0, 23.0], &dims);
+        let past: Vec<f32> = (0..b * n * p * h).map(|i| -(i as f32)).collect();
+        let pt = t(&past, &[b, n, p, h]);
+        let u = Tensor::undefined();
+        let inputs = [q, k.clone(), k, u.clone(), u.clone(), u, pt.clone(), pt];
+        let y = mha(&inputs, 3).unwrap();
+        assert_eq!(y[1].dims(), [1, 2, 5, 2]);
+        let present = y[1].to_vec::<f32>().unwrap();
+        // Head 0: its 3 past rows, then the new rows' first head.
+        assert_eq!(
+            &present[..10],
+            &[-0.0, -1.0, -2.0, -3.0, -4.0, -5.0, 10.0, 11.0, 20.0, 21.0]
+        );
+    }
+
+    #[test]
+    fn bad_layouts_and_the_qk_output_are_errors() {
+        let x = t(&ramp(24, 0.1), &[2, 3, 4]);
+        let k = t(&ramp(30, 0.1), &[2, 5, 3]);
+        let err = mha(&[x.clone(), k.clone(), k], 1).unwrap_err();
+        assert!(matches!(err, OpError::Shape { .. }), "{err}");
+        let err = mha(&[x.clone(), x.clone(), x], 4).unwrap_err();
+        assert!(matches!(err, OpError::Attribute { .. }), "{err}");
     }
 }

@@ -150,7 +150,10 @@ impl Kernel for DynamicQuantizeMatMul {
             quantize(&a[i * QUANTIZE_CHUNK..], dst, a_scale, a_zero);
         });
         let bias_t = io.input(4);
-        let bias_read = bias_t.is_defined().then(|| bias_t.read::<f32>()).transpose()?;
+        let bias_read = bias_t
+            .is_defined()
+            .then(|| bias_t.read::<f32>())
+            .transpose()?;
         let bias = bias_read
             .as_ref()
             .map(|r| {
@@ -193,7 +196,10 @@ mod tests {
         assert_eq!(s, 2.0 / 255.0);
         // 127.5 rounds to the even 128.
         assert_eq!(z, 128);
-        assert_eq!(min_max(&[3.0, -1.0, 7.5, 2.0, 0.0, 1.0, 1.0, 1.0, -4.0, 9.0]), (-4.0, 9.0));
+        assert_eq!(
+            min_max(&[3.0, -1.0, 7.5, 2.0, 0.0, 1.0, 1.0, 1.0, -4.0, 9.0]),
+            (-4.0, 9.0)
+        );
     }
 
     #[test]
@@ -205,7 +211,9 @@ mod tests {
         let bs: Vec<f32> = (0..n).map(|j| 0.02 + 0.01 * j as f32).collect();
         let zb: Vec<i8> = (0..n).map(|j| 2 - j as i8).collect();
         let bias: Vec<f32> = (0..n).map(|j| 0.5 * j as f32).collect();
-        let (lo, hi) = a.iter().fold((0f32, 0f32), |(l, h), &v| (l.min(v), h.max(v)));
+        let (lo, hi) = a
+            .iter()
+            .fold((0f32, 0f32), |(l, h), &v| (l.min(v), h.max(v)));
         let scale = (hi - lo) / 255.0;
         let zero = (-lo / scale).clamp(0.0, 255.0).round_ties_even() as i32;
         let q: Vec<i32> = a

@@ -116,7 +116,15 @@ impl FloatProduct<'_> {
                         rs: n,
                         cs: 1,
                     };
-                    igemm(&a_mat, self.a_zero, b_view, self.b_zero, c, &epilogue, threads)?;
+                    igemm(
+                        &a_mat,
+                        self.a_zero,
+                        b_view,
+                        self.b_zero,
+                        c,
+                        &epilogue,
+                        threads,
+                    )?;
                 }
                 Ok(())
             })

@@ -102,7 +102,10 @@ impl Kernel for MatMulIntegerToFloat {
             *d = a_scale * s;
         }
         let bias_t = io.input(6);
-        let bias_read = bias_t.is_defined().then(|| bias_t.read::<f32>()).transpose()?;
+        let bias_read = bias_t
+            .is_defined()
+            .then(|| bias_t.read::<f32>())
+            .transpose()?;
         let bias = bias_read
             .as_ref()
             .map(|r| {
@@ -164,7 +167,10 @@ mod tests {
         for r in 0..batch * m {
             for j in 0..n {
                 let s: i32 = (0..k)
-                    .map(|p| (i32::from(a[r * k + p]) - 120) * (i32::from(b[p * n + j]) - i32::from(zb[j])))
+                    .map(|p| {
+                        (i32::from(a[r * k + p]) - 120)
+                            * (i32::from(b[p * n + j]) - i32::from(zb[j]))
+                    })
                     .sum();
                 expected.push(s as f32 * (a_scale * bs[j]) + bias[j]);
             }
@@ -185,7 +191,11 @@ mod tests {
             }
             let y = run.checked_writes().run(&inputs).unwrap();
             assert_eq!(y[0].dims(), [batch, m, n]);
-            assert_eq!(y[0].to_vec::<f32>().unwrap(), expected, "constant B: {constant}");
+            assert_eq!(
+                y[0].to_vec::<f32>().unwrap(),
+                expected,
+                "constant B: {constant}"
+            );
         }
     }
 

@@ -177,7 +177,10 @@ impl Operator for QGemm {
             if x != y {
                 return Err(OpError::shape(
                     OP,
-                    format!("A {:?} and B {:?} have different inner dims", a.dims, b.dims),
+                    format!(
+                        "A {:?} and B {:?} have different inner dims",
+                        a.dims, b.dims
+                    ),
                 ));
             }
         }
@@ -189,8 +192,7 @@ impl Operator for QGemm {
     }
 
     fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
-        let (Some(a), Some(b)) = (inputs[0].concrete(), required(OP, inputs, 3)?.concrete())
-        else {
+        let (Some(a), Some(b)) = (inputs[0].concrete(), required(OP, inputs, 3)?.concrete()) else {
             return Ok(0);
         };
         let (m, k, n) = self.mkn(&a, &b)?;
@@ -370,9 +372,8 @@ fn add_bias_and_store(
         }
     };
     let real = |index: usize, v: i32| v.wrapping_add(bias(index)) as f32 * scale(index);
-    let quantize = |x: f32, lo: f32, hi: f32| {
-        (round_half_even(x) + y_zero.unwrap_or(0) as f32).clamp(lo, hi)
-    };
+    let quantize =
+        |x: f32, lo: f32, hi: f32| (round_half_even(x) + y_zero.unwrap_or(0) as f32).clamp(lo, hi);
     with_dest(OP, out, |dest| {
         match dest {
             Dest::F32(d) => {
@@ -427,7 +428,9 @@ mod tests {
                 let mj = if mult.len() == 1 { mult[0] } else { mult[j] };
                 let v = acc as f32 * mj;
                 out.push(match y_zero {
-                    Some((z, lo, hi)) => (v.round_ties_even() + z as f32).clamp(lo as f32, hi as f32),
+                    Some((z, lo, hi)) => {
+                        (v.round_ties_even() + z as f32).clamp(lo as f32, hi as f32)
+                    }
                     None => v,
                 });
             }

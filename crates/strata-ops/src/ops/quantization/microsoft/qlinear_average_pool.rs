@@ -102,7 +102,9 @@ impl QLinearAveragePool {
                 ),
             ));
         }
-        (0..spatial.len()).map(|i| self.axis(i, spatial[i])).collect()
+        (0..spatial.len())
+            .map(|i| self.axis(i, spatial[i]))
+            .collect()
     }
 
     /// (output size, begin pad) of spatial axis `i` of size `input`.
@@ -174,7 +176,10 @@ impl Operator for QLinearAveragePool {
         }
         let mut dims = x.dims.clone();
         let first = if self.channels_last { 1 } else { 2 };
-        for (i, d) in dims[first..first + self.kernel.len()].iter_mut().enumerate() {
+        for (i, d) in dims[first..first + self.kernel.len()]
+            .iter_mut()
+            .enumerate()
+        {
             *d = match d.known() {
                 Some(input) => Dim::Known(self.axis(i, input)?.0),
                 None => Dim::Unknown,
@@ -313,7 +318,10 @@ impl Kernel for QLinearAveragePool {
         let y = QParam::read(OP, "y", io.input(3), io.input(4), out.dtype())?;
         let dims = x_t.dims();
         if dims.len() != self.kernel.len() + 2 {
-            return Err(OpError::shape(OP, format!("input {dims:?} has the wrong rank")));
+            return Err(OpError::shape(
+                OP,
+                format!("input {dims:?} has the wrong rank"),
+            ));
         }
         let spatial = self.spatial(dims);
         let sizes = self.axes(spatial)?;
@@ -358,7 +366,8 @@ impl Kernel for QLinearAveragePool {
             return Ok(());
         }
         // onnxruntime's fallback: one unpadded window over the whole input.
-        let global = spatial == self.kernel.as_slice() && sizes.iter().all(|&(o, p)| o == 1 && p == 0);
+        let global =
+            spatial == self.kernel.as_slice() && sizes.iter().all(|&(o, p)| o == 1 && p == 0);
         let threads = io.threads.max(1);
         with_bytes(OP, x_t, |src| {
             with_bytes_mut(OP, out, |dst| {
@@ -513,7 +522,9 @@ mod tests {
     #[test]
     fn channels_last_equals_channels_first() {
         let (c, h, w) = (5, 6, 7);
-        let nchw: Vec<i8> = (0..c * h * w).map(|i| ((i * 37) % 256) as u8 as i8).collect();
+        let nchw: Vec<i8> = (0..c * h * w)
+            .map(|i| ((i * 37) % 256) as u8 as i8)
+            .collect();
         let mut nhwc = vec![0i8; nchw.len()];
         for ci in 0..c {
             for p in 0..h * w {
