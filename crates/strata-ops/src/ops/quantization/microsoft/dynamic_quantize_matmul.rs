@@ -192,10 +192,9 @@ mod tests {
         assert_eq!(quantization_parameters(1.0, 3.0), (3.0 / 255.0, 0));
         assert_eq!(quantization_parameters(-2.0, -1.0), (2.0 / 255.0, 255));
         assert_eq!(quantization_parameters(0.0, 0.0), (1.0, 0));
-        let (s, z) = quantization_parameters(-1.0, 1.0);
-        assert_eq!(s, 2.0 / 255.0);
-        // 127.5 rounds to the even 128.
-        assert_eq!(z, 128);
+        // A span of 255 gives scale 1: zero points 2.5 and 3.5 are exact ties, to even.
+        assert_eq!(quantization_parameters(-2.5, 252.5), (1.0, 2));
+        assert_eq!(quantization_parameters(-3.5, 251.5), (1.0, 4));
         assert_eq!(
             min_max(&[3.0, -1.0, 7.5, 2.0, 0.0, 1.0, 1.0, 1.0, -4.0, 9.0]),
             (-4.0, 9.0)
