@@ -227,7 +227,11 @@ fn softmax(row: &mut [f32], sink: Option<f32>) {
     }
     let mut sum = 0.0f32;
     for x in row.iter_mut() {
-        let e = (*x - max).exp_v();
+        let d = *x - max;
+        // Terms below e^-87 (masked keys: -inf or the -10000 filter) are 0, not the subnormals
+        // `exp` would give: those would slow every later multiply (P·V) many times over.
+        let e = d.exp_v();
+        let e = if d < -87.0 { 0.0 } else { e };
         *x = e;
         sum += e;
     }

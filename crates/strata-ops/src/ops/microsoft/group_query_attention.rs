@@ -293,11 +293,10 @@ impl Operator for GroupQueryAttention {
         ])
     }
 
-    fn scratch_bytes(&self, inputs: &[&Fact], outputs: &[&Fact]) -> OpResult<usize> {
-        let (Some(q), Some(present)) = (
-            inputs[0].concrete(),
-            outputs.get(1).and_then(|f| f.concrete()),
-        ) else {
+    fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
+        // Sized from the inputs: present may be left out of the node.
+        let out = self.infer(inputs)?;
+        let (Some(q), Some(present)) = (inputs[0].concrete(), out[1].concrete()) else {
             return Ok(0);
         };
         let (n, kv) = (self.num_heads, self.kv_heads);
@@ -676,19 +675,16 @@ mod tests {
         let (s, h) = (4, 4);
         let (q, k, v) = (ramp(s * 2 * h, 0.3), ramp(s * h, 0.7), ramp(s * h, 1.3));
         let u = Tensor::undefined();
-        let y = gqa(
-            &[
-                t(&q, &[1, s, 2 * h]),
-                t(&k, &[1, s, h]),
-                t(&v, &[1, s, h]),
-                u.clone(),
-                u,
-                t(&[s as i32 - 1], &[1]),
-                t(&[s as i32], &[]),
-            ],
-            &[],
-        )
-        .unwrap();
+        let inputs = [
+            t(&q, &[1, s, 2 * h]),
+            t(&k, &[1, s, h]),
+            t(&v, &[1, s, h]),
+            u.clone(),
+            u,
+            t(&[s as i32 - 1], &[1]),
+            t(&[s as i32], &[]),
+        ];
+        let y = gqa(&inputs, &[]).unwrap();
         // The one K/V head, repeated for both query heads.
         let twice = |x: &[f32]| -> Vec<f32> {
             x.chunks(h)
@@ -713,6 +709,18 @@ mod tests {
             "GQA vs MHA",
         );
         assert_eq!(y[1].to_vec::<f32>().unwrap(), k);
+        // Without the present outputs K and V go to scratch: same result.
+        let alone = OpRun::new("GroupQueryAttention", 1)
+            .domain("com.microsoft")
+            .attrs(&[("num_heads", Attr::Int(2)), ("kv_num_heads", Attr::Int(1))])
+            .constant_inputs()
+            .run(&inputs)
+            .unwrap();
+        assert_eq!(alone.len(), 1);
+        assert_eq!(
+            alone[0].to_vec::<f32>().unwrap(),
+            y[0].to_vec::<f32>().unwrap()
+        );
     }
 
     #[test]
