@@ -229,8 +229,9 @@ fn softmax(row: &mut [f32], sink: Option<f32>) {
     for x in row.iter_mut() {
         let d = *x - max;
         // Terms below e^-87 (masked keys: -inf or the -10000 filter) are 0, not the subnormals
-        // `exp` would give: those would slow every later multiply (P·V) many times over.
-        let e = d.exp_v();
+        // `exp` would give: those would slow `exp` itself and every later multiply (P·V) many
+        // times over. The clamp keeps `exp` in the normal range; the select drops the term.
+        let e = d.max(-87.0).exp_v();
         let e = if d < -87.0 { 0.0 } else { e };
         *x = e;
         sum += e;
