@@ -43,9 +43,11 @@ def ttype(a):
     return helper.np_dtype_to_tensor_dtype(a.dtype)
 
 
-def write_case(name, nodes, inputs, inits, outputs, reference_nodes=None, opset=17):
+def write_case(name, nodes, inputs, inits, outputs, reference_nodes=None, opset=17, expected=None):
     """inputs/inits: dicts name -> array; outputs: list of names. reference_nodes: the graph
-    onnxruntime computes the expected outputs with, when it differs from the written one."""
+    onnxruntime computes the expected outputs with, when it differs from the written one;
+    expected: the outputs themselves, when onnxruntime cannot run the written graph (layouts its
+    CPU kernel refuses, computed by it from an equivalent graph)."""
     def model(ns):
         g = helper.make_graph(
             ns, name,
@@ -57,10 +59,7 @@ def write_case(name, nodes, inputs, inits, outputs, reference_nodes=None, opset=
                                  ir_version=8)
     m = model(nodes)
     ref = model(reference_nodes) if reference_nodes else m
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(ref.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    results = sess.run(None, inputs)
+    results = expected if expected is not None else run_ort(ref, inputs)
     d = os.path.join(OUT, "test_" + name)
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(os.path.join(d, "test_data_set_0"))
@@ -72,6 +71,24 @@ def write_case(name, nodes, inputs, inits, outputs, reference_nodes=None, opset=
         onnx.save_tensor(numpy_helper.from_array(v, k), os.path.join(d, "test_data_set_0", f"input_{i}.pb"))
     for i, (k, v) in enumerate(zip(outputs, results)):
         onnx.save_tensor(numpy_helper.from_array(v, k), os.path.join(d, "test_data_set_0", f"output_{i}.pb"))
+
+
+def run_ort(model, inputs):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, inputs)
+
+
+def ort_outputs(nodes, inputs, outputs, opset=17):
+    """onnxruntime's outputs of a graph of `nodes` over graph inputs `inputs`."""
+    g = helper.make_graph(
+        nodes, "reference",
+        [helper.make_tensor_value_info(k, ttype(v), v.shape) for k, v in inputs.items()],
+        [onnx.ValueInfoProto(name=o) for o in outputs])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)],
+                          ir_version=8)
+    return run_ort(m, inputs)
 
 
 def f32(r, *shape):
@@ -336,6 +353,97 @@ def attention():
     write_case("ms_attention_qkv_sizes", [helper.make_node("Attention", ["x", "w"], ["y"], domain=MS, num_heads=n,
                                                            qkv_hidden_sizes=[8, 8, 4])],
                {"x": x}, {"w": w2}, ["y"])
+
+
+@case
+def multi_head_attention():
+    r = rng("multi_head_attention")
+    b, s_, l, n, h = 2, 3, 5, 2, 4
+    d = n * h
+    q, k, v = f32(r, b, s_, d), f32(r, b, l, d), f32(r, b, l, d)
+    bias = f32(r, 3 * d) * 0.3
+
+    def mha(name, inputs, names, outputs=("y",), **attrs):
+        write_case(name, [helper.make_node("MultiHeadAttention", names, list(outputs), domain=MS,
+                                           num_heads=n, **attrs)], inputs, {}, list(outputs))
+    mha("ms_mha_separate_bias", {"q": q, "k": k, "v": v, "b": bias}, ["q", "k", "v", "b"])
+    mha("ms_mha_value_width", {"q": q, "k": k, "v": f32(r, b, l, 3 * n)}, ["q", "k", "v"], scale=0.4)
+    mha("ms_mha_mask_lengths", {"q": q, "k": k, "v": v, "m": np.array([5, 2], np.int32)},
+        ["q", "k", "v", "", "m"])
+    raw = np.ones((b, l), np.int32)
+    raw[0, 1] = raw[1, 3:] = 0
+    mha("ms_mha_mask_2d_filter", {"q": q, "k": k, "v": v, "m": raw}, ["q", "k", "v", "", "m"],
+        mask_filter_value=-50.0)
+    raw3 = (r.random((b, s_, l)) > 0.3).astype(np.int32)
+    raw3[:, :, 0] = 1
+    mha("ms_mha_mask_3d_attention_bias", {"q": q, "k": k, "v": v, "m": raw3, "ab": f32(r, b, 1, s_, l)},
+        ["q", "k", "v", "", "m", "ab"])
+    kn, vn = f32(r, b, s_, d), f32(r, b, s_, d)
+    pk, pv = f32(r, b, n, 4, h), f32(r, b, n, 4, h)
+    mha("ms_mha_past_present_causal", {"q": q, "k": kn, "v": vn, "b": bias, "pk": pk, "pv": pv},
+        ["q", "k", "v", "b", "", "", "pk", "pv"], outputs=("y", "present_k", "present_v"), unidirectional=1)
+    mha("ms_mha_self_causal", {"q": q, "k": kn, "v": vn}, ["q", "k", "v"], unidirectional=1)
+    mha("ms_mha_present_no_past", {"q": q, "k": k, "v": v}, ["q", "k", "v"],
+        outputs=("y", "present_k", "present_v"))
+    kc, vc = f32(r, b, n, l, h), f32(r, b, n, l, h)
+    mha("ms_mha_cross_cache_bias", {"q": q, "k": kc, "v": vc, "b": bias}, ["q", "k", "v", "b"])
+    # Packed layouts: onnxruntime's CPU kernel refuses them; the expected outputs are its own
+    # for the same values unpacked.
+    sep = ort_outputs([helper.make_node("MultiHeadAttention", ["q", "k", "v", "b"], ["y"], domain=MS,
+                                        num_heads=n)], {"q": q, "k": kn, "v": vn, "b": bias}, ["y"])
+    heads = lambda x: x.reshape(b, s_, n, 1, h)
+    packed = np.concatenate([heads(q), heads(kn), heads(vn)], 3)
+    write_case("ms_mha_packed_qkv", [helper.make_node("MultiHeadAttention", ["qkv", "", "", "b"], ["y"],
+                                                      domain=MS, num_heads=n)],
+               {"qkv": packed, "b": bias}, {}, ["y"], expected=sep)
+    sep = ort_outputs([helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["y"], domain=MS, num_heads=n)],
+                      {"q": q, "k": k, "v": v}, ["y"])
+    kv = np.concatenate([k.reshape(b, l, n, 1, h), v.reshape(b, l, n, 1, h)], 3)
+    write_case("ms_mha_packed_kv", [helper.make_node("MultiHeadAttention", ["q", "kv"], ["y"], domain=MS,
+                                                     num_heads=n)],
+               {"q": q, "kv": kv}, {}, ["y"], expected=sep)
+
+
+@case
+def group_query_attention():
+    r = rng("group_query_attention")
+    b, s_, n, kvh, h = 2, 3, 4, 2, 16
+    i32 = lambda *v: np.array(v, np.int32)
+    total = lambda t: np.array(t, np.int32)
+    q, k, v = f32(r, b, s_, n * h), f32(r, b, s_, kvh * h), f32(r, b, s_, kvh * h)
+    q1, k1, v1 = f32(r, b, 1, n * h), f32(r, b, 1, kvh * h), f32(r, b, 1, kvh * h)
+    pk, pv = f32(r, b, kvh, 6, h), f32(r, b, kvh, 6, h)
+    half = h // 2
+    ang = np.arange(16)[:, None] * (1.0 / 10000 ** (np.arange(half) / half))[None]
+    cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    outs = ["y", "present_k", "present_v"]
+
+    def gqa(name, inputs, names, inits=None, **attrs):
+        write_case(name, [helper.make_node("GroupQueryAttention", names, outs, domain=MS, num_heads=n,
+                                           kv_num_heads=kvh, **attrs)], inputs, inits or {}, outs)
+    prompt = {"q": q, "k": k, "v": v, "sl": i32(2, 2), "t": total(3)}
+    gqa("ms_gqa_prompt", prompt, ["q", "k", "v", "", "", "sl", "t"])
+    gqa("ms_gqa_prompt_padded", {**prompt, "sl": i32(2, 1)}, ["q", "k", "v", "", "", "sl", "t"])
+    gqa("ms_gqa_prompt_window", prompt, ["q", "k", "v", "", "", "sl", "t"], local_window_size=2)
+    gqa("ms_gqa_prompt_rotary", prompt, ["q", "k", "v", "", "", "sl", "t", "cos", "sin"],
+        {"cos": cos, "sin": sin}, do_rotary=1)
+    gqa("ms_gqa_packed_qkv", {"qkv": np.concatenate([q, k, v], -1), "sl": i32(2, 2), "t": total(3)},
+        ["qkv", "", "", "", "", "sl", "t"], scale=0.2)
+    decode = {"q": q1, "k": k1, "v": v1, "pk": pk, "pv": pv, "sl": i32(6, 3), "t": total(7)}
+    names = ["q", "k", "v", "pk", "pv", "sl", "t"]
+    gqa("ms_gqa_decode", decode, names)
+    gqa("ms_gqa_decode_buffer", {**decode, "t": total(5), "sl": i32(4, 2)}, names)
+    # total_sequence_length as a constant: present's dims are known when planning.
+    gqa("ms_gqa_decode_rotary_interleaved", {x: y for x, y in decode.items() if x != "t"},
+        names + ["cos", "sin"], {"cos": cos, "sin": sin, "t": total(7)}, do_rotary=1,
+        rotary_interleaved=1)
+    gqa("ms_gqa_decode_window_softcap", decode, names, local_window_size=3, softcap=2.0)
+    gqa("ms_gqa_decode_attention_bias", {**decode, "ab": f32(r, 1, n, 1, 7)},
+        names + ["", "", "", "ab"], softcap=1.5)
+    gqa("ms_gqa_decode_head_sink", {**decode, "sink": f32(r, n)}, names + ["", "", "", "", "sink"])
+    gqa("ms_gqa_decode_smooth_softmax", decode, names, smooth_softmax=1)
+    chunk = {"q": q[:1], "k": k[:1], "v": v[:1], "pk": pk[:1], "pv": pv[:1], "sl": i32(7), "t": total(9)}
+    gqa("ms_gqa_chunk_after_past", chunk, names)
 
 
 def main():

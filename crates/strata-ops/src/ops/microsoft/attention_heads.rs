@@ -1,7 +1,8 @@
 //! The per-head core shared by com.microsoft Attention, MultiHeadAttention and
 //! GroupQueryAttention, in f32: for every (batch, query head) block, scores = scale · Q·Kᵀ
 //! (one GEMM through strides, K never transposed in memory), the operator's additive bias per
-//! score row (masks, causal, attention bias), a max-subtracted softmax, and context = P·V (one
+//! score row (masks, causal, attention bias), a max-subtracted softmax (optionally with an
+//! attention sink in its denominator), and context = P·V (one
 //! GEMM) into a head-major buffer. Blocks run in parallel; query head `h` reads key/value head
 //! `h / (q_heads / kv_heads)`.
 
@@ -119,6 +120,28 @@ pub(crate) fn attend_heads(
     context: &mut [f32],
     threads: usize,
 ) -> OpResult<()> {
+    attend_heads_with_sink(s, q, k, v, scale, bias, None, scores, context, threads)
+}
+
+/// The logit of query head `h`'s extra softmax term ("attention sink"): each row's softmax
+/// becomes `exp(x − max) / (Σ exp(x − max) + exp(sink(h) − max))`.
+pub(crate) type Sink<'a> = dyn Fn(usize) -> f32 + Sync + 'a;
+
+/// [`attend_heads`] with an optional attention sink per query head (GroupQueryAttention's
+/// `head_sink` and `smooth_softmax`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attend_heads_with_sink(
+    s: &HeadShape,
+    q: HeadView<'_>,
+    k: HeadView<'_>,
+    v: HeadView<'_>,
+    scale: f32,
+    bias: &RowBias<'_>,
+    sink: Option<&Sink<'_>>,
+    scores: &mut [f32],
+    context: &mut [f32],
+    threads: usize,
+) -> OpResult<()> {
     if s.kv_heads == 0 || !s.q_heads.is_multiple_of(s.kv_heads) {
         return Err(OpError::shape(
             "Attention",
@@ -173,7 +196,7 @@ pub(crate) fn attend_heads(
             )?;
             for (i, row) in p.chunks_exact_mut(s.kv_len).enumerate() {
                 bias(b, h, i, row);
-                softmax(row);
+                softmax(row, sink.map(|f| f(h)));
             }
             gemm(
                 s.q_len,
@@ -194,8 +217,9 @@ pub(crate) fn attend_heads(
     )
 }
 
-/// Softmax of a row in place; a row that is all -inf becomes zeros.
-fn softmax(row: &mut [f32]) {
+/// Softmax of a row in place, with an optional sink logit in the denominator; a row that is
+/// all -inf becomes zeros.
+fn softmax(row: &mut [f32], sink: Option<f32>) {
     let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
     if max == f32::NEG_INFINITY {
         row.fill(0.0);
@@ -203,9 +227,17 @@ fn softmax(row: &mut [f32]) {
     }
     let mut sum = 0.0f32;
     for x in row.iter_mut() {
-        let e = (*x - max).exp_v();
+        let d = *x - max;
+        // Terms below e^-87 (masked keys: -inf or the -10000 filter) are 0, not the subnormals
+        // `exp` would give: those would slow `exp` itself and every later multiply (P·V) many
+        // times over. The clamp keeps `exp` in the normal range; the select drops the term.
+        let e = d.max(-87.0).exp_v();
+        let e = if d < -87.0 { 0.0 } else { e };
         *x = e;
         sum += e;
+    }
+    if let Some(logit) = sink {
+        sum += (logit - max).exp_v();
     }
     let inv = 1.0 / sum;
     row.iter_mut().for_each(|x| *x *= inv);

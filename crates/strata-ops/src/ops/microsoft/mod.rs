@@ -1,8 +1,9 @@
 //! onnxruntime's `com.microsoft` operators, the ones its quantizer and transformer optimizer
 //! write into models: the fused GELUs, the fused normalizations, the fused products and
-//! convolutions, the attention family and the 4/8-bit weight-only product MatMulNBits. One
-//! operator per file; `biased_activation.rs`, `norm_rows.rs` and `access.rs` are their shared
-//! kernels and helpers.
+//! convolutions, the attention family (Attention, MultiHeadAttention, GroupQueryAttention on one
+//! per-head core) and the 4/8-bit weight-only product MatMulNBits. One
+//! operator per file; `biased_activation.rs`, `norm_rows.rs`, `attention_heads.rs`, `head_copy.rs`
+//! and `access.rs` are their shared kernels and helpers.
 
 mod access;
 mod attention;
@@ -14,7 +15,10 @@ mod fast_gelu;
 mod fused_conv;
 mod fused_matmul;
 mod gelu;
+mod group_query_attention;
+mod head_copy;
 mod matmul_nbits;
+mod multi_head_attention;
 mod nbits_layout;
 mod norm_rows;
 mod quick_gelu;
@@ -43,6 +47,8 @@ pub const OPS: &[OpTable] = &[&[
     ("EmbedLayerNormalization", embed_layer_norm::build),
     ("RotaryEmbedding", rotary_embedding::build),
     ("Attention", attention::build),
+    ("MultiHeadAttention", multi_head_attention::build),
+    ("GroupQueryAttention", group_query_attention::build),
 ]];
 
 /// onnxruntime operators that its tools write in the default ONNX domain.

@@ -1,0 +1,1 @@
+ByJ0bd]ÑSÜiQwôróTk2Eb|NöuêNå_<åS3åV0íhçNwbFÉP[c1vU

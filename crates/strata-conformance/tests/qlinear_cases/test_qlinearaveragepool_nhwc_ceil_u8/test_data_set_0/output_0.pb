@@ -1,0 +1,1 @@
+(ByJèMDzxQ—>‡·%jPZx<OS˜ÔâŠfu`‡Œy-Ä1kjY@H‡k›e_s‘_4:‡m…ÅŽH¶˜e¹ ¯l¸NAovg}GqUZ3G„£P“a'W¹*þ¾‡QŒ€¬fˆvX|œQn {Ulj=µ¸I‘J…š|—TB„.t²[qJË€eWp~‘¯ya˜âŠ’syn4]>5nl„“xS'x†,”Ïk™i`f\7› »jŽy_§–Ä“\‹P…}x@ƒZ8A¨c‘xEY¢]X_y»¯=ˆ‰’n‰]„˜Mm‘‘‡dZxo¢}!vDv›/|‡t„Rnnuc\h„ZC‡sUƒR€^`¢¬›‚Gzv‰¬qx“X¶S……„i‰Žc˜–JG~s€GPBÜ/XfMŒ¨pX^§mw5ODŒŠ{YrDk½n¬[Èuw6©˜Ì—sÚ…|Rd¶OuÉ{’“¥w\wuÃP’
