@@ -17,6 +17,7 @@ pub mod matmul;
 pub(crate) mod phase_planes;
 pub mod quant;
 pub(crate) mod simd;
+pub mod sdpa;
 pub(crate) mod spatial;
 
 pub use activation::Activation;
