@@ -3,6 +3,8 @@
 //! torch's SDPA export scaling Q and K): the fused plan runs one FusedAttention node per block
 //! and gives the unfused plan's outputs; near-misses stay unfused and still correct.
 
+mod alloc_counter;
+
 use strata_core::{DType, Tensor};
 use strata_onnx::{models, Attrs, Dim, ModelBuilder};
 use strata_runtime::{InferencePlan, PlanConfig};
@@ -79,7 +81,11 @@ fn model(spec: &Spec) -> ModelBuilder {
     let i = |x: usize| x as i64;
     let mut m = ModelBuilder::new("attention")
         .opset(spec.opset)
-        .input("x", DType::F32, &[Dim::Known(b), Dim::Known(s), Dim::Known(hd)])
+        .input(
+            "x",
+            DType::F32,
+            &[Dim::Known(b), Dim::Known(s), Dim::Known(hd)],
+        )
         .initializer_i64("split_shape", &[i(b), i(s), i(h), i(d)], &[4])
         .initializer_i64("merge_shape", &[i(b), i(s), i(hd)], &[3]);
     let w = 1.0 / (hd as f32).sqrt();
@@ -107,21 +113,37 @@ fn model(spec: &Spec) -> ModelBuilder {
     let split = |m: ModelBuilder, name: &str, perm: &[i64]| {
         let r = format!("{name}_4d");
         m.node("Reshape", &[name, "split_shape"], &[&r], Attrs::new())
-            .node("Transpose", &[&r], &[&format!("{name}h")], Attrs::new().ints("perm", perm))
+            .node(
+                "Transpose",
+                &[&r],
+                &[&format!("{name}h")],
+                Attrs::new().ints("perm", perm),
+            )
     };
     m = split(m, "q", &[0, 2, 1, 3]);
     m = split(m, "v", &[0, 2, 1, 3]);
     let root = (d as f32).sqrt();
     let scores = match spec.form {
-        Form::Bert => split(m, "k", &[0, 2, 3, 1])
-            .node("MatMul", &["qh", "kh"], &["raw"], Attrs::new()),
+        Form::Bert => {
+            split(m, "k", &[0, 2, 3, 1]).node("MatMul", &["qh", "kh"], &["raw"], Attrs::new())
+        }
         Form::Gpt2 => split(m, "k", &[0, 2, 1, 3])
-            .node("Transpose", &["kh"], &["kt"], Attrs::new().ints("perm", &[0, 1, 3, 2]))
+            .node(
+                "Transpose",
+                &["kh"],
+                &["kt"],
+                Attrs::new().ints("perm", &[0, 1, 3, 2]),
+            )
             .node("MatMul", &["qh", "kt"], &["raw"], Attrs::new()),
         Form::Sdpa => split(m, "k", &[0, 2, 1, 3])
             .initializer_f32("quarter", &[1.0 / root.sqrt()], &[])
             .node("Mul", &["qh", "quarter"], &["qs"], Attrs::new())
-            .node("Transpose", &["kh"], &["kt"], Attrs::new().ints("perm", &[0, 1, 3, 2]))
+            .node(
+                "Transpose",
+                &["kh"],
+                &["kt"],
+                Attrs::new().ints("perm", &[0, 1, 3, 2]),
+            )
             .node("Mul", &["kt", "quarter"], &["ks"], Attrs::new())
             .node("MatMul", &["qs", "ks"], &["raw"], Attrs::new()),
     };
@@ -142,18 +164,24 @@ fn model(spec: &Spec) -> ModelBuilder {
         Mask::None => {}
         Mask::Input(dims) => {
             let dims: Vec<Dim> = dims.iter().map(|&x| Dim::Known(x)).collect();
-            m = m
-                .input("mask", DType::F32, &dims)
-                .node("Add", &[&at, "mask"], &["masked"], Attrs::new());
+            m = m.input("mask", DType::F32, &dims).node(
+                "Add",
+                &[&at, "mask"],
+                &["masked"],
+                Attrs::new(),
+            );
             at = "masked".into();
         }
         Mask::Triangular => {
             let tri: Vec<f32> = (0..s * s)
                 .map(|x| if x % s <= x / s { 0.0 } else { -1e9 })
                 .collect();
-            m = m
-                .initializer_f32("tri", &tri, &[1, 1, s, s])
-                .node("Add", &["tri", &at], &["masked"], Attrs::new());
+            m = m.initializer_f32("tri", &tri, &[1, 1, s, s]).node(
+                "Add",
+                &["tri", &at],
+                &["masked"],
+                Attrs::new(),
+            );
             at = "masked".into();
         }
     }
@@ -165,7 +193,12 @@ fn model(spec: &Spec) -> ModelBuilder {
                 &Tensor::from_bools(&causal, &[1, 1, s, s]).unwrap(),
             )
             .initializer_f32("neg", &[-1e4], &[])
-            .node("Where", &["causal", &at, "neg"], &["selected"], Attrs::new());
+            .node(
+                "Where",
+                &["causal", &at, "neg"],
+                &["selected"],
+                Attrs::new(),
+            );
         at = "selected".into();
     }
     let softmax_attrs = if spec.opset >= 13 || spec.axis != -1 {
@@ -173,15 +206,28 @@ fn model(spec: &Spec) -> ModelBuilder {
     } else {
         Attrs::new()
     };
-    m = m
-        .node("Softmax", &[&at], &["probs"], softmax_attrs)
-        .node("MatMul", &["probs", "vh"], &["ctx"], Attrs::new());
+    m = m.node("Softmax", &[&at], &["probs"], softmax_attrs).node(
+        "MatMul",
+        &["probs", "vh"],
+        &["ctx"],
+        Attrs::new(),
+    );
     let out_dims = if spec.no_merge {
         Vec::new()
     } else {
         m = m
-            .node("Transpose", &["ctx"], &["ctx_t"], Attrs::new().ints("perm", &[0, 2, 1, 3]))
-            .node("Reshape", &["ctx_t", "merge_shape"], &["merged"], Attrs::new());
+            .node(
+                "Transpose",
+                &["ctx"],
+                &["ctx_t"],
+                Attrs::new().ints("perm", &[0, 2, 1, 3]),
+            )
+            .node(
+                "Reshape",
+                &["ctx_t", "merge_shape"],
+                &["merged"],
+                Attrs::new(),
+            );
         vec![Dim::Known(b), Dim::Known(s), Dim::Known(hd)]
     };
     let out = if spec.no_merge { "ctx" } else { "merged" };
@@ -202,8 +248,11 @@ fn model(spec: &Spec) -> ModelBuilder {
 fn check(spec: &Spec, threads: usize) -> (usize, String) {
     let bytes = model(spec).to_bytes().unwrap();
     let (b, s) = (spec.batch, spec.seq);
-    let x = Tensor::from_slice(&values(b * s * spec.hidden(), 42, 1.0), &[b, s, spec.hidden()])
-        .unwrap();
+    let x = Tensor::from_slice(
+        &values(b * s * spec.hidden(), 42, 1.0),
+        &[b, s, spec.hidden()],
+    )
+    .unwrap();
     let mask = match &spec.mask {
         Mask::Input(dims) => {
             let n = dims.iter().product();
@@ -343,5 +392,43 @@ fn near_misses_stay_unfused_and_correct() {
     for spec in &cases {
         let (fused, text) = check(spec, 1);
         assert_eq!(fused, 0, "{spec:?} must not fuse:\n{text}");
+    }
+}
+
+#[test]
+fn fused_attention_runs_without_allocating() {
+    for spec in [
+        Spec {
+            mask: Mask::Input(vec![1, 1, 1, 40]),
+            ..Spec::new(Form::Bert, 1, 40, 4, 8)
+        },
+        Spec::new(Form::Gpt2, 1, 70, 2, 16),
+    ] {
+        let bytes = model(&spec).to_bytes().unwrap();
+        let plan = strata_onnx::load_bytes(bytes, "attention", PlanConfig::default().with_threads(1))
+            .unwrap();
+        assert_eq!(fused_count(&plan), 1);
+        let mut ctx = plan.create_context().unwrap();
+        let x = Tensor::from_slice(&values(spec.seq * spec.hidden(), 5, 1.0), &[1, spec.seq, spec.hidden()])
+            .unwrap();
+        let mask = match &spec.mask {
+            Mask::Input(dims) => Some(Tensor::from_slice(&values(dims.iter().product(), 6, 1.0), dims).unwrap()),
+            _ => None,
+        };
+        let feed = |ctx: &mut strata_runtime::ExecutionContext| {
+            ctx.set_input("x", &x).unwrap();
+            if let Some(m) = &mask {
+                ctx.set_input("mask", m).unwrap();
+            }
+            ctx.execute().unwrap();
+        };
+        feed(&mut ctx);
+        feed(&mut ctx);
+        let count = alloc_counter::allocations_during(|| {
+            for _ in 0..3 {
+                feed(&mut ctx);
+            }
+        });
+        assert_eq!(count, 0, "{spec:?}");
     }
 }

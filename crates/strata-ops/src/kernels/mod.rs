@@ -16,8 +16,8 @@ pub mod igemm;
 pub mod matmul;
 pub(crate) mod phase_planes;
 pub mod quant;
-pub(crate) mod simd;
 pub mod sdpa;
+pub(crate) mod simd;
 pub(crate) mod spatial;
 
 pub use activation::Activation;

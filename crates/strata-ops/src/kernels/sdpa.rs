@@ -42,7 +42,9 @@ impl<T> View4<'_, T> {
         self.dims
             .iter()
             .zip(&self.strides)
-            .try_fold(1usize, |acc, (&d, &s)| acc.checked_add((d - 1).checked_mul(s)?))
+            .try_fold(1usize, |acc, (&d, &s)| {
+                acc.checked_add((d - 1).checked_mul(s)?)
+            })
     }
 
     fn check(&self, operand: &'static str) -> KernelResult<()> {
@@ -91,6 +93,10 @@ pub struct Sdpa<'a> {
     pub v: View4<'a, f32>,
     pub scale: f32,
     pub steps: &'a [ScoreStep<'a>],
+    /// Masks out (−∞) keys after the query's own index.
+    pub causal: bool,
+    /// Rows that mask out every key give zeros instead of NaN.
+    pub zero_empty_rows: bool,
 }
 
 /// Scratch floats one participant needs for `sq` query rows, `sk` keys and value width `dv`.
@@ -174,9 +180,11 @@ pub fn sdpa_f32(
         match step {
             ScoreStep::Add(m) if m.dims == [b, h, sq, sk] => m.check("mask")?,
             ScoreStep::Select { cond, .. } if cond.dims == [b, h, sq, sk] => cond.check("cond")?,
-            ScoreStep::Add(View4 { dims, .. }) | ScoreStep::Select { cond: View4 { dims, .. }, .. } => {
-                return Err(mismatch("scores and mask", &[b, h, sq, sk], dims))
-            }
+            ScoreStep::Add(View4 { dims, .. })
+            | ScoreStep::Select {
+                cond: View4 { dims, .. },
+                ..
+            } => return Err(mismatch("scores and mask", &[b, h, sq, sk], dims)),
         }
     }
     let out_view = View4 {
@@ -211,7 +219,10 @@ pub fn sdpa_f32(
     let qb = QB.min(sq);
     let blocks = sq.div_ceil(qb);
     let tasks = b * h * blocks;
-    let participants = slots.min(threads.max(1)).min(parallel::threads()).min(tasks);
+    let participants = slots
+        .min(threads.max(1))
+        .min(parallel::threads())
+        .min(tasks);
     let next = AtomicUsize::new(0);
     let failure: Mutex<Option<KernelError>> = Mutex::new(None);
     let out_ptr = Shared(out.as_mut_ptr());
@@ -291,6 +302,10 @@ fn tile(
     let (qs, ks, vs) = (p.q.strides, p.k.strides, p.v.strides);
     let q_at = p.q.offset(bi, hi, q0, 0);
     for k0 in (0..sk).step_by(kb) {
+        if p.causal && k0 > q0 + rows - 1 {
+            // Every key from here on is after every query row of the tile: exp(−∞) adds 0.
+            break;
+        }
         let cols = kb.min(sk - k0);
         let s = &mut scores[..rows * cols];
         // S = scale · Q_blk · K_blkᵀ: B(i, j) = K[k0 + j, i].
@@ -311,6 +326,10 @@ fn tile(
         for (i, row) in s.chunks_exact_mut(cols).enumerate() {
             for step in p.steps {
                 apply_step(step, row, bi, hi, q0 + i, k0);
+            }
+            if p.causal {
+                let keep = (q0 + i + 1).saturating_sub(k0).min(cols);
+                row[keep..].fill(f32::NEG_INFINITY);
             }
             let block_max = row_max(row);
             let new_max = max[i].max(block_max);
@@ -349,7 +368,11 @@ fn tile(
         )?;
     }
     for (i, row) in acc.chunks_exact(dv).enumerate() {
-        let inv = 1.0 / sum[i];
+        let inv = if p.zero_empty_rows && sum[i] == 0.0 {
+            0.0
+        } else {
+            1.0 / sum[i]
+        };
         let base = bi * out_strides[0] + hi * out_strides[1] + (q0 + i) * out_strides[2];
         for (j, &a) in row.iter().enumerate() {
             // SAFETY: `sdpa_f32` checked every (b, h, q, d) offset lies inside `out` and that
@@ -461,6 +484,7 @@ mod tests {
         let [b, h, sq, d] = p.q.dims;
         let [_, _, sk, dv] = p.v.dims;
         let mut out = vec![0.0f32; b * h * sq * dv];
+        // (Rows skipped as empty stay zero.)
         for bi in 0..b {
             for hi in 0..h {
                 for i in 0..sq {
@@ -478,8 +502,14 @@ mod tests {
                     for step in p.steps {
                         for (j, v) in s.iter_mut().enumerate() {
                             match step {
-                                ScoreStep::Add(m) => *v += f64::from(m.data[m.offset(bi, hi, i, j)]),
-                                ScoreStep::Select { cond, keep_when, fill } => {
+                                ScoreStep::Add(m) => {
+                                    *v += f64::from(m.data[m.offset(bi, hi, i, j)])
+                                }
+                                ScoreStep::Select {
+                                    cond,
+                                    keep_when,
+                                    fill,
+                                } => {
                                     if (cond.data[cond.offset(bi, hi, i, j)] != 0) != *keep_when {
                                         *v = f64::from(*fill);
                                     }
@@ -487,9 +517,17 @@ mod tests {
                             }
                         }
                     }
+                    if p.causal {
+                        s.iter_mut()
+                            .skip(i + 1)
+                            .for_each(|v| *v = f64::NEG_INFINITY);
+                    }
                     let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                     let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
                     let z: f64 = e.iter().sum();
+                    if p.zero_empty_rows && m == f64::NEG_INFINITY {
+                        continue;
+                    }
                     for x in 0..dv {
                         let y: f64 = (0..sk)
                             .map(|j| e[j] / z * f64::from(p.v.data[p.v.offset(bi, hi, j, x)]))
@@ -504,7 +542,10 @@ mod tests {
 
     fn close(a: &[f32], b: &[f32]) {
         for (i, (x, y)) in a.iter().zip(b).enumerate() {
-            assert!((x - y).abs() <= 1e-5 + 1e-4 * y.abs(), "element {i}: {x} vs {y}");
+            assert!(
+                (x - y).abs() <= 1e-5 + 1e-4 * y.abs(),
+                "element {i}: {x} vs {y}"
+            );
         }
     }
 
@@ -513,7 +554,15 @@ mod tests {
         let dv = p.v.dims[3];
         let mut out = vec![f32::NAN; b * h * sq * dv];
         let mut scratch = vec![f32::NAN; slots * sdpa_slot_len(sq, p.k.dims[2], dv)];
-        sdpa_f32(p, &mut out, contiguous([b, h, sq, dv]), &mut scratch, slots, slots).unwrap();
+        sdpa_f32(
+            p,
+            &mut out,
+            contiguous([b, h, sq, dv]),
+            &mut scratch,
+            slots,
+            slots,
+        )
+        .unwrap();
         out
     }
 
@@ -548,11 +597,25 @@ mod tests {
                 },
             ];
             let p = Sdpa {
-                q: View4 { data: &q, dims: [b, h, sq, d], strides: contiguous([b, h, sq, d]) },
-                k: View4 { data: &k, dims: [b, h, sk, d], strides: contiguous([b, h, sk, d]) },
-                v: View4 { data: &v, dims: [b, h, sk, dv], strides: contiguous([b, h, sk, dv]) },
+                q: View4 {
+                    data: &q,
+                    dims: [b, h, sq, d],
+                    strides: contiguous([b, h, sq, d]),
+                },
+                k: View4 {
+                    data: &k,
+                    dims: [b, h, sk, d],
+                    strides: contiguous([b, h, sk, d]),
+                },
+                v: View4 {
+                    data: &v,
+                    dims: [b, h, sk, dv],
+                    strides: contiguous([b, h, sk, dv]),
+                },
                 scale: 1.0 / (d as f32).sqrt(),
                 steps: &steps,
+                causal: false,
+                zero_empty_rows: false,
             };
             let want = reference(&p);
             close(&run(&p, 1), &want);
@@ -560,6 +623,55 @@ mod tests {
             let plain = Sdpa { steps: &[], ..p };
             close(&run(&plain, 2), &reference(&plain));
         }
+    }
+
+    #[test]
+    fn causal_rows_skip_later_key_blocks_and_empty_rows_give_zeros() {
+        // 300 keys: the first query block never reaches the second key block.
+        let (b, h, s, d) = (1, 2, 300, 8);
+        let dims = [b, h, s, d];
+        let (q, k, v) = (
+            random(b * h * s * d, 8),
+            random(b * h * s * d, 9),
+            random(b * h * s * d, 10),
+        );
+        // Row 3 masks out every key (−∞ through a Select).
+        let cond: Vec<u8> = (0..s * s).map(|x| u8::from(x / s != 3)).collect();
+        let steps = [ScoreStep::Select {
+            cond: View4 {
+                data: &cond,
+                dims: [b, h, s, s],
+                strides: [0, 0, s, 1],
+            },
+            keep_when: true,
+            fill: f32::NEG_INFINITY,
+        }];
+        let view = |data| View4 {
+            data,
+            dims,
+            strides: contiguous(dims),
+        };
+        let p = Sdpa {
+            q: view(&q),
+            k: view(&k),
+            v: view(&v),
+            scale: 0.3,
+            steps: &steps,
+            causal: true,
+            zero_empty_rows: true,
+        };
+        let got = run(&p, 2);
+        close(&got, &reference(&p));
+        assert!(got[3 * d..4 * d].iter().all(|&x| x == 0.0));
+        // Without the guard the empty row is NaN, as Softmax makes it.
+        let nan = run(
+            &Sdpa {
+                zero_empty_rows: false,
+                ..p
+            },
+            1,
+        );
+        assert!(nan[3 * d].is_nan() && !nan[4 * d].is_nan());
     }
 
     #[test]
@@ -572,11 +684,25 @@ mod tests {
         let v = random(b * s * hd, 7);
         let packed = [s * hd, d, hd, 1];
         let p = Sdpa {
-            q: View4 { data: &q, dims: [b, h, s, d], strides: packed },
-            k: View4 { data: &k, dims: [b, h, s, d], strides: packed },
-            v: View4 { data: &v, dims: [b, h, s, d], strides: packed },
+            q: View4 {
+                data: &q,
+                dims: [b, h, s, d],
+                strides: packed,
+            },
+            k: View4 {
+                data: &k,
+                dims: [b, h, s, d],
+                strides: packed,
+            },
+            v: View4 {
+                data: &v,
+                dims: [b, h, s, d],
+                strides: packed,
+            },
             scale: 0.5,
             steps: &[],
+            causal: false,
+            zero_empty_rows: false,
         };
         let want = reference(&p);
         // Written merged: [B, S, H·D].
@@ -599,16 +725,44 @@ mod tests {
     #[test]
     fn bad_layouts_are_errors() {
         let q = vec![0.0f32; 8];
-        let view = View4 { data: &q, dims: [1, 1, 2, 4], strides: [8, 8, 4, 1] };
-        let p = Sdpa { q: view, k: view, v: view, scale: 1.0, steps: &[] };
+        let view = View4 {
+            data: &q,
+            dims: [1, 1, 2, 4],
+            strides: [8, 8, 4, 1],
+        };
+        let p = Sdpa {
+            q: view,
+            k: view,
+            v: view,
+            scale: 1.0,
+            steps: &[],
+            causal: false,
+            zero_empty_rows: false,
+        };
         let mut scratch = vec![0.0f32; sdpa_slot_len(2, 2, 4)];
         let mut out = vec![0.0f32; 8];
         assert!(sdpa_f32(&p, &mut out, [8, 8, 4, 1], &mut scratch, 1, 1).is_ok());
         // Overlapping output rows, an output too short, a view reaching past its data, no scratch.
         assert!(sdpa_f32(&p, &mut out, [8, 8, 1, 1], &mut scratch, 1, 1).is_err());
         assert!(sdpa_f32(&p, &mut out[..7], [8, 8, 4, 1], &mut scratch, 1, 1).is_err());
-        let long = View4 { dims: [1, 1, 3, 4], ..view };
-        assert!(sdpa_f32(&Sdpa { k: long, v: long, q: long, ..p }, &mut out, [8, 8, 4, 1], &mut scratch, 1, 1).is_err());
+        let long = View4 {
+            dims: [1, 1, 3, 4],
+            ..view
+        };
+        assert!(sdpa_f32(
+            &Sdpa {
+                k: long,
+                v: long,
+                q: long,
+                ..p
+            },
+            &mut out,
+            [8, 8, 4, 1],
+            &mut scratch,
+            1,
+            1
+        )
+        .is_err());
         assert!(sdpa_f32(&p, &mut out, [8, 8, 4, 1], &mut [], 1, 1).is_err());
     }
 }

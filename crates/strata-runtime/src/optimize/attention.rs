@@ -184,8 +184,9 @@ impl Matcher<'_> {
         }
         let mut nodes = vec![softmax, pv];
         // The score chain, walked back from the Softmax: masks, then scales, then Q·Kᵀ.
-        let mut steps = Vec::new();
-        let (mut mask, mut cond) = (None, None);
+        // (step, the tensor it reads), walked last-first.
+        let mut steps: Vec<(MaskStep, ValueId)> = Vec::new();
+        let (mut mask, mut cond) = (false, false);
         let mut scale = 1.0f32;
         let mut at = s;
         let qk = loop {
@@ -195,18 +196,22 @@ impl Matcher<'_> {
             nodes.push(node);
             match self.op_type(node) {
                 "MatMul" => break node,
-                "Add" if scale == 1.0 && mask.is_none() => {
+                "Add" if scale == 1.0 && !mask => {
                     let [a, b] = self.inputs::<2>(node)?;
-                    let (chain, m) = if self.chain_side(a, b, node)? { (a, b) } else { (b, a) };
+                    let (chain, m) = if self.chain_side(a, b, node)? {
+                        (a, b)
+                    } else {
+                        (b, a)
+                    };
                     let mf = self.fact(m)?;
                     if mf.dtype != DType::F32 || !self.same_dims(chain, node) || mf.rank() > 4 {
                         return None;
                     }
-                    mask = Some(m);
-                    steps.push(MaskStep::Add);
+                    mask = true;
+                    steps.push((MaskStep::Add { input: 0 }, m));
                     at = chain;
                 }
-                "Where" if scale == 1.0 && cond.is_none() => {
+                "Where" if scale == 1.0 && !cond => {
                     let [c, x, y] = self.inputs::<3>(node)?;
                     let (chain, fill, keep_when) = match (self.scalar(x), self.scalar(y)) {
                         (None, Some(f)) => (x, f, true),
@@ -217,8 +222,15 @@ impl Matcher<'_> {
                     if cf.dtype != DType::Bool || !self.same_dims(chain, node) || cf.rank() > 4 {
                         return None;
                     }
-                    cond = Some(c);
-                    steps.push(MaskStep::Select { keep_when, fill });
+                    cond = true;
+                    steps.push((
+                        MaskStep::Select {
+                            input: 0,
+                            keep_when,
+                            fill,
+                        },
+                        c,
+                    ));
                     at = chain;
                 }
                 "Div" | "Mul" => {
@@ -240,7 +252,9 @@ impl Matcher<'_> {
         let mut last = pv;
         let mut out = OutputLayout::Heads;
         if let Some(t) = self.next(self.graph.nodes[pv].outputs[0]) {
-            if self.op_type(t) == "Transpose" && self.permutation(t, 4) == Some([0, 2, 1, 3].to_vec()) {
+            if self.op_type(t) == "Transpose"
+                && self.permutation(t, 4) == Some([0, 2, 1, 3].to_vec())
+            {
                 last = t;
                 out = OutputLayout::SeqHeads;
                 nodes.push(t);
@@ -253,6 +267,24 @@ impl Matcher<'_> {
                 }
             }
         }
+        let mut inputs = vec![Some(q.source), Some(k.source), Some(v.source)];
+        let steps = steps
+            .into_iter()
+            .map(|(step, tensor)| {
+                let input = inputs.len();
+                inputs.push(Some(tensor));
+                match step {
+                    MaskStep::Add { .. } => MaskStep::Add { input },
+                    MaskStep::Select {
+                        keep_when, fill, ..
+                    } => MaskStep::Select {
+                        input,
+                        keep_when,
+                        fill,
+                    },
+                }
+            })
+            .collect();
         let op = FusedAttention {
             q: q.layout,
             k: k.layout,
@@ -260,14 +292,12 @@ impl Matcher<'_> {
             out,
             scale: scale * q.scale * k.scale * v.scale,
             steps,
+            causal: false,
+            zero_empty_rows: false,
             slots: 1,
         };
         if !op.scale.is_finite() {
             return None;
-        }
-        let mut inputs = vec![Some(q.source), Some(k.source), Some(v.source), mask];
-        if cond.is_some() {
-            inputs.push(cond);
         }
         // The fused node must produce what the matched nodes did.
         let absent = Fact::absent();
@@ -318,9 +348,11 @@ impl Matcher<'_> {
                 "Div" | "Mul" | "Add" | "Where" => {
                     let inputs = &self.graph.nodes[node].inputs;
                     let skip = usize::from(self.op_type(node) == "Where");
-                    let next = inputs.iter().skip(skip).flatten().find(|x| {
-                        self.fact(**x).is_some_and(|f| f.value.is_none())
-                    });
+                    let next = inputs
+                        .iter()
+                        .skip(skip)
+                        .flatten()
+                        .find(|x| self.fact(**x).is_some_and(|f| f.value.is_none()));
                     match next {
                         Some(x) => v = *x,
                         None => return false,
@@ -452,7 +484,9 @@ pub(super) fn permutation_of(op: &dyn Operator, rank: usize) -> Option<Vec<usize
     if out.len() != rank {
         return None;
     }
-    out.iter().map(|d| d.checked_sub(2).filter(|&i| i < rank)).collect()
+    out.iter()
+        .map(|d| d.checked_sub(2).filter(|&i| i < rank))
+        .collect()
 }
 
 /// Whether a Softmax node normalizes each row of the last axis of a rank-`rank` input (opset 13's

@@ -61,10 +61,8 @@ fn transpose_of(graph: &Graph, v: ValueId) -> Option<(usize, ValueId)> {
 }
 
 fn transpose_op(perm: &[usize]) -> Result<Arc<dyn strata_ops::Operator>> {
-    let attrs = Attributes::new("Transpose").with(
-        "perm",
-        Attr::Ints(perm.iter().map(|&p| p as i64).collect()),
-    );
+    let attrs = Attributes::new("Transpose")
+        .with("perm", Attr::Ints(perm.iter().map(|&p| p as i64).collect()));
     Ok(Arc::from(build_operator(&OpContext {
         op_type: "Transpose",
         domain: "",

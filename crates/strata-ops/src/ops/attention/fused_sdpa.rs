@@ -4,12 +4,13 @@
 //! where the projections wrote them: the head split (Reshape + Transpose) and merge (Transpose +
 //! Reshape) become strides of the kernel.
 //!
-//! Inputs: 0 Q, 1 K, 2 V, then optional: 3 an additive f32 mask and 4 a boolean condition,
-//! each broadcastable to the scores `[B, H, Sq, Sk]`, applied in the order of `steps`.
+//! Inputs: 0 Q, 1 K, 2 V, then the inputs `steps` name: additive f32 masks and boolean
+//! conditions, each broadcastable to the scores `[B, H, Sq, Sk]`, applied in order. ONNX
+//! `Attention` runs through the same kernel when its inputs fit (see `attention_op`).
 
-use strata_core::{DType, Device};
 #[cfg(test)]
 use strata_core::Tensor;
+use strata_core::{DType, Device};
 
 use crate::kernels::sdpa::{sdpa_f32, sdpa_slot_len, ScoreStep, Sdpa, View4};
 use crate::support::scratch::scratch_as;
@@ -49,10 +50,23 @@ pub enum OutputLayout {
 /// A step on the scores, after the scale.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum MaskStep {
-    /// Adds input 3.
-    Add,
-    /// Keeps a score where input 4 equals `keep_when`, else writes `fill`.
-    Select { keep_when: bool, fill: f32 },
+    /// Adds the f32 tensor at input `input`.
+    Add { input: usize },
+    /// Keeps a score where the boolean tensor at input `input` equals `keep_when`, else writes
+    /// `fill`.
+    Select {
+        input: usize,
+        keep_when: bool,
+        fill: f32,
+    },
+}
+
+impl MaskStep {
+    fn input(&self) -> usize {
+        match *self {
+            MaskStep::Add { input } | MaskStep::Select { input, .. } => input,
+        }
+    }
 }
 
 /// Scaled-dot-product attention over layouts the optimizer found.
@@ -64,8 +78,12 @@ pub struct FusedAttention {
     pub out: OutputLayout,
     /// Multiplies Q·Kᵀ.
     pub scale: f32,
-    /// At most one of each kind.
+    /// At most two.
     pub steps: Vec<MaskStep>,
+    /// Keys after the query's own index are masked out (ONNX Attention's `is_causal`, no past).
+    pub causal: bool,
+    /// A row that masks every key gives zeros (ONNX Attention), not NaN (Softmax).
+    pub zero_empty_rows: bool,
     /// Scratch slots planned: the threads the plan runs with.
     pub slots: usize,
 }
@@ -136,7 +154,10 @@ impl FusedAttention {
             inputs
                 .get(i)
                 .filter(|f| f.is_defined())
-                .ok_or(OpError::MissingInput { op: OP.into(), index: i })
+                .ok_or(OpError::MissingInput {
+                    op: OP.into(),
+                    index: i,
+                })
         };
         let (q, k, v) = (fact(0)?, fact(1)?, fact(2)?);
         for (i, f) in [q, k, v].into_iter().enumerate() {
@@ -152,7 +173,10 @@ impl FusedAttention {
         let bad = || {
             OpError::shape(
                 OP,
-                format!("Q {:?}, K {:?}, V {:?} do not fit the attention layouts", q.dims, k.dims, v.dims),
+                format!(
+                    "Q {:?}, K {:?}, V {:?} do not fit the attention layouts",
+                    q.dims, k.dims, v.dims
+                ),
             )
         };
         let lq = Self::logical(&self.q, &q.dims, split_dim).ok_or_else(bad)?;
@@ -164,14 +188,23 @@ impl FusedAttention {
             return Err(bad());
         }
         let scores = [b, h, lq[2].clone(), lk[2].clone()];
-        for (slot, dtype) in [(3, DType::F32), (4, DType::Bool)] {
-            if let Some(m) = inputs.get(slot).filter(|f| f.is_defined()) {
-                if m.dtype != dtype || !mask_fits(&m.dims, &scores) {
-                    return Err(OpError::shape(
-                        OP,
-                        format!("mask {:?} {:?} does not fit scores {scores:?}", m.dtype, m.dims),
-                    ));
-                }
+        if self.steps.len() > 2 {
+            return Err(OpError::shape(OP, "at most two mask steps"));
+        }
+        for step in &self.steps {
+            let dtype = match step {
+                MaskStep::Add { .. } => DType::F32,
+                MaskStep::Select { .. } => DType::Bool,
+            };
+            let m = fact(step.input())?;
+            if m.dtype != dtype || !mask_fits(&m.dims, &scores) {
+                return Err(OpError::shape(
+                    OP,
+                    format!(
+                        "mask {:?} {:?} does not fit scores {scores:?}",
+                        m.dtype, m.dims
+                    ),
+                ));
             }
         }
         Ok((scores, lv[3].clone()))
@@ -203,7 +236,12 @@ impl Operator for FusedAttention {
         Ok(vec![Fact::new(DType::F32, self.output_dims(&scores, &dv))])
     }
 
-    fn kernel(&self, inputs: &[&Fact], _outputs: &[&Fact], device: Device) -> OpResult<Box<dyn Kernel>> {
+    fn kernel(
+        &self,
+        inputs: &[&Fact],
+        _outputs: &[&Fact],
+        device: Device,
+    ) -> OpResult<Box<dyn Kernel>> {
         crate::support::kernel_choice::cpu_only(OP, inputs[0].dtype, device)?;
         self.geometry(inputs)?;
         Ok(Box::new(FusedAttentionKernel { op: self.clone() }))
@@ -211,7 +249,8 @@ impl Operator for FusedAttention {
 
     fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
         let (scores, dv) = self.geometry(inputs)?;
-        let (Some(sq), Some(sk), Some(dv)) = (scores[2].known(), scores[3].known(), dv.known()) else {
+        let (Some(sq), Some(sk), Some(dv)) = (scores[2].known(), scores[3].known(), dv.known())
+        else {
             return Err(OpError::shape(OP, "scratch needs known sequence lengths"));
         };
         sdpa_slot_len(sq, sk, dv)
@@ -235,7 +274,11 @@ fn strides_of(dims: &[usize]) -> Vec<usize> {
 }
 
 /// The logical `[B, H, S, D]` view of an input tensor's elements.
-fn operand_view<'a>(layout: &OperandLayout, dims: &[usize], data: &'a [f32]) -> OpResult<View4<'a, f32>> {
+fn operand_view<'a>(
+    layout: &OperandLayout,
+    dims: &[usize],
+    data: &'a [f32],
+) -> OpResult<View4<'a, f32>> {
     let bad = || OpError::shape(OP, format!("input {dims:?} does not fit layout {layout:?}"));
     let (vd, vs): ([usize; 4], [usize; 4]) = match (layout.split_heads, dims) {
         (Some(h), &[a, b, c]) => {
@@ -257,7 +300,10 @@ fn broadcast<T>(mut view: View4<'_, T>, dims: [usize; 4]) -> OpResult<View4<'_, 
     for j in 0..4 {
         if view.dims[j] != dims[j] {
             if view.dims[j] != 1 {
-                return Err(OpError::shape(OP, format!("{:?} does not broadcast to {dims:?}", view.dims)));
+                return Err(OpError::shape(
+                    OP,
+                    format!("{:?} does not broadcast to {dims:?}", view.dims),
+                ));
             }
             view.dims[j] = dims[j];
             view.strides[j] = 0;
@@ -267,9 +313,16 @@ fn broadcast<T>(mut view: View4<'_, T>, dims: [usize; 4]) -> OpResult<View4<'_, 
 }
 
 /// A mask tensor right-aligned onto the scores `dims`.
-fn mask_view<'a, T>(tensor_dims: &[usize], data: &'a [T], dims: [usize; 4]) -> OpResult<View4<'a, T>> {
+fn mask_view<'a, T>(
+    tensor_dims: &[usize],
+    data: &'a [T],
+    dims: [usize; 4],
+) -> OpResult<View4<'a, T>> {
     if tensor_dims.len() > 4 {
-        return Err(OpError::shape(OP, format!("mask {tensor_dims:?} has rank above 4")));
+        return Err(OpError::shape(
+            OP,
+            format!("mask {tensor_dims:?} has rank above 4"),
+        ));
     }
     let pad = 4 - tensor_dims.len();
     let st = strides_of(tensor_dims);
@@ -301,20 +354,39 @@ impl Kernel for FusedAttentionKernel {
         let k = broadcast(k, [b, h, sk, d])?;
         let v = broadcast(v, [b, h, sk, dv])?;
         let scores = [b, h, sq, sk];
-        let (tm, tc) = (io.input(3), io.input(4));
-        let rm = if tm.is_defined() { Some(tm.read::<f32>()?) } else { None };
-        let rc = if tc.is_defined() { Some(tc.read::<u8>()?) } else { None };
+        // Guards for the (at most two) mask inputs, then their views.
+        let read_f32 = |step: Option<&MaskStep>| match step {
+            Some(MaskStep::Add { input }) => io.input(*input).read::<f32>().map(Some),
+            _ => Ok(None),
+        };
+        let read_u8 = |step: Option<&MaskStep>| match step {
+            Some(MaskStep::Select { input, .. }) => io.input(*input).read::<u8>().map(Some),
+            _ => Ok(None),
+        };
+        let (f0, f1) = (read_f32(op.steps.first())?, read_f32(op.steps.get(1))?);
+        let (c0, c1) = (read_u8(op.steps.first())?, read_u8(op.steps.get(1))?);
         let mut steps = [None, None];
-        for (slot, step) in steps.iter_mut().zip(&op.steps) {
-            *slot = Some(match *step {
-                MaskStep::Add => {
-                    let r = rm.as_ref().ok_or_else(|| OpError::kernel(OP, "the mask input is missing"))?;
-                    ScoreStep::Add(mask_view(tm.dims(), r.as_slice().ok_or_else(not_contiguous)?, scores)?)
+        for (i, step) in op.steps.iter().enumerate().take(2) {
+            let dims = io.input(step.input()).dims();
+            steps[i] = Some(match *step {
+                MaskStep::Add { .. } => {
+                    let r = [&f0, &f1][i]
+                        .as_ref()
+                        .ok_or_else(|| OpError::kernel(OP, "mask"))?;
+                    ScoreStep::Add(mask_view(
+                        dims,
+                        r.as_slice().ok_or_else(not_contiguous)?,
+                        scores,
+                    )?)
                 }
-                MaskStep::Select { keep_when, fill } => {
-                    let r = rc.as_ref().ok_or_else(|| OpError::kernel(OP, "the condition input is missing"))?;
+                MaskStep::Select {
+                    keep_when, fill, ..
+                } => {
+                    let r = [&c0, &c1][i]
+                        .as_ref()
+                        .ok_or_else(|| OpError::kernel(OP, "condition"))?;
                     ScoreStep::Select {
-                        cond: mask_view(tc.dims(), r.as_slice().ok_or_else(not_contiguous)?, scores)?,
+                        cond: mask_view(dims, r.as_slice().ok_or_else(not_contiguous)?, scores)?,
                         keep_when,
                         fill,
                     }
@@ -339,7 +411,10 @@ impl Kernel for FusedAttentionKernel {
             OutputLayout::Merged => vec![b, sq, h * dv],
         };
         if ty.dims() != out_dims.as_slice() {
-            return Err(OpError::shape(OP, format!("output is {:?}, expected {out_dims:?}", ty.dims())));
+            return Err(OpError::shape(
+                OP,
+                format!("output is {:?}, expected {out_dims:?}", ty.dims()),
+            ));
         }
         let out_strides = match op.out {
             OutputLayout::Heads => [h * sq * dv, sq * dv, dv, 1],
@@ -361,8 +436,17 @@ impl Kernel for FusedAttentionKernel {
             v,
             scale: op.scale,
             steps,
+            causal: op.causal,
+            zero_empty_rows: op.zero_empty_rows,
         };
-        sdpa_f32(&problem, y, out_strides, scratch, op.slots.max(1), io.threads)?;
+        sdpa_f32(
+            &problem,
+            y,
+            out_strides,
+            scratch,
+            op.slots.max(1),
+            io.threads,
+        )?;
         Ok(())
     }
 }
@@ -398,14 +482,23 @@ mod tests {
     }
 
     /// softmax(scale·QKᵀ + mask)·V on `[B, H, S, D]` tensors, plainly.
-    fn plain(q: &[f32], k: &[f32], v: &[f32], mask: Option<&[f32]>, dims: [usize; 4], scale: f32) -> Vec<f32> {
+    fn plain(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        mask: Option<&[f32]>,
+        dims: [usize; 4],
+        scale: f32,
+    ) -> Vec<f32> {
         let [b, h, s, d] = dims;
         let mut out = vec![0.0; b * h * s * d];
         for bh in 0..b * h {
             for i in 0..s {
                 let row: Vec<f32> = (0..s)
                     .map(|j| {
-                        let dot: f32 = (0..d).map(|x| q[(bh * s + i) * d + x] * k[(bh * s + j) * d + x]).sum();
+                        let dot: f32 = (0..d)
+                            .map(|x| q[(bh * s + i) * d + x] * k[(bh * s + j) * d + x])
+                            .sum();
                         dot * scale + mask.map_or(0.0, |m| m[(bh / h) * s + j])
                     })
                     .collect();
@@ -413,7 +506,8 @@ mod tests {
                 let e: Vec<f32> = row.iter().map(|x| (x - m).exp()).collect();
                 let z: f32 = e.iter().sum();
                 for x in 0..d {
-                    out[(bh * s + i) * d + x] = (0..s).map(|j| e[j] / z * v[(bh * s + j) * d + x]).sum();
+                    out[(bh * s + i) * d + x] =
+                        (0..s).map(|j| e[j] / z * v[(bh * s + j) * d + x]).sum();
                 }
             }
         }
@@ -433,10 +527,16 @@ mod tests {
             v: layout([0, 2, 1, 3]),
             out: OutputLayout::Merged,
             scale: 0.5,
-            steps: vec![MaskStep::Add],
+            steps: vec![MaskStep::Add { input: 3 }],
+            causal: false,
+            zero_empty_rows: false,
             slots: 1,
         };
-        let (q, k, v) = (tensor(&[b, s, h * d], 1), tensor(&[b, s, h * d], 2), tensor(&[b, s, h * d], 3));
+        let (q, k, v) = (
+            tensor(&[b, s, h * d], 1),
+            tensor(&[b, s, h * d], 2),
+            tensor(&[b, s, h * d], 3),
+        );
         let mask = tensor(&[b, 1, 1, s], 4);
         let y = run(&op, &[q.clone(), k.clone(), v.clone(), mask.clone()]).unwrap();
         assert_eq!(y.dims(), &[b, s, h * d]);
@@ -448,14 +548,22 @@ mod tests {
                 for si in 0..s {
                     for hi in 0..h {
                         for di in 0..d {
-                            o[((bi * h + hi) * s + si) * d + di] = x[(bi * s + si) * h * d + hi * d + di];
+                            o[((bi * h + hi) * s + si) * d + di] =
+                                x[(bi * s + si) * h * d + hi * d + di];
                         }
                     }
                 }
             }
             o
         };
-        let want = plain(&heads(&q), &heads(&k), &heads(&v), Some(&mask.to_vec::<f32>().unwrap()), [b, h, s, d], 0.5);
+        let want = plain(
+            &heads(&q),
+            &heads(&k),
+            &heads(&v),
+            Some(&mask.to_vec::<f32>().unwrap()),
+            [b, h, s, d],
+            0.5,
+        );
         let got = heads(&y);
         for (g, w) in got.iter().zip(&want) {
             assert!((g - w).abs() < 1e-5, "{g} vs {w}");
@@ -470,7 +578,9 @@ mod tests {
             v: OperandLayout::HEADS,
             out: OutputLayout::Heads,
             scale: 1.0,
-            steps: vec![MaskStep::Add],
+            steps: vec![MaskStep::Add { input: 3 }],
+            causal: false,
+            zero_empty_rows: false,
             slots: 1,
         };
         let f = |dims: &[usize]| Fact::known(DType::F32, dims);
@@ -482,6 +592,8 @@ mod tests {
         assert!(op.infer(&[&q, &k, &k, &f(&[2, 1, 1, 5])]).is_err());
         assert!(op.infer(&[&q, &k, &k, &f(&[1, 1, 3, 5, 1])]).is_err());
         assert!(op.infer(&[&q, &k, &k, &f(&[1, 1, 4, 5])]).is_err());
-        assert!(op.infer(&[&q, &k, &k, &Fact::known(DType::Bool, &[5])]).is_err());
+        assert!(op
+            .infer(&[&q, &k, &k, &Fact::known(DType::Bool, &[5])])
+            .is_err());
     }
 }
