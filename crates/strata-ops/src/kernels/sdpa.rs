@@ -342,7 +342,7 @@ fn tile(
             };
             let block_sum = exp_shifted(row, shift);
             if k0 > 0 {
-                let correction = fast_math::exp(max[i] - shift);
+                let correction = exp_flushed(max[i] - shift);
                 sum[i] *= correction;
                 acc[i * dv..(i + 1) * dv]
                     .iter_mut()
@@ -445,6 +445,19 @@ row_kernel! {
     }
 }
 
+/// `exp(x)`, flushed to 0 below the smallest normal f32. Masked scores (x of -1e4 and less)
+/// would otherwise give subnormals, which the sums and the P·V product then run through at a
+/// fraction of the speed; what is dropped is below 1.2e-38 of the row's largest term.
+#[inline(always)]
+fn exp_flushed(x: f32) -> f32 {
+    let e = fast_math::exp(x);
+    if e < f32::MIN_POSITIVE {
+        0.0
+    } else {
+        e
+    }
+}
+
 row_kernel! {
     /// `row = exp(row - shift)`; returns the sum.
     fn exp_shifted(row: &mut [f32], shift: f32) -> f32 {
@@ -452,13 +465,13 @@ row_kernel! {
         let mut chunks = row.chunks_exact_mut(8);
         for c in &mut chunks {
             for l in 0..8 {
-                c[l] = fast_math::exp(c[l] - shift);
+                c[l] = exp_flushed(c[l] - shift);
                 lanes[l] += c[l];
             }
         }
         let mut sum: f32 = lanes.iter().sum();
         for x in chunks.into_remainder() {
-            *x = fast_math::exp(*x - shift);
+            *x = exp_flushed(*x - shift);
             sum += *x;
         }
         sum
