@@ -405,14 +405,20 @@ fn fused_attention_runs_without_allocating() {
         Spec::new(Form::Gpt2, 1, 70, 2, 16),
     ] {
         let bytes = model(&spec).to_bytes().unwrap();
-        let plan = strata_onnx::load_bytes(bytes, "attention", PlanConfig::default().with_threads(1))
-            .unwrap();
+        let plan =
+            strata_onnx::load_bytes(bytes, "attention", PlanConfig::default().with_threads(1))
+                .unwrap();
         assert_eq!(fused_count(&plan), 1);
         let mut ctx = plan.create_context().unwrap();
-        let x = Tensor::from_slice(&values(spec.seq * spec.hidden(), 5, 1.0), &[1, spec.seq, spec.hidden()])
-            .unwrap();
+        let x = Tensor::from_slice(
+            &values(spec.seq * spec.hidden(), 5, 1.0),
+            &[1, spec.seq, spec.hidden()],
+        )
+        .unwrap();
         let mask = match &spec.mask {
-            Mask::Input(dims) => Some(Tensor::from_slice(&values(dims.iter().product(), 6, 1.0), dims).unwrap()),
+            Mask::Input(dims) => {
+                Some(Tensor::from_slice(&values(dims.iter().product(), 6, 1.0), dims).unwrap())
+            }
             _ => None,
         };
         let feed = |ctx: &mut strata_runtime::ExecutionContext| {

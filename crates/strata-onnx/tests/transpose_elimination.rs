@@ -59,31 +59,76 @@ fn base() -> ModelBuilder {
 fn cancelling_pairs_vanish_and_other_pairs_merge() {
     let model = base()
         // [1, 0, 2] twice: the identity.
-        .node("Transpose", &["a"], &["t1"], Attrs::new().ints("perm", &[1, 0, 2]))
-        .node("Transpose", &["t1"], &["t2"], Attrs::new().ints("perm", &[1, 0, 2]))
+        .node(
+            "Transpose",
+            &["a"],
+            &["t1"],
+            Attrs::new().ints("perm", &[1, 0, 2]),
+        )
+        .node(
+            "Transpose",
+            &["t1"],
+            &["t2"],
+            Attrs::new().ints("perm", &[1, 0, 2]),
+        )
         .node("Relu", &["t2"], &["y"], Attrs::new())
         // [2, 0, 1] then [0, 2, 1]: one Transpose [2, 1, 0].
-        .node("Transpose", &["a"], &["u1"], Attrs::new().ints("perm", &[2, 0, 1]))
-        .node("Transpose", &["u1"], &["u2"], Attrs::new().ints("perm", &[0, 2, 1]))
+        .node(
+            "Transpose",
+            &["a"],
+            &["u1"],
+            Attrs::new().ints("perm", &[2, 0, 1]),
+        )
+        .node(
+            "Transpose",
+            &["u1"],
+            &["u2"],
+            Attrs::new().ints("perm", &[0, 2, 1]),
+        )
         .node("Neg", &["u2"], &["z"], Attrs::new())
         .output("y", DType::F32, &known(&[2, 3, 4]))
         .output("z", DType::F32, &known(&[4, 3, 2]));
     let (ops, fusions) = run(model);
     assert_eq!(ops.get("Transpose"), Some(&1), "{ops:?} {fusions:?}");
-    assert!(fusions.iter().any(|f| f.starts_with("Transpose pair (cancels)")), "{fusions:?}");
-    assert!(fusions.iter().any(|f| f.starts_with("Transpose pair -> Transpose")), "{fusions:?}");
+    assert!(
+        fusions
+            .iter()
+            .any(|f| f.starts_with("Transpose pair (cancels)")),
+        "{fusions:?}"
+    );
+    assert!(
+        fusions
+            .iter()
+            .any(|f| f.starts_with("Transpose pair -> Transpose")),
+        "{fusions:?}"
+    );
 }
 
 #[test]
 fn a_transposed_matmul_operand_is_read_through_strides() {
     // a [2, 3, 4] · bᵀ [2, 4, 5] and aᵀ [2, 4, 3] · a [2, 3, 4].
     let model = base()
-        .node("Transpose", &["b"], &["bt"], Attrs::new().ints("perm", &[0, 2, 1]))
+        .node(
+            "Transpose",
+            &["b"],
+            &["bt"],
+            Attrs::new().ints("perm", &[0, 2, 1]),
+        )
         .node("MatMul", &["a", "bt"], &["y"], Attrs::new())
-        .node("Transpose", &["a"], &["at"], Attrs::new().ints("perm", &[0, 2, 1]))
+        .node(
+            "Transpose",
+            &["a"],
+            &["at"],
+            Attrs::new().ints("perm", &[0, 2, 1]),
+        )
         .node("MatMul", &["at", "a"], &["z"], Attrs::new())
         // Not the last two axes: stays.
-        .node("Transpose", &["b"], &["bp"], Attrs::new().ints("perm", &[1, 0, 2]))
+        .node(
+            "Transpose",
+            &["b"],
+            &["bp"],
+            Attrs::new().ints("perm", &[1, 0, 2]),
+        )
         .node("Relu", &["bp"], &["w"], Attrs::new())
         .output("y", DType::F32, &known(&[2, 3, 5]))
         .output("z", DType::F32, &known(&[2, 4, 4]))

@@ -264,10 +264,10 @@ struct FusedAttentionKernel {
     op: FusedAttention,
 }
 
-/// Contiguous strides of `dims`.
-fn strides_of(dims: &[usize]) -> Vec<usize> {
-    let mut s = vec![1usize; dims.len()];
-    for i in (0..dims.len().saturating_sub(1)).rev() {
+/// Contiguous strides of `dims` (rank at most 4; no allocation, this runs every step).
+fn strides_of(dims: &[usize]) -> [usize; 4] {
+    let mut s = [1usize; 4];
+    for i in (0..dims.len().min(4).saturating_sub(1)).rev() {
         s[i] = s[i + 1] * dims[i + 1];
     }
     s
@@ -405,12 +405,14 @@ impl Kernel for FusedAttentionKernel {
                 &steps_buf[..]
             }
         };
-        let out_dims = match op.out {
-            OutputLayout::Heads => vec![b, h, sq, dv],
-            OutputLayout::SeqHeads => vec![b, sq, h, dv],
-            OutputLayout::Merged => vec![b, sq, h * dv],
+        // Arrays, not Vecs: a kernel allocates nothing while running.
+        let (out_dims, rank) = match op.out {
+            OutputLayout::Heads => ([b, h, sq, dv], 4),
+            OutputLayout::SeqHeads => ([b, sq, h, dv], 4),
+            OutputLayout::Merged => ([b, sq, h * dv, 0], 3),
         };
-        if ty.dims() != out_dims.as_slice() {
+        let out_dims = &out_dims[..rank];
+        if ty.dims() != out_dims {
             return Err(OpError::shape(
                 OP,
                 format!("output is {:?}, expected {out_dims:?}", ty.dims()),
