@@ -16,6 +16,7 @@ pub mod igemm;
 pub mod matmul;
 pub(crate) mod phase_planes;
 pub mod quant;
+pub mod sdpa;
 pub(crate) mod simd;
 pub(crate) mod spatial;
 

@@ -1,18 +1,22 @@
 //! Graph optimization passes, run once when a plan is built.
 
+mod attention;
 mod dce;
 mod epilogue;
 mod fold;
 mod fuse;
 mod matmul_bias;
 mod qdq;
+mod transpose;
 
+pub use attention::fuse_attention;
 pub use dce::remove_dead_nodes;
 pub use epilogue::{fuse_epilogues, Fusion};
 pub use fold::fold_constants;
 pub use fuse::fold_batch_norms;
 pub use matmul_bias::fuse_matmul_bias;
 pub use qdq::quantize_qdq;
+pub use transpose::eliminate_transposes;
 
 use crate::{Graph, Result};
 
@@ -24,7 +28,9 @@ pub fn optimize(graph: &mut Graph, threads: usize) -> Result<OptimizeReport> {
     let folded = fold_constants(graph, threads)?;
     let removed = remove_dead_nodes(graph);
     let batch_norms = fold_batch_norms(graph)?;
-    let mut fusions = fuse_matmul_bias(graph, threads)?;
+    let mut fusions = fuse_attention(graph, threads)?;
+    fusions.extend(eliminate_transposes(graph, threads)?);
+    fusions.extend(fuse_matmul_bias(graph, threads)?);
     fusions.extend(fuse_epilogues(graph, threads)?);
     let activations = fusions.iter().map(|f| f.absorbed.len()).sum();
     // Folding left the original weights of folded convolutions unread.

@@ -15,6 +15,7 @@ use strata_core::{DType, Device, Tensor};
 use super::attention_bias::{Bias, Mask, MaskValues};
 use super::attention_core::{attend, Buffers, QkCapture, ScoreParams, SoftmaxPrecision};
 use super::attention_geometry::{Geometry, InputDims};
+use super::fused_sdpa::{FusedAttention, MaskStep, OperandLayout, OutputLayout};
 use crate::cpu_float_kernel;
 use crate::kernels::GemmFloat;
 use crate::support::inputs::{optional, required};
@@ -216,6 +217,73 @@ impl Attention {
     }
 }
 
+impl Attention {
+    /// This node as a [`FusedAttention`], when the tiled kernel computes exactly what it asks
+    /// for: f32 with known dims, no past or padding lengths, as many K/V heads as Q heads, no
+    /// softcap or window, a mask (if any) covering every key, and only output Y used.
+    fn fused(&self, inputs: &[&Fact], outputs: &[&Fact]) -> Option<FusedAttention> {
+        let defined = |f: &&Fact| f.is_defined();
+        if inputs.iter().skip(PAST_KEY).any(defined) || outputs.iter().skip(1).any(defined) {
+            return None;
+        }
+        if self.params.softcap > 0.0 || self.left_window >= 0 || self.right_window >= 0 {
+            return None;
+        }
+        let (q, k, v) = (inputs.first()?, inputs.get(1)?, inputs.get(2)?);
+        if [q, k, v].iter().any(|f| f.dtype != DType::F32) {
+            return None;
+        }
+        let (qd, kd) = (q.concrete()?, k.concrete()?);
+        v.concrete()?;
+        let (layout, out, head_dim, keys) = match (q.rank(), k.rank(), v.rank()) {
+            (3, 3, 3) => {
+                let (hq, hkv) = self.heads?;
+                let layout = OperandLayout {
+                    split_heads: Some(hq),
+                    perm: [0, 2, 1, 3],
+                };
+                (hq == hkv).then_some((layout, OutputLayout::Merged, qd[2] / hq.max(1), kd[1]))?
+            }
+            (4, 4, 4) if qd[1] == kd[1] => {
+                (OperandLayout::HEADS, OutputLayout::Heads, qd[3], kd[2])
+            }
+            _ => return None,
+        };
+        let mut steps = Vec::new();
+        if let Some(mask) = inputs.get(MASK).filter(|f| f.is_defined()) {
+            // A shorter mask would mask the keys past its end.
+            if mask.dims.last() != Some(&Dim::Known(keys)) {
+                return None;
+            }
+            steps.push(match mask.dtype {
+                DType::Bool => MaskStep::Select {
+                    input: MASK,
+                    keep_when: true,
+                    fill: f32::NEG_INFINITY,
+                },
+                DType::F32 => MaskStep::Add { input: MASK },
+                _ => return None,
+            });
+        }
+        let op = FusedAttention {
+            q: layout,
+            k: layout,
+            v: layout,
+            out,
+            scale: self
+                .scale
+                .unwrap_or_else(|| 1.0 / (head_dim.max(1) as f32).sqrt()),
+            steps,
+            causal: self.is_causal,
+            zero_empty_rows: true,
+            slots: std::thread::available_parallelism().map_or(1, |n| n.get().min(16)),
+        };
+        let fits = op.infer(inputs).ok()?;
+        let y = outputs.first().map(|f| &f.dims);
+        (y.is_none_or(|y| *y == fits[0].dims)).then_some(op)
+    }
+}
+
 /// `a + b` when both are known.
 fn add_dims(a: &Dim, b: &Dim) -> Dim {
     match (a, b) {
@@ -345,17 +413,23 @@ impl Operator for Attention {
     fn kernel(
         &self,
         inputs: &[&Fact],
-        _outputs: &[&Fact],
+        outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
         let dtype = self.check_inputs(inputs)?;
+        if let Some(fused) = self.fused(inputs, outputs) {
+            return fused.kernel(inputs, outputs, device);
+        }
         cpu_float_kernel!(OP, dtype, device, T => AttentionKernel::<T> {
             op: self.clone(),
             _t: PhantomData,
         })
     }
 
-    fn scratch_bytes(&self, inputs: &[&Fact], _outputs: &[&Fact]) -> OpResult<usize> {
+    fn scratch_bytes(&self, inputs: &[&Fact], outputs: &[&Fact]) -> OpResult<usize> {
+        if let Some(fused) = self.fused(inputs, outputs) {
+            return fused.scratch_bytes(inputs, outputs);
+        }
         let dims = |i: usize| optional(inputs, i).map(|f| f.concrete());
         let (Some(Some(q)), Some(Some(k)), Some(Some(v))) = (dims(0), dims(1), dims(2)) else {
             return Ok(0);

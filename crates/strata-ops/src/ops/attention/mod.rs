@@ -1,10 +1,12 @@
-//! Attention family: Attention, RotaryEmbedding, LinearAttention, SwiGLU, CausalConvWithState.
+//! Attention family: Attention, RotaryEmbedding, LinearAttention, SwiGLU, CausalConvWithState,
+//! and FusedAttention (made by the optimizer, not imported).
 
 mod attention_bias;
 mod attention_core;
 mod attention_geometry;
 mod attention_op;
 mod causal_conv_with_state;
+mod fused_sdpa;
 mod linear_attention;
 pub(crate) mod rotary_embedding;
 mod swiglu;
@@ -13,6 +15,7 @@ use crate::OpTable;
 
 pub use attention_op::Attention;
 pub use causal_conv_with_state::CausalConvWithState;
+pub use fused_sdpa::{FusedAttention, MaskStep, OperandLayout, OutputLayout};
 pub use linear_attention::LinearAttention;
 pub use rotary_embedding::RotaryEmbedding;
 pub use swiglu::SwiGlu;
