@@ -13,8 +13,10 @@ use std::sync::Arc;
 
 use strata_core::DType;
 use strata_ops::ops::linalg::matmul_integer_scaled::ScaledMatMulInteger;
+use strata_ops::Fact;
 
 use crate::graph::{NodeId, ValueSource};
+use crate::optimize::epilogue::value_facts;
 use crate::{Graph, Result, ValueId};
 
 /// The single node reading `value`, when it is no graph output.
@@ -35,8 +37,10 @@ fn other_operand(graph: &Graph, node: usize, value: ValueId) -> Option<ValueId> 
 }
 
 /// Whether `value` (f32) holds one value or one per column of an `n`-column product.
-fn per_column(graph: &Graph, value: ValueId, n: usize, allow_one: bool) -> bool {
-    let fact = &graph.values[value.0].fact;
+fn per_column(facts: &[Fact], value: ValueId, n: usize, allow_one: bool) -> bool {
+    let Some(fact) = facts.get(value.0).filter(|f| f.is_defined()) else {
+        return false;
+    };
     let Some(dims) = fact.concrete() else {
         return false;
     };
@@ -46,8 +50,9 @@ fn per_column(graph: &Graph, value: ValueId, n: usize, allow_one: bool) -> bool 
 }
 
 /// Fuses every qualifying chain; returns how many.
-pub fn fuse_dynamic_quant(graph: &mut Graph) -> Result<usize> {
+pub fn fuse_dynamic_quant(graph: &mut Graph, threads: usize) -> Result<usize> {
     let consumers = graph.consumers();
+    let facts = value_facts(graph, threads);
     let mut dropped = Vec::new();
     let mut fused = 0;
     for i in 0..graph.nodes.len() {
@@ -58,7 +63,11 @@ pub fn fuse_dynamic_quant(graph: &mut Graph) -> Result<usize> {
         let Some(b) = node.inputs.get(1).copied().flatten() else {
             continue;
         };
-        let Some(n) = graph.values[b.0].fact.dims.last().and_then(|d| d.known()) else {
+        let Some(n) = facts
+            .get(b.0)
+            .and_then(|f| f.dims.last())
+            .and_then(|d| d.known())
+        else {
             continue;
         };
         let product = node.outputs[0];
@@ -68,7 +77,11 @@ pub fn fuse_dynamic_quant(graph: &mut Graph) -> Result<usize> {
         let cast_node = &graph.nodes[cast];
         if cast_node.op.op_type() != "Cast"
             || cast_node.outputs.len() != 1
-            || graph.values[cast_node.outputs[0].0].fact.dtype != DType::F32
+            || facts
+                .get(cast_node.outputs[0].0)
+                .filter(|f| f.is_defined())
+                .map(|f| f.dtype)
+                != Some(DType::F32)
         {
             continue;
         }
@@ -82,7 +95,7 @@ pub fn fuse_dynamic_quant(graph: &mut Graph) -> Result<usize> {
         let Some(scale) = other_operand(graph, mul, cast_out) else {
             continue;
         };
-        if !per_column(graph, scale, n, true) {
+        if !per_column(&facts, scale, n, true) {
             continue;
         }
         let mul_out = graph.nodes[mul].outputs[0];
@@ -93,7 +106,7 @@ pub fn fuse_dynamic_quant(graph: &mut Graph) -> Result<usize> {
                 && a.outputs.len() == 1
                 && other_operand(graph, add, mul_out).is_some_and(|b| {
                     matches!(graph.values[b.0].source, ValueSource::Initializer(_))
-                        && per_column(graph, b, n, false)
+                        && per_column(&facts, b, n, false)
                 })
         });
         let (last, bias) = match add {

@@ -26,7 +26,7 @@ use crate::{Graph, Result};
 pub fn optimize(graph: &mut Graph, threads: usize) -> Result<OptimizeReport> {
     let quantized = quantize_qdq(graph)?;
     let folded = fold_constants(graph, threads)?;
-    let quantized = quantized + lookup_qdq(graph, threads)? + fuse_dynamic_quant(graph)?;
+    let quantized = quantized + lookup_qdq(graph, threads)? + fuse_dynamic_quant(graph, threads)?;
     let removed = remove_dead_nodes(graph);
     let batch_norms = fold_batch_norms(graph)?;
     let mut fusions = fuse_matmul_bias(graph, threads)?;

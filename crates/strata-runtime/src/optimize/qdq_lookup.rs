@@ -16,10 +16,11 @@ use std::sync::Arc;
 
 use strata_core::{DType, Tensor};
 use strata_ops::ops::quantization::lookup::{QuantizedLookup, TABLE_LEN};
-use strata_ops::Dim;
+use strata_ops::{Dim, Fact};
 
 use crate::graph::{Node, NodeId, ValueSource};
 use crate::node_eval::{constant_options, eval_node};
+use crate::optimize::epilogue::value_facts;
 use crate::{Graph, Result, ValueId};
 
 /// Element-wise ops a chain may hold (with their other inputs constant).
@@ -124,12 +125,20 @@ fn qdq_params_kind(
 
 /// A qualifying chain ending at QuantizeLinear node `q`: the DequantizeLinear and the float
 /// nodes from it to `q` (in order), and whether a table per channel is needed.
-fn chain(graph: &Graph, consumers: &[Vec<NodeId>], q: usize) -> Option<(usize, Vec<usize>, bool)> {
+fn chain(
+    graph: &Graph,
+    facts: &[Fact],
+    consumers: &[Vec<NodeId>],
+    q: usize,
+) -> Option<(usize, Vec<usize>, bool)> {
     let q_node = &graph.nodes[q];
     if q_node.op.op_type() != "QuantizeLinear" || q_node.outputs.len() != 1 {
         return None;
     }
-    let out_dtype = graph.values[q_node.outputs[0].0].fact.dtype;
+    let out_dtype = facts
+        .get(q_node.outputs[0].0)
+        .filter(|f| f.is_defined())?
+        .dtype;
     if !matches!(out_dtype, DType::U8 | DType::I8) {
         return None;
     }
@@ -167,12 +176,12 @@ fn chain(graph: &Graph, consumers: &[Vec<NodeId>], q: usize) -> Option<(usize, V
     nodes.reverse();
     let dq_node = &graph.nodes[dq];
     let x = dq_node.inputs.first().copied().flatten()?;
-    let x_fact = &graph.values[x.0].fact;
+    let x_fact = facts.get(x.0).filter(|f| f.is_defined())?;
     if !matches!(x_fact.dtype, DType::U8 | DType::I8) || x_fact.rank() == 0 {
         return None;
     }
     // No broadcast may grow the shape.
-    let q_dims = &graph.values[q_node.inputs[0]?.0].fact.dims;
+    let q_dims = &facts.get(q_node.inputs[0]?.0)?.dims;
     if q_dims != &x_fact.dims || q_dims.iter().any(|d| matches!(d, Dim::Unknown)) {
         return None;
     }
@@ -221,12 +230,13 @@ fn run_with(graph: &Graph, node: &Node, value: Tensor, threads: usize) -> Result
 /// The tables of a chain: every byte value (per channel) through its nodes.
 fn tables(
     graph: &Graph,
+    facts: &[Fact],
     (dq, nodes, per_channel): (usize, &[usize], bool),
     q: usize,
     threads: usize,
 ) -> Result<Option<(DType, DType, Vec<u8>)>> {
     let x = graph.nodes[dq].inputs[0].expect("checked by `chain`");
-    let fact = &graph.values[x.0].fact;
+    let fact = &facts[x.0];
     let channels = if per_channel {
         match fact.dims.get(1).and_then(|d| d.known()) {
             Some(c) => c,
@@ -277,12 +287,14 @@ fn tables(
 /// 8-bit input; the chain's float nodes are left for dead-node removal. Returns how many.
 pub fn lookup_qdq(graph: &mut Graph, threads: usize) -> Result<usize> {
     let consumers = graph.consumers();
+    let facts = value_facts(graph, threads);
     let mut rewritten = 0;
     for q in 0..graph.nodes.len() {
-        let Some((dq, nodes, per_channel)) = chain(graph, &consumers, q) else {
+        let Some((dq, nodes, per_channel)) = chain(graph, &facts, &consumers, q) else {
             continue;
         };
-        let Some((input, output, table)) = tables(graph, (dq, &nodes, per_channel), q, threads)?
+        let Some((input, output, table)) =
+            tables(graph, &facts, (dq, &nodes, per_channel), q, threads)?
         else {
             continue;
         };
