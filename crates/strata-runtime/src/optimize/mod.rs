@@ -2,20 +2,24 @@
 
 mod attention;
 mod dce;
+mod dynamic_quant;
 mod epilogue;
 mod fold;
 mod fuse;
 mod matmul_bias;
 mod qdq;
+mod qdq_lookup;
 mod transpose;
 
 pub use attention::fuse_attention;
 pub use dce::remove_dead_nodes;
+pub use dynamic_quant::fuse_dynamic_quant;
 pub use epilogue::{fuse_epilogues, Fusion};
 pub use fold::fold_constants;
 pub use fuse::fold_batch_norms;
 pub use matmul_bias::fuse_matmul_bias;
 pub use qdq::quantize_qdq;
+pub use qdq_lookup::lookup_qdq;
 pub use transpose::eliminate_transposes;
 
 use crate::{Graph, Result};
@@ -26,6 +30,7 @@ use crate::{Graph, Result};
 pub fn optimize(graph: &mut Graph, threads: usize) -> Result<OptimizeReport> {
     let quantized = quantize_qdq(graph)?;
     let folded = fold_constants(graph, threads)?;
+    let quantized = quantized + lookup_qdq(graph, threads)? + fuse_dynamic_quant(graph, threads)?;
     let removed = remove_dead_nodes(graph);
     let batch_norms = fold_batch_norms(graph)?;
     let mut fusions = fuse_attention(graph, threads)?;
@@ -48,7 +53,9 @@ pub fn optimize(graph: &mut Graph, threads: usize) -> Result<OptimizeReport> {
 /// What the passes changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OptimizeReport {
-    /// `DequantizeLinear → op → QuantizeLinear` groups now run as one QLinear operator.
+    /// `DequantizeLinear → op → QuantizeLinear` groups now run as one QLinear operator, or
+    /// as one lookup table (element-wise chains); dynamic quantization's `MatMulInteger → Cast
+    /// → Mul → Add` tails fused into one product.
     pub quantized: usize,
     /// Nodes evaluated at plan time.
     pub folded: usize,

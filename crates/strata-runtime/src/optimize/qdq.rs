@@ -8,6 +8,7 @@
 //! | MatMul (B per tensor or per column) | QLinearMatMul |
 //! | Add, Mul | com.microsoft QLinearAdd, QLinearMul |
 //! | GlobalAveragePool | com.microsoft QLinearGlobalAveragePool |
+//! | MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Identity (same Q and DQ parameters) | the same op on the 8-bit tensor |
 //!
 //! A node is rewritten only when every data input comes from a DequantizeLinear of an 8-bit
 //! tensor with constant scale and zero point, its one output feeds only a QuantizeLinear with
@@ -194,6 +195,71 @@ fn rewrite(graph: &Graph, i: usize, output: (ValueId, ValueId, DType)) -> Option
     Some((op, inputs))
 }
 
+/// Ops that only select or move elements: between a DequantizeLinear and a QuantizeLinear of
+/// the same scale and zero point they run on the 8-bit tensor itself (MaxPool's maximum
+/// commutes with the monotone quantization; its padding is ignored, as for integer MaxPool).
+const PASSTHROUGH: &[&str] = &[
+    "Flatten",
+    "Identity",
+    "MaxPool",
+    "Reshape",
+    "Squeeze",
+    "Transpose",
+    "Unsqueeze",
+];
+
+/// Whether two constant parameter tensors hold the same values.
+fn same_constant(graph: &Graph, a: ValueId, b: ValueId) -> bool {
+    if a == b {
+        return true;
+    }
+    match (constant(graph, Some(a)), constant(graph, Some(b))) {
+        (Some(x), Some(y)) => {
+            x.dtype() == y.dtype()
+                && x.numel() == y.numel()
+                && match x.dtype() {
+                    DType::F32 => x.to_vec::<f32>().ok() == y.to_vec::<f32>().ok(),
+                    DType::U8 => x.to_vec::<u8>().ok() == y.to_vec::<u8>().ok(),
+                    DType::I8 => x.to_vec::<i8>().ok() == y.to_vec::<i8>().ok(),
+                    _ => false,
+                }
+        }
+        _ => false,
+    }
+}
+
+/// The inputs of passthrough node `i` run on the 8-bit tensor, when its data input is
+/// dequantized with the parameters its output is quantized with.
+fn passthrough(
+    graph: &Graph,
+    i: usize,
+    output: (ValueId, ValueId, DType),
+) -> Option<Vec<Option<ValueId>>> {
+    let node = &graph.nodes[i];
+    if !PASSTHROUGH.contains(&node.op.op_type()) || node.outputs.len() != 1 {
+        return None;
+    }
+    let d = dequantized(graph, node.inputs.first().copied().flatten()?)?;
+    let (scale, zero, dtype) = output;
+    if d.dtype != dtype || d.scales != 1 {
+        return None;
+    }
+    if !same_constant(graph, d.scale, scale) || !same_constant(graph, d.zero, zero) {
+        return None;
+    }
+    // Other inputs (Reshape's shape, Squeeze's axes) must not be dequantized values.
+    if node.inputs[1..]
+        .iter()
+        .flatten()
+        .any(|&v| dequantized(graph, v).is_some())
+    {
+        return None;
+    }
+    let mut inputs = node.inputs.clone();
+    inputs[0] = Some(d.x);
+    Some(inputs)
+}
+
 /// Rewrites every qualifying `DequantizeLinear → op → QuantizeLinear`; returns how many.
 pub fn quantize_qdq(graph: &mut Graph) -> Result<usize> {
     let consumers = graph.consumers();
@@ -206,11 +272,15 @@ pub fn quantize_qdq(graph: &mut Graph) -> Result<usize> {
         let Some((q, q_out, scale, zero, dtype)) = quantized_by(graph, &consumers, out) else {
             continue;
         };
-        let Some((op, inputs)) = rewrite(graph, i, (scale, zero, dtype)) else {
-            continue;
+        let (op, inputs) = match rewrite(graph, i, (scale, zero, dtype)) {
+            Some((op, inputs)) => (Arc::from(op), inputs),
+            None => match passthrough(graph, i, (scale, zero, dtype)) {
+                Some(inputs) => (graph.nodes[i].op.clone(), inputs),
+                None => continue,
+            },
         };
         let node = &mut graph.nodes[i];
-        node.op = Arc::from(op);
+        node.op = op;
         node.inputs = inputs;
         node.outputs[0] = q_out;
         graph.values[q_out.0].source = ValueSource::Node(NodeId(i), 0);

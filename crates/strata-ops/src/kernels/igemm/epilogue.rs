@@ -165,6 +165,29 @@ pub(super) unsafe fn write_tile(
     (rs, cs): (usize, usize),
 ) {
     const NR: usize = super::NR;
+    if !epilogue.scale.is_some_and(|s| s.row.is_some()) {
+        match dest {
+            // SAFETY: forwarded caller's contract.
+            RawDest::U8(p) => {
+                return unsafe {
+                    write_tile_scaled(acc, (i0, rows), (j0, cols), fix, epilogue, p, (rs, cs))
+                }
+            }
+            // SAFETY: forwarded caller's contract.
+            RawDest::I8(p) => {
+                return unsafe {
+                    write_tile_scaled(acc, (i0, rows), (j0, cols), fix, epilogue, p, (rs, cs))
+                }
+            }
+            // SAFETY: forwarded caller's contract.
+            RawDest::F32(p) => {
+                return unsafe {
+                    write_tile_scaled(acc, (i0, rows), (j0, cols), fix, epilogue, p, (rs, cs))
+                }
+            }
+            _ => {}
+        }
+    }
     // Per column: the constant term, B's zero point, the multiplier and the float bias.
     let mut col_term = [0i32; NR];
     let mut col_zero = [0i32; NR];
@@ -240,6 +263,174 @@ pub(super) unsafe fn write_tile(
     }
 }
 
+/// An 8-bit output type of the requantizing write-back.
+pub(crate) trait Narrow: Copy + Default + Send + Sync + 'static {
+    const LO: i32;
+    const HI: i32;
+    /// `v`, already within `LO..=HI`.
+    fn narrow(v: i32) -> Self;
+}
+
+impl Narrow for u8 {
+    const LO: i32 = 0;
+    const HI: i32 = 255;
+    #[inline(always)]
+    fn narrow(v: i32) -> Self {
+        v as u8
+    }
+}
+
+impl Narrow for i8 {
+    const LO: i32 = -128;
+    const HI: i32 = 127;
+    #[inline(always)]
+    fn narrow(v: i32) -> Self {
+        v as i8
+    }
+}
+
+/// An output type of the scaling write-back: how a corrected sum becomes an element.
+pub(crate) trait Finish: Copy + Default + Send + Sync + 'static {
+    /// `v` (zero points and int32 bias applied) times `mult`, then offset by the output zero
+    /// point and saturated (8-bit) or plus the float bias (f32).
+    fn finish(v: i32, mult: f32, zero_point: i32, bias: f32) -> Self;
+}
+
+macro_rules! finish_narrow {
+    ($($t:ty),*) => {$(
+        impl Finish for $t {
+            #[inline(always)]
+            fn finish(v: i32, mult: f32, zero_point: i32, _bias: f32) -> Self {
+                let q = round_to_i32(v as f32 * mult).wrapping_add(zero_point);
+                <$t>::narrow(q.max(<$t>::LO).min(<$t>::HI))
+            }
+        }
+    )*};
+}
+finish_narrow!(u8, i8);
+
+impl Finish for f32 {
+    #[inline(always)]
+    fn finish(v: i32, mult: f32, _zero_point: i32, bias: f32) -> Self {
+        v as f32 * mult + bias
+    }
+}
+
+/// `round_half_even(x)` as an integer, for |x| up to 2^22 (clamped there first; NaN goes to
+/// the low end). The sum with 1.5 · 2^23 holds the rounded integer in its low mantissa bits,
+/// so no float-to-int conversion (and its saturation fix-ups) is needed: the loop vectorizes.
+#[inline(always)]
+pub(crate) fn round_to_i32(x: f32) -> i32 {
+    const MAGIC: f32 = 12_582_912.0;
+    let x = x.max(-4_194_304.0).min(4_194_304.0);
+    ((x + MAGIC).to_bits() as i32).wrapping_sub(0x4B40_0000)
+}
+
+/// Per-column terms of a requantizing write-back, for one tile's columns.
+struct ColumnTerms {
+    /// B's zero point (in the packed domain).
+    zero: [i32; super::NR],
+    /// `depth · zb − Σb`: multiplied by A's zero point.
+    a_term: [i32; super::NR],
+    /// The int32 bias.
+    bias: [i32; super::NR],
+    mult: [f32; super::NR],
+    /// The float bias (f32 outputs).
+    float_bias: [f32; super::NR],
+}
+
+crate::kernels::simd::multiversion! {
+    /// Scales the tile's rows into `out`, lane by lane along the columns.
+    fn requant_rows<T: Finish>(
+        acc: &[i32],
+        rows: usize,
+        row_sums: &[i32],
+        row_zero: &[i32; MAX_TILE_ROWS],
+        terms: &ColumnTerms,
+        zero_point: i32,
+        out: &mut [[T; super::NR]; MAX_TILE_ROWS],
+    ) {
+        const NR: usize = super::NR;
+        for i in 0..rows {
+            let (sum_a, za) = (row_sums[i], row_zero[i]);
+            let row = &acc[i * NR..(i + 1) * NR];
+            for j in 0..NR {
+                let v = row[j]
+                    .wrapping_sub(terms.zero[j].wrapping_mul(sum_a))
+                    .wrapping_add(za.wrapping_mul(terms.a_term[j]))
+                    .wrapping_add(terms.bias[j]);
+                out[i][j] = T::finish(v, terms.mult[j], zero_point, terms.float_bias[j]);
+            }
+        }
+    }
+}
+
+/// Rows a tile may have (the largest microkernel's `MR`).
+const MAX_TILE_ROWS: usize = 8;
+
+/// [`write_tile`] for u8/i8/f32 outputs scaled per column (or per tensor): the scaling runs
+/// vectorized over a whole tile, then the values are stored along C's contiguous axis.
+///
+/// # Safety
+/// As [`write_tile`]; `p` is C's storage.
+#[allow(clippy::too_many_arguments)]
+unsafe fn write_tile_scaled<T: Finish>(
+    acc: &[i32],
+    (i0, rows): (usize, usize),
+    (j0, cols): (usize, usize),
+    fix: &TileCorrection<'_>,
+    epilogue: &Epilogue<'_>,
+    p: *mut T,
+    (rs, cs): (usize, usize),
+) {
+    const NR: usize = super::NR;
+    let mut terms = ColumnTerms {
+        zero: [0; NR],
+        a_term: [0; NR],
+        bias: [0; NR],
+        mult: [0.0; NR],
+        float_bias: [0.0; NR],
+    };
+    for jj in 0..cols {
+        let col = j0 + jj;
+        let zb = pick(fix.b_zero, col).wrapping_add(fix.b_shift);
+        terms.zero[jj] = zb;
+        terms.a_term[jj] = fix.depth.wrapping_mul(zb).wrapping_sub(fix.col_sums[col]);
+        terms.bias[jj] = epilogue.bias_i32.map_or(0, |b| b[col]);
+        terms.mult[jj] = epilogue.scale.map_or(1.0, |s| s.multiplier(0, col));
+        terms.float_bias[jj] = epilogue.bias_f32.map_or(0.0, |b| b[col]);
+    }
+    let mut row_zero = [0i32; MAX_TILE_ROWS];
+    for (i, z) in row_zero.iter_mut().enumerate().take(rows) {
+        *z = pick(fix.a_zero, i0 + i).wrapping_add(fix.a_shift);
+    }
+    let mut out = [[T::default(); NR]; MAX_TILE_ROWS];
+    requant_rows(
+        acc,
+        rows,
+        fix.row_sums,
+        &row_zero,
+        &terms,
+        epilogue.zero_point,
+        &mut out,
+    );
+    if cs == 1 {
+        for (i, row) in out.iter().enumerate().take(rows) {
+            // SAFETY: row i0 + i, columns j0..j0 + cols of C lie in its storage and are this
+            // call's alone (the caller's contract); `row` holds NR >= cols values.
+            unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), p.add((i0 + i) * rs + j0), cols) };
+        }
+    } else {
+        for jj in 0..cols {
+            let base = i0 * rs + (j0 + jj) * cs;
+            for (i, row) in out.iter().enumerate().take(rows) {
+                // SAFETY: as above, element (i0 + i, j0 + jj).
+                unsafe { *p.add(base + i * rs) = row[jj] };
+            }
+        }
+    }
+}
+
 /// Writes finished sums `values` (zero points already applied), all of column `col` (one
 /// output channel), to `dest[start..start + values.len()]` through the epilogue: the int32
 /// bias, then the conversion to the destination's type. Used by direct kernels (depthwise
@@ -261,21 +452,29 @@ pub fn write_line(
                 *o = v.wrapping_add(bias);
             }
         }
-        Dest::U8(d) => {
-            for (o, &v) in d[start..start + len].iter_mut().zip(values) {
-                *o = quantize(v.wrapping_add(bias) as f32 * m, zp, 0.0, 255.0) as u8;
-            }
-        }
-        Dest::I8(d) => {
-            for (o, &v) in d[start..start + len].iter_mut().zip(values) {
-                *o = quantize(v.wrapping_add(bias) as f32 * m, zp, -128.0, 127.0) as i8;
-            }
-        }
+        Dest::U8(d) => requant_line(values, bias, m, zp, &mut d[start..start + len]),
+        Dest::I8(d) => requant_line(values, bias, m, zp, &mut d[start..start + len]),
         Dest::F32(d) => {
             let fb = epilogue.bias_f32.map_or(0.0, |b| b[col]);
             for (o, &v) in d[start..start + len].iter_mut().zip(values) {
                 *o = v.wrapping_add(bias) as f32 * m + fb;
             }
+        }
+    }
+}
+
+crate::kernels::simd::multiversion! {
+    /// `out[i] = saturate(round_half_even((values[i] + bias) · mult) + zero_point)`.
+    pub(crate) fn requant_line<T: Narrow>(
+        values: &[i32],
+        bias: i32,
+        mult: f32,
+        zero_point: i32,
+        out: &mut [T],
+    ) {
+        for (o, &v) in out.iter_mut().zip(values) {
+            let q = round_to_i32(v.wrapping_add(bias) as f32 * mult).wrapping_add(zero_point);
+            *o = T::narrow(q.max(T::LO).min(T::HI));
         }
     }
 }

@@ -12,10 +12,10 @@ use std::sync::Arc;
 use strata_core::Tensor;
 
 use crate::kernels::igemm::{
-    igemm, pack_b_into, write_line, Dest, Epilogue, Im2colA, Im2colGeometry, IntSlice, MatrixA,
-    OutMat, PackedB, Requant,
+    igemm, pack_b_into, Epilogue, Im2colA, Im2colGeometry, MatrixA, OutMat, PackedB, Requant,
 };
 use crate::ops::convolution::integer_conv_kernel::ResolvedConv;
+use crate::ops::convolution::integer_depthwise::{depthwise, DepthwiseGeometry};
 use crate::ops::quantization::int_params::{packed_b_words, with_dest, with_int_slice};
 use crate::support::scratch::carve;
 use crate::{Fact, OpError, OpResult};
@@ -76,7 +76,23 @@ impl Plane {
     }
 
     fn is_depthwise(&self) -> bool {
-        self.groups > 1 && self.group_in() == 1 && self.group_out() == 1
+        self.groups > 1
+            && self.group_in() == 1
+            && self.group_out() == 1
+            && self.kernel.0 * self.kernel.1 <= 64
+    }
+
+    fn depthwise_geometry(&self) -> DepthwiseGeometry {
+        DepthwiseGeometry {
+            batch: self.batch,
+            channels: self.out_channels,
+            in_hw: self.in_hw,
+            out_hw: self.out_hw,
+            kernel: self.kernel,
+            stride: self.stride,
+            dilation: self.dilation,
+            pad: self.pad,
+        }
     }
 
     fn is_pointwise(&self) -> bool {
@@ -122,7 +138,7 @@ pub(crate) fn prepack_weights(
 pub(crate) fn int_conv_words(r: &ResolvedConv, prepacked: bool) -> Option<usize> {
     let plane = Plane::of(r)?;
     if plane.is_depthwise() {
-        return Some(plane.pixels());
+        return Some(0);
     }
     if prepacked {
         return Some(0);
@@ -157,11 +173,11 @@ pub(crate) fn int_conv(
         ));
     }
     if plane.is_depthwise() {
-        let acc = carve(op, work, plane.pixels())?;
+        let geometry = plane.depthwise_geometry();
         return with_int_slice(op, x, |xv| {
             with_int_slice(op, w, |wv| {
-                with_dest(op, out, |mut dest| {
-                    depthwise(&plane, xv, x_zero, wv, w_zero, epilogue, &mut dest, acc);
+                with_dest(op, out, |dest| {
+                    depthwise(&geometry, xv, x_zero, wv, w_zero, epilogue, dest, threads);
                     Ok(())
                 })
             })
@@ -256,96 +272,6 @@ pub(crate) fn int_conv(
     })
 }
 
-/// Depthwise convolution: each channel's taps accumulated over its output plane in `acc`,
-/// then written through the epilogue.
-#[allow(clippy::too_many_arguments)]
-fn depthwise(
-    plane: &Plane,
-    x: IntSlice<'_>,
-    x_zero: i32,
-    w: IntSlice<'_>,
-    w_zero: &[i32],
-    epilogue: &Epilogue<'_>,
-    dest: &mut Dest<'_>,
-    acc: &mut [i32],
-) {
-    let (h, wd) = plane.in_hw;
-    let taps = plane.kernel.0 * plane.kernel.1;
-    for n in 0..plane.batch {
-        for c in 0..plane.in_channels {
-            let zw = if w_zero.len() == 1 {
-                w_zero[0]
-            } else {
-                w_zero[c]
-            };
-            let weight = |t: usize| match w {
-                IntSlice::U8(s) => i32::from(s[c * taps + t]) - zw,
-                IntSlice::I8(s) => i32::from(s[c * taps + t]) - zw,
-            };
-            let base = (n * plane.in_channels + c) * h * wd;
-            acc.fill(0);
-            match x {
-                IntSlice::U8(s) => {
-                    depthwise_plane(plane, &s[base..base + h * wd], x_zero, weight, acc)
-                }
-                IntSlice::I8(s) => {
-                    depthwise_plane(plane, &s[base..base + h * wd], x_zero, weight, acc)
-                }
-            }
-            let start = (n * plane.out_channels + c) * plane.pixels();
-            write_line(acc, c, epilogue, dest, start);
-        }
-    }
-}
-
-/// `acc[oy][ox] += Σ_taps (x[iy][ix] - x_zero) * weight(tap)` over the taps inside the input
-/// (padding taps hold the zero point, so they add nothing).
-fn depthwise_plane<X: Copy + Into<i32>>(
-    plane: &Plane,
-    x: &[X],
-    x_zero: i32,
-    weight: impl Fn(usize) -> i32,
-    acc: &mut [i32],
-) {
-    let ((h, w), (oh, ow)) = (plane.in_hw, plane.out_hw);
-    let ((kh, kw), (sh, sw), (dh, dw), (ph, pw)) =
-        (plane.kernel, plane.stride, plane.dilation, plane.pad);
-    for ky in 0..kh {
-        for kx in 0..kw {
-            let wv = weight(ky * kw + kx);
-            if wv == 0 {
-                continue;
-            }
-            // Output columns whose input column ox * sw + kx * dw - pw lies in 0..w.
-            let shift = kx * dw;
-            let first = pw.saturating_sub(shift).div_ceil(sw);
-            let last = (w + pw).saturating_sub(shift).div_ceil(sw).min(ow);
-            if first >= last {
-                continue;
-            }
-            for oy in 0..oh {
-                let iy = (oy * sh + ky * dh).wrapping_sub(ph);
-                if iy >= h {
-                    continue;
-                }
-                let row = &x[iy * w..(iy + 1) * w];
-                let out = &mut acc[oy * ow + first..oy * ow + last];
-                if sw == 1 {
-                    let start = first + shift - pw;
-                    for (o, &v) in out.iter_mut().zip(&row[start..start + (last - first)]) {
-                        *o += (v.into() - x_zero) * wv;
-                    }
-                } else {
-                    for (i, o) in out.iter_mut().enumerate() {
-                        let ix = (first + i) * sw + shift - pw;
-                        *o += (row[ix].into() - x_zero) * wv;
-                    }
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use strata_core::Tensor;
@@ -384,6 +310,9 @@ mod tests {
             case(&[1, 8, 6, 6], 4, 2, &[3, 3], 1, 0, 1),
             case(&[1, 3, 10], 5, 1, &[3], 1, 1, 1),
             case(&[1, 40, 3, 3], 33, 1, &[1, 1], 2, 0, 1),
+            // Depthwise, large enough to be spread over threads; 5x5 taps, stride 2.
+            case(&[1, 32, 30, 29], 32, 32, &[5, 5], 2, 2, 1),
+            case(&[2, 12, 17, 15], 12, 12, &[3, 3], 1, 1, 1),
         ]
     }
 

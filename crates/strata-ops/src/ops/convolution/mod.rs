@@ -14,6 +14,7 @@ pub(crate) mod depthwise;
 mod im2col;
 mod integer_conv_gemm;
 pub(crate) mod integer_conv_kernel;
+mod integer_depthwise;
 pub mod qlinear_conv;
 pub mod winograd;
 

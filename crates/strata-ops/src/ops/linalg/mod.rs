@@ -8,6 +8,7 @@ pub mod gemm;
 pub(crate) mod integer_matmul_kernel;
 pub mod matmul;
 pub mod matmul_integer;
+pub mod matmul_integer_scaled;
 pub mod qlinear_matmul;
 pub mod trilu;
 

@@ -5,7 +5,7 @@
 
 use strata_core::{DType, Device};
 
-use crate::ops::quantization::values::{write_quantized, QuantTarget};
+use crate::ops::quantization::values::write_quantized;
 use crate::support::inputs::exact_inputs;
 use crate::support::kernel_choice::cpu_only;
 use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
@@ -54,6 +54,42 @@ impl Operator for DynamicQuantizeLinear {
     }
 }
 
+/// The smallest and largest value (NaNs skipped).
+fn range(xs: &[f32]) -> (f32, f32) {
+    let mut out = (f32::INFINITY, f32::NEG_INFINITY);
+    lane_range((), xs, &mut out);
+    out
+}
+
+crate::kernels::simd::multiversion! {
+    /// [`range`] over 16 lanes, so the loop vectorizes (`T` is unused: the macro wants a type
+    /// parameter).
+    fn lane_range<T: Copy>(_unit: T, xs: &[f32], out: &mut (f32, f32)) {
+        *out = lanes(xs);
+    }
+}
+
+#[inline(always)]
+fn lanes(xs: &[f32]) -> (f32, f32) {
+    let mut lo = [f32::INFINITY; 16];
+    let mut hi = [f32::NEG_INFINITY; 16];
+    let chunks = xs.chunks_exact(16);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for ((l, h), &v) in lo.iter_mut().zip(hi.iter_mut()).zip(chunk) {
+            *l = l.min(v);
+            *h = h.max(v);
+        }
+    }
+    let fold = |init: (f32, f32), v: &[f32], w: &[f32]| {
+        v.iter()
+            .zip(w)
+            .fold(init, |(a, b), (&l, &h)| (a.min(l), b.max(h)))
+    };
+    let lanes = fold((f32::INFINITY, f32::NEG_INFINITY), &lo, &hi);
+    fold(lanes, tail, tail)
+}
+
 /// The uint8 scale and zero point of values spanning `[min, max]` (f32 arithmetic).
 fn scale_and_zero_point(min: f32, max: f32) -> (f32, f32) {
     let (min, max) = (min.min(0.0), max.max(0.0));
@@ -66,17 +102,15 @@ impl Kernel for DynamicQuantizeLinear {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
         let read = io.input(0).read::<f32>()?;
         let xs = read.elements()?;
-        let (min, max) = xs
-            .iter()
-            .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
-                (lo.min(v), hi.max(v))
-            });
+        let (min, max) = range(&xs);
         let (scale, zero_point) = scale_and_zero_point(min, max);
-        let target = QuantTarget::Int { min: 0, max: 255 };
-        let values = xs
-            .iter()
-            .map(|&v| target.quantize(f64::from(v / scale), f64::from(zero_point), true));
-        write_quantized(OP, io.output(0), values)?;
+        {
+            let mut write = io.output(0).write::<u8>()?;
+            let dst = write
+                .as_mut_slice()
+                .ok_or_else(|| OpError::kernel(OP, "output is not contiguous"))?;
+            super::per_tensor::quantize_slice(&xs, scale, zero_point as i32, dst);
+        }
         {
             let mut write = io.output(1).write::<f32>()?;
             let slot = write
@@ -104,6 +138,28 @@ mod tests {
         assert_eq!(y[2].to_vec::<u8>().unwrap(), [153]);
         assert_eq!(y[0].to_vec::<u8>().unwrap(), [153, 255, 0, 26, 221, 179]);
         assert_eq!(scale_and_zero_point(0.0, 0.0), (1.0 / 255.0, 0.0));
+    }
+
+    #[test]
+    fn long_inputs_match_the_scalar_formula() {
+        // Lanes and a tail: the range and every value against the spec's formula.
+        let xs: Vec<f32> = (0..1003)
+            .map(|i| ((i * 7919) % 1000) as f32 * 0.013 - 4.2)
+            .collect();
+        let x = Tensor::from_slice(&xs, &[1003]).unwrap();
+        let y = run_outputs(OP, 11, &[], &[x], 3).unwrap();
+        let (min, max) = xs
+            .iter()
+            .fold((0f32, 0f32), |(a, b), &v| (a.min(v), b.max(v)));
+        let (scale, zero) = scale_and_zero_point(min, max);
+        assert_eq!(y[1].to_vec::<f32>().unwrap(), [scale]);
+        assert_eq!(y[2].to_vec::<u8>().unwrap(), [zero as u8]);
+        let want: Vec<u8> = xs
+            .iter()
+            .map(|&v| ((v / scale).round_ties_even() + zero).clamp(0.0, 255.0) as u8)
+            .collect();
+        assert_eq!(y[0].to_vec::<u8>().unwrap(), want);
+        assert!(want.contains(&0) && want.contains(&255));
     }
 
     #[test]

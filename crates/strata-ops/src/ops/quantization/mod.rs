@@ -8,6 +8,9 @@ pub mod dequantize_linear;
 pub mod dynamic_quantize_linear;
 pub(crate) mod int_params;
 pub(crate) mod integer_operands;
+pub mod lookup;
+#[cfg(target_arch = "x86_64")]
+mod lookup_x86;
 pub mod microsoft;
 pub(crate) mod params;
 mod per_tensor;

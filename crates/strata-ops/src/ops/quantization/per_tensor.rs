@@ -5,6 +5,7 @@
 
 use strata_core::{DType, Tensor};
 
+use crate::kernels::igemm::epilogue::{round_to_i32, Narrow};
 use crate::OpResult;
 
 // Scalars are read through guards: `to_vec` would allocate on every run.
@@ -48,32 +49,36 @@ pub(crate) fn quantize(x: &Tensor, scale: &Tensor, zero: &Tensor, out: &Tensor) 
     let Some(src) = read.as_slice() else {
         return Ok(false);
     };
-    let zf = z as f32;
-    macro_rules! fill {
-        ($t:ty) => {{
-            let mut w = out.write::<$t>()?;
+    match out.dtype() {
+        DType::U8 => {
+            let mut w = out.write::<u8>()?;
             let Some(dst) = w.as_mut_slice() else {
                 return Ok(false);
             };
-            let (lo, hi) = (<$t>::MIN as f32, <$t>::MAX as f32);
-            for (d, &v) in dst.iter_mut().zip(src) {
-                let q = crate::kernels::igemm::round_half_even(v / s) + zf;
-                *d = if q.is_nan() {
-                    <$t>::MIN
-                } else {
-                    q.clamp(lo, hi) as $t
-                };
-            }
-        }};
-    }
-    match out.dtype() {
-        DType::U8 => fill!(u8),
-        DType::I8 => fill!(i8),
+            quantize_slice(src, s, z, dst);
+        }
+        DType::I8 => {
+            let mut w = out.write::<i8>()?;
+            let Some(dst) = w.as_mut_slice() else {
+                return Ok(false);
+            };
+            quantize_slice(src, s, z, dst);
+        }
         _ => return Ok(false),
     }
     Ok(true)
 }
 
+crate::kernels::simd::multiversion! {
+    /// `dst[i] = saturate(round_half_even(src[i] / scale) + zero)`, NaN to the type's minimum.
+    /// Branch-free, so the loop vectorizes.
+    pub(crate) fn quantize_slice<T: Narrow>(src: &[f32], scale: f32, zero: i32, dst: &mut [T]) {
+        for (d, &v) in dst.iter_mut().zip(src) {
+            let q = round_to_i32(v / scale).wrapping_add(zero);
+            *d = T::narrow(q.max(T::LO).min(T::HI));
+        }
+    }
+}
 /// Dequantizes `x` into f32 `out` when the fast case applies; `Ok(false)` when it does not.
 pub(crate) fn dequantize(
     x: &Tensor,
