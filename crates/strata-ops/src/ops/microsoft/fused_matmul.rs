@@ -111,6 +111,7 @@ impl Operand {
 }
 
 /// The product's geometry: both operands, the broadcast batch dims and the output dims.
+#[derive(Debug)]
 struct Geometry {
     a: Operand,
     b: Operand,
@@ -214,10 +215,12 @@ impl Operator for FusedMatMul {
         match dtype {
             strata_core::DType::F32 => Ok(Box::new(FusedMatMulKernel::<f32> {
                 op: *self,
+                planned: self.planned(inputs),
                 _t: PhantomData,
             })),
             strata_core::DType::F64 => Ok(Box::new(FusedMatMulKernel::<f64> {
                 op: *self,
+                planned: self.planned(inputs),
                 _t: PhantomData,
             })),
             other => Err(OpError::no_kernel(OP, other, device)),
@@ -228,7 +231,19 @@ impl Operator for FusedMatMul {
 #[derive(Debug)]
 struct FusedMatMulKernel<T> {
     op: FusedMatMul,
+    /// The geometry for the dims known when the plan was built (a run with those dims
+    /// allocates nothing), with the dims of A and B it is for.
+    planned: Option<(Vec<usize>, Vec<usize>, Geometry)>,
     _t: PhantomData<T>,
+}
+
+impl FusedMatMul {
+    /// The geometry for the planned dims of A and B, when both are known.
+    fn planned(&self, inputs: &[&Fact]) -> Option<(Vec<usize>, Vec<usize>, Geometry)> {
+        let (a, b) = (inputs.first()?.concrete()?, inputs.get(1)?.concrete()?);
+        let g = self.geometry(&a, &b).ok()?;
+        Some((a, b, g))
+    }
 }
 
 /// Offset of batch `index` (row-major over `batch`) in an operand whose batch dims are
@@ -249,7 +264,14 @@ fn batch_offset(o: &Operand, batch: &[usize], mut index: usize) -> usize {
 impl<T: GemmFloat + Element> Kernel for FusedMatMulKernel<T> {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
         let (a_t, b_t) = (io.input(0), io.input(1));
-        let g = self.op.geometry(a_t.dims(), b_t.dims())?;
+        let fresh;
+        let g = match &self.planned {
+            Some((a, b, g)) if a == a_t.dims() && b == b_t.dims() => g,
+            _ => {
+                fresh = self.op.geometry(a_t.dims(), b_t.dims())?;
+                &fresh
+            }
+        };
         let (ar, br) = (a_t.read::<T>()?, b_t.read::<T>()?);
         let (a, b) = (contiguous(OP, "A", &ar)?, contiguous(OP, "B", &br)?);
         let mut yw = io.output(0).write::<T>()?;
