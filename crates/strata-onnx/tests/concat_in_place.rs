@@ -69,7 +69,11 @@ fn concat_inputs_are_written_in_place_and_results_are_unchanged() {
     let apart = load(&fire(true));
     let memory = apart.memory_plan().unwrap();
     let slot = |name: &str| memory.values[apart.graph().value_id(name).unwrap().0].unwrap();
-    assert_ne!(slot("a").offset, slot("c").offset, "a graph output is not placed");
+    assert_ne!(
+        slot("a").offset,
+        slot("c").offset,
+        "a graph output is not placed"
+    );
     let expected = run(&apart, &x);
     assert_eq!(run(&placed, &x), expected);
     // Again, in a second context: nothing of the first run is needed.
