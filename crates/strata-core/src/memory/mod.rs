@@ -15,6 +15,7 @@ pub mod ledger;
 pub mod mode;
 pub mod pinned;
 pub mod registry;
+pub mod residency;
 mod route;
 pub mod storage;
 pub mod thread_cache;

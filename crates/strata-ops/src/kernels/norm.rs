@@ -375,9 +375,17 @@ mod tests {
                 1 => rng.vec(rows * cols),
                 _ => rng.vec(cols),
             };
-            let bias = if case % 5 < 2 { rng.vec(cols) } else { Vec::new() };
+            let bias = if case % 5 < 2 {
+                rng.vec(cols)
+            } else {
+                Vec::new()
+            };
             let gamma = rng.vec(cols);
-            let beta = if case % 2 == 0 { rng.vec(cols) } else { Vec::new() };
+            let beta = if case % 2 == 0 {
+                rng.vec(cols)
+            } else {
+                Vec::new()
+            };
             let p = NormRows {
                 x: &x,
                 skip: &skip,

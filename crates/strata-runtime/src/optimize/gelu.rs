@@ -73,7 +73,15 @@ pub fn fuse_gelu(graph: &mut Graph, threads: usize) -> Result<Vec<Fusion>> {
         let op = operator(op_type, "com.microsoft", 1, Attributes::new(op_type), 1, 1)?;
         let absorbed = m.nodes.iter().map(|&n| describe(graph, n)).collect();
         let name = graph.nodes[last].name.clone();
-        replace(graph, last, op, vec![Some(m.x)], output, &m.nodes, &mut dropped);
+        replace(
+            graph,
+            last,
+            op,
+            vec![Some(m.x)],
+            output,
+            &m.nodes,
+            &mut dropped,
+        );
         fusions.push(Fusion {
             node: name,
             op_type: op_type.to_string(),
@@ -228,7 +236,13 @@ fn power_of(v: &View<'_>, value: ValueId, x: ValueId, power: u32) -> Option<Vec<
     match power {
         2 => (a == x && b == x).then(|| vec![mul]),
         3 => {
-            let square = if a == x { b } else if b == x { a } else { return None };
+            let square = if a == x {
+                b
+            } else if b == x {
+                a
+            } else {
+                return None;
+            };
             let mut nodes = power_of(v, square, x, 2)?;
             if !v.read_only_by(square, &[mul]) {
                 return None;
@@ -265,7 +279,7 @@ fn gate_and_product(v: &View<'_>, x: ValueId, t: ValueId) -> Option<Vec<usize>> 
     }
     // (x · 0.5) · g
     let xh = v.producer(other, "Mul")?;
-    let ok = v.other(xh, x).is_some_and(|c| v.is_const(c, 0.5, 1e-6))
-        && v.read_only_by(other, &[mul]);
+    let ok =
+        v.other(xh, x).is_some_and(|c| v.is_const(c, 0.5, 1e-6)) && v.read_only_by(other, &[mul]);
     ok.then(|| vec![xh, add, mul])
 }

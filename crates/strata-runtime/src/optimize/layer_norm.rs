@@ -90,11 +90,7 @@ pub fn fuse_layer_norms(graph: &mut Graph, threads: usize) -> Result<Vec<Fusion>
 
 /// A gamma or beta as the fused node takes it: as is when its dims are `[H]`, else (a
 /// constant of H values with leading ones) a new `[H]` initializer with the same values.
-fn vector_param(
-    graph: &mut Graph,
-    facts: &[strata_ops::Fact],
-    value: ValueId,
-) -> Result<ValueId> {
+fn vector_param(graph: &mut Graph, facts: &[strata_ops::Fact], value: ValueId) -> Result<ValueId> {
     let fact = &facts[value.0];
     if fact.rank() == 1 {
         return Ok(value);
@@ -135,7 +131,8 @@ fn mean_over_last(v: &View<'_>, node: usize) -> Option<ValueId> {
     }
     let input = n.inputs.first().copied().flatten()?;
     let (i, o) = (v.fact(input)?, v.fact(n.outputs[0])?);
-    let (Some((last, lead)), Some((out_last, out_lead))) = (i.dims.split_last(), o.dims.split_last())
+    let (Some((last, lead)), Some((out_last, out_lead))) =
+        (i.dims.split_last(), o.dims.split_last())
     else {
         return None;
     };

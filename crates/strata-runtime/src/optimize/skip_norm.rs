@@ -65,7 +65,14 @@ pub fn fuse_skip_layer_norms(graph: &mut Graph, threads: usize) -> Result<Vec<Fu
         }
         let num_outputs = if m.keep_sum { 4 } else { 1 };
         let attrs = Attributes::new(op_type).with("epsilon", Attr::Float(m.epsilon));
-        let op = operator(op_type, "com.microsoft", 1, attrs, inputs.len(), num_outputs)?;
+        let op = operator(
+            op_type,
+            "com.microsoft",
+            1,
+            attrs,
+            inputs.len(),
+            num_outputs,
+        )?;
         let mut outputs = vec![y];
         if m.keep_sum {
             // Statistics outputs nobody reads, then the sum (output 3).
@@ -135,8 +142,7 @@ fn match_skip(v: &View<'_>, norm: usize) -> Option<Match> {
         v.fact(value)
             .is_some_and(|f| f.dtype == fx.dtype && f.dims == [Dim::Known(h)])
     };
-    if !vector(gamma) || beta.is_some_and(|b| !vector(b)) || (!params.centered && beta.is_some())
-    {
+    if !vector(gamma) || beta.is_some_and(|b| !vector(b)) || (!params.centered && beta.is_some()) {
         return None;
     }
     let add = v.producer(x, "Add")?;

@@ -3,6 +3,7 @@
 
 use strata_core::{DType, Device, Element};
 
+use crate::kernels::gemm::{gemm_prepacked_with, Epilogue};
 use crate::kernels::{gemm, gemm_prepacked, Activation, GemmFloat, Prepacked};
 use crate::support::strided::for_each_broadcast;
 use crate::{
@@ -164,7 +165,77 @@ impl Gemm {
         } else {
             (rows_b, cols_b, (cols_b as isize, 1))
         };
-        Ok(Some(Prepacked::b(k, n, values, strides)?))
+        let packed = Prepacked::b(k, n, values, strides)?;
+        // Runs read the packed copy only (see MatMul's prepack).
+        drop(read);
+        strata_core::release_resident_pages(b);
+        Ok(Some(packed))
+    }
+}
+
+impl<T: Element + GemmFloat> GemmKernel<T> {
+    /// The product with prepacked B and `C` a row of `n` (or absent): `beta * C` and the
+    /// activation applied to each finished tile while it is in cache, instead of a copy of C
+    /// before the product and a pass for the activation after it. Returns false (nothing
+    /// done) for other shapes of C.
+    #[allow(clippy::too_many_arguments)]
+    fn finish_in_epilogue(
+        &self,
+        pb: &Prepacked<T>,
+        c: &strata_core::Tensor,
+        m: usize,
+        n: usize,
+        k: usize,
+        sa: &[T],
+        so: &mut [T],
+        threads: usize,
+    ) -> OpResult<bool> {
+        if m <= SKINNY_ROWS || pb.extent() != n || pb.depth() != k {
+            return Ok(false);
+        }
+        let rc = if c.is_defined() {
+            let row = matches!(c.dims(), [x] | [1, x] if *x == n);
+            if !row {
+                return Ok(false);
+            }
+            Some(c.read::<T>()?)
+        } else {
+            None
+        };
+        let bias = match &rc {
+            Some(r) => match r.as_slice() {
+                Some(s) => s,
+                None => return Ok(false),
+            },
+            None => &[],
+        };
+        let beta = T::from_f32(self.op.beta);
+        let post = self.op.post;
+        let finish = |_i: usize, j: usize, row: &mut [T]| {
+            if !bias.is_empty() {
+                let b = &bias[j..j + row.len()];
+                row.iter_mut().zip(b).for_each(|(v, &b)| *v += beta * b);
+            }
+            post.apply_all(row);
+        };
+        let a_strides = if self.op.trans_a {
+            (1, m as isize)
+        } else {
+            (k as isize, 1)
+        };
+        let needs = !bias.is_empty() || post != Activation::None;
+        gemm_prepacked_with(
+            pb,
+            m,
+            sa,
+            a_strides,
+            so,
+            (n as isize, 1),
+            (T::from_f32(self.op.alpha), T::from_f32(0.0)),
+            needs.then_some(&finish as &Epilogue<'_, T>),
+            threads,
+        )?;
+        Ok(true)
     }
 }
 
@@ -192,6 +263,11 @@ impl<T: Element + GemmFloat> Kernel for GemmKernel<T> {
             rb.as_slice().ok_or_else(not_contiguous)?,
         );
         let so = w.as_mut_slice().ok_or_else(not_contiguous)?;
+        if let Some(pb) = &self.packed_b {
+            if self.finish_in_epilogue(pb, c, m, n, k, sa, so, io.threads)? {
+                return Ok(());
+            }
+        }
         let beta = if c.is_defined() {
             let lc = c.layout().expand(out.dims())?;
             let rc = c.read::<T>()?;

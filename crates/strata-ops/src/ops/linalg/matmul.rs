@@ -192,7 +192,12 @@ fn prepack_b<T: Element + GemmFloat>(
         return Ok(None);
     };
     let (k, n) = (b.dims()[0], b.dims()[1]);
-    Ok(Some(Prepacked::b(k, n, values, (n as isize, 1))?))
+    let packed = Prepacked::b(k, n, values, (n as isize, 1))?;
+    // Runs read the packed copy only: the original's pages (mapped from the model file) need
+    // not stay resident beside it.
+    drop(read);
+    strata_core::release_resident_pages(b);
+    Ok(Some(packed))
 }
 
 #[derive(Debug)]
@@ -206,8 +211,8 @@ struct MatMulKernel<T> {
 macro_rules! read_operands {
     ($io:expr, $steps:expr, $t:ty, $guards:ident, $slices:ident) => {
         let count = $steps.operands();
-        let mut $guards: [Option<strata_core::ReadGuard<'_, $t>>; super::matmul_epilogue::MAX_STEPS] =
-            Default::default();
+        let mut $guards: [Option<strata_core::ReadGuard<'_, $t>>;
+            super::matmul_epilogue::MAX_STEPS] = Default::default();
         for (k, g) in $guards.iter_mut().take(count).enumerate() {
             *g = Some($io.input(2 + k).read::<$t>()?);
         }
@@ -409,7 +414,9 @@ mod tests {
         let refs: Vec<&Fact> = facts.iter().collect();
         let out_fact = MatMul::default().infer(&refs).unwrap().remove(0);
         let out = Tensor::zeros(&[2, 2], DType::F16).unwrap();
-        let kernel = MatMul::default().kernel(&refs, &[&out_fact], Device::Cpu).unwrap();
+        let kernel = MatMul::default()
+            .kernel(&refs, &[&out_fact], Device::Cpu)
+            .unwrap();
         let io = KernelIo {
             inputs: &[&a, &a],
             outputs: &[&out],

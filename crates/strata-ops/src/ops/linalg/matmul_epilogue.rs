@@ -100,9 +100,7 @@ mod tests {
     fn steps_run_in_order_and_take_slots_in_order() {
         let (s, slot) = Steps::default().push(EpilogueStep::Bias).unwrap();
         assert_eq!(slot, Some(2));
-        let (s, slot) = s
-            .push(EpilogueStep::Activation(Activation::Relu))
-            .unwrap();
+        let (s, slot) = s.push(EpilogueStep::Activation(Activation::Relu)).unwrap();
         assert_eq!(slot, None);
         let (s, slot) = s.push(EpilogueStep::Residual).unwrap();
         assert_eq!(slot, Some(3));

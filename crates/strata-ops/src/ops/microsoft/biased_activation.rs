@@ -9,10 +9,10 @@ use strata_core::Device;
 
 use crate::cpu_float_kernel;
 use crate::kernels::simd::multiversion;
+use crate::kernels::Activation;
 use crate::ops::math::unary::sigmoid;
 use crate::support::inputs::{optional, required};
 use crate::support::numeric::{Real, WideFloat};
-use crate::kernels::Activation;
 use crate::{
     Dim, Fact, FusableActivation, Kernel, KernelIo, OpCapabilities, OpError, OpResult, Operator,
 };

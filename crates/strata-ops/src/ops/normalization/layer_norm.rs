@@ -9,10 +9,10 @@ use std::marker::PhantomData;
 use num_traits::{Float, Zero};
 use strata_core::{DType, Device, Tensor};
 
-use super::row_kernel::{RowNormKernel, RowSlots};
 use super::common::{
     block_param_len, check_block_param, contiguous, contiguous_mut, float_input, same_dtype,
 };
+use super::row_kernel::{RowNormKernel, RowSlots};
 use crate::cpu_float_kernel;
 use crate::ops::cast::cast::dtype_from_onnx_code;
 use crate::support::axes::normalize_axis;

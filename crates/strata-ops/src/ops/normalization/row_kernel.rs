@@ -35,12 +35,7 @@ pub(crate) struct RowNormKernel {
 impl RowNormKernel {
     /// This kernel for the facts, when it computes what the operator asks: f32 data, gamma,
     /// beta and bias of exactly the block's size, f32 statistics outputs.
-    pub(crate) fn fits(
-        slots: &RowSlots,
-        axis: usize,
-        inputs: &[&Fact],
-        outputs: &[&Fact],
-    ) -> bool {
+    pub(crate) fn fits(slots: &RowSlots, axis: usize, inputs: &[&Fact], outputs: &[&Fact]) -> bool {
         let Some(x) = inputs.first() else {
             return false;
         };
@@ -61,10 +56,11 @@ impl RowNormKernel {
             Some(f) => f.dtype == DType::F32 && f.numel() == Some(block),
             None => !required,
         };
-        let outputs_ok = [slots.mean, slots.inv_std]
-            .into_iter()
-            .flatten()
-            .all(|s| outputs.get(s).is_none_or(|f| !f.is_defined() || f.dtype == DType::F32));
+        let outputs_ok = [slots.mean, slots.inv_std].into_iter().flatten().all(|s| {
+            outputs
+                .get(s)
+                .is_none_or(|f| !f.is_defined() || f.dtype == DType::F32)
+        });
         vector_ok(Some(slots.gamma), true)
             && vector_ok(slots.beta, false)
             && vector_ok(slots.bias, false)
