@@ -36,7 +36,7 @@ pub use memory::ledger::KindStats;
 pub use memory::mode::InferenceMode;
 pub use memory::pinned::PinnedAllocator;
 pub use memory::registry::AllocatorRegistry;
-pub use memory::residency::release_resident_pages;
+pub use memory::residency::{release_resident_bytes, release_resident_pages};
 pub use memory::storage::Storage;
 pub use shape::{Shape, Strides, MAX_RANK};
 pub use tensor::{BytesRead, BytesWrite, Layout, ReadGuard, StringBuffer, Tensor, WriteGuard};

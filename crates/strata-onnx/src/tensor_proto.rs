@@ -369,6 +369,8 @@ fn place(
         out.copy_from_slice(bytes);
         to_little_endian(out, dtype);
     }
+    // The source (pages of the mapped model file) is not read again.
+    strata_core::release_resident_bytes(bytes);
     Ok(tensor)
 }
 

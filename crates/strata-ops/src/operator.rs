@@ -232,6 +232,9 @@ pub struct KernelCapabilities<'a> {
     pub makes_outputs: Option<&'a dyn MakesOutputs>,
     /// It keeps state across runs in each execution context (a language model's KV cache).
     pub context_state: Option<&'a dyn UsesContextState>,
+    /// Inputs it packed when it was built and never reads when it runs (constant weights): the
+    /// plan may let their originals go when no other node reads them.
+    pub packed_inputs: &'a [usize],
 }
 
 impl fmt::Debug for KernelCapabilities<'_> {
@@ -239,6 +242,7 @@ impl fmt::Debug for KernelCapabilities<'_> {
         f.debug_struct("KernelCapabilities")
             .field("makes_outputs", &self.makes_outputs.is_some())
             .field("context_state", &self.context_state.is_some())
+            .field("packed_inputs", &self.packed_inputs)
             .finish()
     }
 }

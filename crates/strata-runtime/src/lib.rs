@@ -13,6 +13,7 @@ pub mod error;
 pub mod graph;
 pub mod node_eval;
 pub mod optimize;
+mod packed_weights;
 pub mod plan;
 pub mod planned;
 pub mod planner;

@@ -10,6 +10,7 @@ use strata_ops::{Dim, Fact, Kernel};
 
 use crate::graph::ValueSource;
 use crate::optimize::{optimize, OptimizeReport};
+use crate::packed_weights::release_packed_inputs;
 use crate::planned::Planned;
 use crate::pool::IntraOpPool;
 use crate::specialize::specialize;
@@ -102,15 +103,17 @@ impl InferencePlan {
                 config.device,
             )?;
         }
-        let symbolic;
-        let facts_spec = match &base {
-            Some(p) => &p.spec,
-            None => {
-                symbolic = specialize(&graph, &declared, config.threads)?;
-                &symbolic
-            }
+        let mut base = base;
+        let mut symbolic = match &base {
+            Some(_) => None,
+            None => Some(specialize(&graph, &declared, config.threads)?),
         };
-        let kernels = select_kernels(&graph, facts_spec, &config)?;
+        let kernels = select_kernels(&mut graph, &mut base, &mut symbolic, &config)?;
+        let facts_spec = match (&base, &symbolic) {
+            (Some(p), _) => &p.spec,
+            (None, Some(s)) => s,
+            (None, None) => unreachable!("one specialization is always made"),
+        };
         let outputs = graph
             .outputs
             .iter()
@@ -261,37 +264,68 @@ fn base_dims(config: &PlanConfig, inputs: &[IoInfo]) -> Option<Vec<Vec<Dim>>> {
         .collect()
 }
 
+/// Every node's kernel, in order. A constant a kernel packed and only its node reads is let go
+/// right after (`packed_weights`), so copies do not pile up while the rest are packed.
 fn select_kernels(
-    graph: &Graph,
-    spec: &Specialization,
+    graph: &mut Graph,
+    base: &mut Option<Arc<Planned>>,
+    symbolic: &mut Option<Specialization>,
     config: &PlanConfig,
 ) -> Result<Vec<Option<Box<dyn Kernel>>>> {
+    let consumers = graph.consumers();
+    let mut kernels = Vec::with_capacity(graph.nodes.len());
+    let mut released = 0;
+    for i in 0..graph.nodes.len() {
+        let spec = match (&*base, &*symbolic) {
+            (Some(p), _) => &p.spec,
+            (None, Some(s)) => s,
+            (None, None) => unreachable!("one specialization is always made"),
+        };
+        let kernel = select_kernel(graph, spec, i, config)?;
+        if let Some(k) = &kernel {
+            let facts = match (base.as_mut().and_then(Arc::get_mut), symbolic.as_mut()) {
+                (Some(p), _) => Some(&mut p.spec.facts[..]),
+                (None, Some(s)) => Some(&mut s.facts[..]),
+                (None, None) => None,
+            };
+            released += release_packed_inputs(graph, &consumers, i, k.as_ref(), facts);
+        }
+        kernels.push(kernel);
+    }
+    if released > 0 {
+        // The originals' blocks went to the allocator's cache: give back what no packed copy
+        // took.
+        strata_core::AllocatorRegistry::global().release_cached();
+    }
+    Ok(kernels)
+}
+
+fn select_kernel(
+    graph: &Graph,
+    spec: &Specialization,
+    i: usize,
+    config: &PlanConfig,
+) -> Result<Option<Box<dyn Kernel>>> {
     let absent = Fact::absent();
-    graph
-        .nodes
+    let node = &graph.nodes[i];
+    if spec.skip[i] {
+        return Ok(None);
+    }
+    let inputs: Vec<&Fact> = node
+        .inputs
         .iter()
-        .enumerate()
-        .map(|(i, node)| {
-            if spec.skip[i] {
-                return Ok(None);
-            }
-            let inputs: Vec<&Fact> = node
-                .inputs
-                .iter()
-                .map(|v| v.map_or(&absent, |id| &spec.facts[id.0]))
-                .collect();
-            let outputs: Vec<&Fact> = node.outputs.iter().map(|id| &spec.facts[id.0]).collect();
-            node.op
-                .kernel(&inputs, &outputs, config.device)
-                .map(Some)
-                .map_err(|source| {
-                    RuntimeError::node(
-                        &node.name,
-                        node.op.op_type(),
-                        inputs.iter().filter_map(|f| f.concrete()).collect(),
-                        source,
-                    )
-                })
+        .map(|v| v.map_or(&absent, |id| &spec.facts[id.0]))
+        .collect();
+    let outputs: Vec<&Fact> = node.outputs.iter().map(|id| &spec.facts[id.0]).collect();
+    node.op
+        .kernel(&inputs, &outputs, config.device)
+        .map(Some)
+        .map_err(|source| {
+            RuntimeError::node(
+                &node.name,
+                node.op.op_type(),
+                inputs.iter().filter_map(|f| f.concrete()).collect(),
+                source,
+            )
         })
-        .collect()
 }

@@ -22,7 +22,18 @@ pub fn release_resident_pages(tensor: &Tensor) {
         return;
     }
     let start = storage.as_ptr() as usize;
-    let end = start + storage.len();
+    page_out_range(start, start + storage.len());
+}
+
+/// Advises the kernel to reclaim the pages wholly inside `bytes`: for source bytes a loader has
+/// copied out and will not read again (an unaligned weight in a mapped model file). Safe for
+/// any memory (the contents never change); never fails.
+pub fn release_resident_bytes(bytes: &[u8]) {
+    let start = bytes.as_ptr() as usize;
+    page_out_range(start, start + bytes.len());
+}
+
+fn page_out_range(start: usize, end: usize) {
     let first = start.div_ceil(PAGE) * PAGE;
     let last = end / PAGE * PAGE;
     if last > first {
@@ -37,9 +48,9 @@ fn page_out(addr: usize, len: usize) {
     extern "C" {
         fn madvise(addr: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
     }
-    // SAFETY: `addr..addr + len` lies inside a live, read-only mapping held by the tensor's
-    // block, page-aligned. MADV_PAGEOUT only changes where the pages live, never their
-    // contents, so every reader still sees the same bytes; failure is harmless.
+    // SAFETY: `addr..addr + len` is page-aligned and lies inside memory borrowed for this
+    // call. MADV_PAGEOUT only changes where the pages live, never their contents, so every
+    // reader still sees the same bytes; failure is harmless.
     unsafe {
         madvise(addr as *mut std::ffi::c_void, len, MADV_PAGEOUT);
     }

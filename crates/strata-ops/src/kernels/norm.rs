@@ -423,6 +423,15 @@ mod tests {
         }
     }
 
+    fn out(y: &mut [f32]) -> NormOut<'_, f32> {
+        NormOut {
+            y,
+            sum: None,
+            mean: None,
+            inv_std: None,
+        }
+    }
+
     #[test]
     fn lengths_that_do_not_fit_are_errors() {
         let x = [1.0f32; 6];
@@ -438,21 +447,16 @@ mod tests {
             epsilon: 0.0,
             centered: true,
         };
-        let out = |y: &mut [f32; 6]| NormOut {
-            y: &mut y[..],
-            sum: None,
-            mean: None,
-            inv_std: None,
-        };
-        assert!(norm_rows(&p, out(&mut y)).is_err());
+
+        assert!(norm_rows(&p, out(&mut y[..])).is_err());
         let p = NormRows {
             gamma: &g,
             skip: &x[..4],
             ..p
         };
-        assert!(norm_rows(&p, out(&mut y)).is_err());
+        assert!(norm_rows(&p, out(&mut y[..])).is_err());
         let p = NormRows { skip: &[], ..p };
-        norm_rows(&p, out(&mut y)).unwrap();
+        norm_rows(&p, out(&mut y[..])).unwrap();
         assert_eq!(y, [0.0; 6]);
     }
 }

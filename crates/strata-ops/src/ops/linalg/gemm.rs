@@ -7,8 +7,8 @@ use crate::kernels::gemm::{gemm_prepacked_with, Epilogue};
 use crate::kernels::{gemm, gemm_prepacked, Activation, GemmFloat, Prepacked};
 use crate::support::strided::for_each_broadcast;
 use crate::{
-    broadcast_dims, Dim, EpilogueStep, Fact, Fused, FusesEpilogue, Kernel, KernelIo,
-    OpCapabilities, OpContext, OpError, OpResult, Operator,
+    broadcast_dims, Dim, EpilogueStep, Fact, Fused, FusesEpilogue, Kernel, KernelCapabilities,
+    KernelIo, OpCapabilities, OpContext, OpError, OpResult, Operator,
 };
 
 #[derive(Debug, Clone, Copy)]
@@ -190,7 +190,7 @@ impl<T: Element + GemmFloat> GemmKernel<T> {
         so: &mut [T],
         threads: usize,
     ) -> OpResult<bool> {
-        if m <= SKINNY_ROWS || pb.extent() != n || pb.depth() != k {
+        if pb.extent() != n || pb.depth() != k {
             return Ok(false);
         }
         let rc = if c.is_defined() {
@@ -247,6 +247,13 @@ struct GemmKernel<T> {
 }
 
 impl<T: Element + GemmFloat> Kernel for GemmKernel<T> {
+    fn capabilities(&self) -> KernelCapabilities<'_> {
+        KernelCapabilities {
+            packed_inputs: if self.packed_b.is_some() { &[1] } else { &[] },
+            ..KernelCapabilities::default()
+        }
+    }
+
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
         let (a, b, c, out) = (io.input(0), io.input(1), io.input(2), io.output(0));
         let (m, n) = (out.dims()[0], out.dims()[1]);
@@ -255,13 +262,10 @@ impl<T: Element + GemmFloat> Kernel for GemmKernel<T> {
         } else {
             a.dims()[1]
         };
-        let (ra, rb) = (a.read::<T>()?, b.read::<T>()?);
+        let ra = a.read::<T>()?;
         let mut w = out.write::<T>()?;
         let not_contiguous = || OpError::kernel("Gemm", "operands must be contiguous");
-        let (sa, sb) = (
-            ra.as_slice().ok_or_else(not_contiguous)?,
-            rb.as_slice().ok_or_else(not_contiguous)?,
-        );
+        let sa = ra.as_slice().ok_or_else(not_contiguous)?;
         let so = w.as_mut_slice().ok_or_else(not_contiguous)?;
         if let Some(pb) = &self.packed_b {
             if self.finish_in_epilogue(pb, c, m, n, k, sa, so, io.threads)? {
@@ -291,7 +295,8 @@ impl<T: Element + GemmFloat> Kernel for GemmKernel<T> {
         let alpha = T::from_f32(self.op.alpha);
         match &self.packed_b {
             // Past the skinny row count only: fewer rows stream B faster than a packed tile.
-            Some(pb) if m > SKINNY_ROWS && pb.extent() == n && pb.depth() == k => gemm_prepacked(
+            // Even for a few rows: the plan may have let B's original go (`packed_inputs`).
+            Some(pb) if pb.extent() == n && pb.depth() == k => gemm_prepacked(
                 pb,
                 m,
                 sa,
@@ -302,20 +307,24 @@ impl<T: Element + GemmFloat> Kernel for GemmKernel<T> {
                 beta,
                 io.threads,
             )?,
-            _ => gemm(
-                m,
-                n,
-                k,
-                sa,
-                a_strides,
-                sb,
-                b_strides,
-                so,
-                (n as isize, 1),
-                alpha,
-                beta,
-                io.threads,
-            )?,
+            _ => {
+                let rb = b.read::<T>()?;
+                let sb = rb.as_slice().ok_or_else(not_contiguous)?;
+                gemm(
+                    m,
+                    n,
+                    k,
+                    sa,
+                    a_strides,
+                    sb,
+                    b_strides,
+                    so,
+                    (n as isize, 1),
+                    alpha,
+                    beta,
+                    io.threads,
+                )?
+            }
         }
         self.op.post.apply_all(so);
         Ok(())

@@ -18,8 +18,8 @@ use crate::support::inputs::exact_inputs;
 use crate::support::numeric::Real;
 use crate::support::scratch::{carve, scratch_as};
 use crate::{
-    broadcast_dims, Dim, EpilogueStep, Fact, Fused, FusesEpilogue, Kernel, KernelIo,
-    OpCapabilities, OpContext, OpError, OpResult, Operator,
+    broadcast_dims, Dim, EpilogueStep, Fact, Fused, FusesEpilogue, Kernel, KernelCapabilities,
+    KernelIo, OpCapabilities, OpContext, OpError, OpResult, Operator,
 };
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -229,6 +229,13 @@ macro_rules! read_operands {
 }
 
 impl<T: Element + GemmFloat> Kernel for MatMulKernel<T> {
+    fn capabilities(&self) -> KernelCapabilities<'_> {
+        KernelCapabilities {
+            packed_inputs: if self.packed_b.is_some() { &[1] } else { &[] },
+            ..KernelCapabilities::default()
+        }
+    }
+
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
         let (a, b, out) = (io.input(0), io.input(1), io.output(0));
         let ra = a.read::<T>()?;
@@ -249,7 +256,9 @@ impl<T: Element + GemmFloat> Kernel for MatMulKernel<T> {
             ));
         }
         match &self.packed_b {
-            Some(pb) if a.rank() >= 2 && pb.depth() == k && pb.extent() == n && m > SKINNY_ROWS => {
+            // Even for a few rows (other input dims than planned): the plan may have let B's
+            // original go (`packed_inputs`).
+            Some(pb) if pb.depth() == k && pb.extent() == n => {
                 let finish = |i: usize, j: usize, row: &mut [T]| {
                     self.steps.apply_row(operands, n, i, j, row)
                 };
