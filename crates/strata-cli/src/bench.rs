@@ -38,6 +38,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
     let profile = args
         .profile
         .then(|| op_profile(&ctx, &warm, times.len(), mean));
+    let slowest = args.profile.then(|| node_profile(&ctx, &warm, times.len()));
     times.sort_by(f64::total_cmp);
     let pct = |p: f64| times[((times.len() - 1) as f64 * p).round() as usize];
     if args.json {
@@ -47,6 +48,12 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
             value["profile"] = rows
                 .iter()
                 .map(|r| json!({ "op": r.op, "nodes": r.nodes, "mean_ms": r.ms }))
+                .collect();
+        }
+        if let Some(nodes) = &slowest {
+            value["node_profile"] = nodes
+                .iter()
+                .map(|n| json!({ "node": n.node, "op": n.op, "mean_ms": n.ms }))
                 .collect();
         }
         println!(
@@ -70,6 +77,12 @@ pub fn bench(args: &BenchArgs) -> Result<(), String> {
                 println!("  {:<24} {:9.3} ms  ({} nodes)", r.op, r.ms, r.nodes);
             }
         }
+        if let Some(nodes) = &slowest {
+            println!("slowest nodes (--json lists all):");
+            for n in nodes.iter().take(SLOWEST_SHOWN) {
+                println!("  {:<40} {:<16} {:9.3} ms", n.node, n.op, n.ms);
+            }
+        }
     }
     Ok(())
 }
@@ -80,6 +93,37 @@ fn node_ms(ctx: &strata_runtime::ExecutionContext) -> Vec<f64> {
         .iter()
         .map(|t| t.time.as_secs_f64() * 1e3)
         .collect()
+}
+
+/// How many of the slowest nodes the text report lists.
+const SLOWEST_SHOWN: usize = 12;
+
+/// One node's mean time per timed run.
+struct NodeTime {
+    node: String,
+    op: String,
+    ms: f64,
+}
+
+/// Every node's mean time per timed run (the warm-up's share taken off), slowest first.
+fn node_profile(
+    ctx: &strata_runtime::ExecutionContext,
+    warm: &[f64],
+    runs: usize,
+) -> Vec<NodeTime> {
+    let mut rows: Vec<NodeTime> = ctx
+        .node_timings()
+        .iter()
+        .enumerate()
+        .map(|(i, t)| NodeTime {
+            node: t.node.to_string(),
+            op: t.op.to_string(),
+            ms: (t.time.as_secs_f64() * 1e3 - warm.get(i).copied().unwrap_or(0.0))
+                / runs.max(1) as f64,
+        })
+        .collect();
+    rows.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+    rows
 }
 
 /// One row of the per-operator profile.

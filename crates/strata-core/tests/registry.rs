@@ -545,3 +545,28 @@ fn re_registering_the_same_allocators_does_not_grow_the_registry() {
     );
     assert_eq!(a.stats().active_bytes + b.stats().active_bytes, 0);
 }
+
+#[test]
+fn persistent_blocks_go_back_to_the_system_not_to_a_cache() {
+    let registry = AllocatorRegistry::with_cpu_defaults();
+    let persistent = registry
+        .resolve(Device::Cpu, MemoryKind::Persistent)
+        .unwrap();
+    let default = registry.resolve(Device::Cpu, MemoryKind::Default).unwrap();
+    assert!(!Arc::ptr_eq(&persistent, &default));
+    // A freed weight (an original replaced by its packed form) is not parked for reuse.
+    let block = registry
+        .allocate(Device::Cpu, MemoryKind::Persistent, 4 << 20, 64)
+        .unwrap();
+    assert_eq!(persistent.stats().active_bytes, 4 << 20);
+    drop(block);
+    let stats = persistent.stats();
+    assert_eq!((stats.active_bytes, stats.cached_bytes), (0, 0));
+    // Scratch-like Default blocks still are.
+    drop(
+        registry
+            .allocate(Device::Cpu, MemoryKind::Default, 4 << 20, 64)
+            .unwrap(),
+    );
+    assert!(default.stats().cached_bytes >= 4 << 20);
+}

@@ -2,9 +2,11 @@
 
 use std::fs::File;
 use std::path::Path;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use prost::Message;
+use strata_core::{MappedFile, MappedFileBytes};
 
 use crate::error::{OnnxError, Result};
 use crate::proto::{ModelProto, TensorProto};
@@ -56,6 +58,16 @@ pub fn open_tensor(path: impl AsRef<Path>) -> Result<TensorProto> {
 
 /// The whole file at `path` as `Bytes` that own a read-only memory map of it.
 pub fn map_file(path: &Path) -> Result<Bytes> {
+    Ok(match map_model_file(path)? {
+        Some(map) => Bytes::from_owner(MappedFileBytes(map)),
+        None => Bytes::new(),
+    })
+}
+
+/// A read-only memory map of the whole file at `path` (`None` for an empty file, which cannot
+/// be mapped). Handed to [`crate::WeightSource::with_model_map`], it lets weights view the map
+/// and leave the resident set once copied or freed.
+pub fn map_model_file(path: &Path) -> Result<Option<Arc<MappedFile>>> {
     let file = File::open(path).map_err(|err| OnnxError::io(path, err))?;
     let metadata = file.metadata().map_err(|err| OnnxError::io(path, err))?;
     if metadata.is_dir() {
@@ -69,13 +81,10 @@ pub fn map_file(path: &Path) -> Result<Bytes> {
     let len = metadata.len();
     // An empty file cannot be mapped; it simply has no bytes (and decodes to an error).
     if len == 0 {
-        return Ok(Bytes::new());
+        return Ok(None);
     }
-    // SAFETY: the mapping is read-only and private to this process, and `Bytes` never hands out
-    // mutable access. Like every memory map it assumes the file is not truncated or rewritten
-    // by another process while mapped: model files are treated as immutable while loaded.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|err| OnnxError::io(path, err))?;
-    Ok(Bytes::from_owner(map))
+    let map = MappedFile::map(&file, path.to_path_buf()).map_err(|err| OnnxError::io(path, err))?;
+    Ok(Some(map))
 }
 
 fn decode_message<M: Message + Default>(bytes: Bytes, source: &str) -> Result<M> {

@@ -19,7 +19,9 @@ pub mod weights;
 
 pub use builder::{Attrs, Dim, ModelBuilder};
 pub use data_type::{dtype_from_onnx, dtype_to_onnx};
-pub use decode::{load_model_bytes, load_tensor_bytes, map_file, open_model, open_tensor};
+pub use decode::{
+    load_model_bytes, load_tensor_bytes, map_file, map_model_file, open_model, open_tensor,
+};
 pub use error::{OnnxError, OperatorError, Result};
 pub use import::{import_model, load, load_bytes, load_graph, read_tensor_pb};
 pub use tensor_proto::{is_zero_copy, tensor_from_proto, tensor_to_proto};

@@ -6,7 +6,9 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use strata_core::{DType, Device, Layout, MemoryBlock, MemoryKind, Shape, Storage, Tensor};
+use strata_core::{
+    DType, Device, Layout, MappedFile, MemoryBlock, MemoryKind, Shape, Storage, Tensor,
+};
 
 use crate::data_type::{dtype_from_onnx, dtype_to_onnx};
 use crate::error::{OnnxError, Result};
@@ -78,7 +80,17 @@ pub fn tensor_from_proto(tp: &TensorProto, weights: &WeightSource) -> Result<Ten
         }
     }
     match tp.raw_data.as_ref().filter(|raw| !raw.is_empty()) {
-        Some(raw) => from_raw(name, raw, &dims, dtype, byte_len),
+        Some(raw) => match weights
+            .model_map()
+            .and_then(|map| Some((map, map.offset_of(raw)?)))
+        {
+            // Inside the mapped model file: a region of the map, evicted once no tensor needs it.
+            Some((map, offset)) => {
+                check_length(name, raw, dims.as_slice(), dtype, byte_len)?;
+                from_map(name, map, offset, raw, &dims, dtype)
+            }
+            None => from_raw(name, raw, &dims, dtype, byte_len),
+        },
         None => from_typed_fields(tp, &dims, dtype, numel),
     }
 }
@@ -172,15 +184,7 @@ fn from_raw(
     dtype: DType,
     byte_len: usize,
 ) -> Result<Tensor> {
-    if raw.len() != byte_len {
-        return Err(OnnxError::invalid(
-            name,
-            format!(
-                "raw_data has {} bytes but dims {dims:?} of {dtype} need {byte_len}",
-                raw.len()
-            ),
-        ));
-    }
+    check_length(name, raw, dims, dtype, byte_len)?;
     check_bools(name, raw, dtype)?;
     place(raw, dims, dtype, || {
         let ptr = NonNull::new(raw.as_ptr().cast_mut())
@@ -201,6 +205,46 @@ fn from_raw(
         };
         Ok(Storage::new(Arc::new(block)))
     })
+}
+
+fn check_length(
+    name: &str,
+    raw: &[u8],
+    dims: &[usize],
+    dtype: DType,
+    byte_len: usize,
+) -> Result<()> {
+    if raw.len() != byte_len {
+        return Err(OnnxError::invalid(
+            name,
+            format!(
+                "raw_data has {} bytes but dims {dims:?} of {dtype} need {byte_len}",
+                raw.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Bytes `offset..` of a mapped file (`region`) as a tensor: a zero-copy view of the mapping
+/// when aligned, else a copy, after which the region's pages leave the resident set (the copy
+/// is what the model reads from now on).
+fn from_map(
+    name: &str,
+    file: &Arc<MappedFile>,
+    offset: usize,
+    region: &[u8],
+    dims: &[usize],
+    dtype: DType,
+) -> Result<Tensor> {
+    check_bools(name, region, dtype)?;
+    let tensor = place(region, dims, dtype, || {
+        Ok(file.storage(offset, region.len())?)
+    })?;
+    if !is_zero_copy(&tensor) {
+        file.evict(offset, region.len());
+    }
+    Ok(tensor)
 }
 
 fn from_external(
@@ -235,10 +279,7 @@ fn from_external(
                 ),
             )
         })?;
-    check_bools(name, region, dtype)?;
-    place(region, dims, dtype, || {
-        Ok(file.storage(reference.offset, length)?)
-    })
+    from_map(name, &file, reference.offset, region, dims, dtype)
 }
 
 /// Bits per element of the sub-byte types, which ONNX packs (low bits first) and strata holds
@@ -369,8 +410,6 @@ fn place(
         out.copy_from_slice(bytes);
         to_little_endian(out, dtype);
     }
-    // The source (pages of the mapped model file) is not read again.
-    strata_core::release_resident_bytes(bytes);
     Ok(tensor)
 }
 

@@ -18,6 +18,8 @@ pub struct WeightSource {
     /// Follow symbolic links that resolve outside the model directory (off unless asked for).
     links_may_leave: bool,
     files: Mutex<HashMap<PathBuf, Arc<MappedFile>>>,
+    /// The model file itself, when it is mapped: weights inside it become regions of the map.
+    model_map: Option<Arc<MappedFile>>,
 }
 
 impl WeightSource {
@@ -27,7 +29,19 @@ impl WeightSource {
             model_dir: Some(model_dir.into()),
             links_may_leave: false,
             files: Mutex::default(),
+            model_map: None,
         }
+    }
+
+    /// The model's bytes are this mapping (see [`crate::map_model_file`]): tensors in it view
+    /// the map, and the pages of weights that were copied or freed leave the resident set.
+    pub fn with_model_map(mut self, map: Arc<MappedFile>) -> Self {
+        self.model_map = Some(map);
+        self
+    }
+
+    pub fn model_map(&self) -> Option<&Arc<MappedFile>> {
+        self.model_map.as_ref()
     }
 
     /// Opts in to external data behind symbolic links that resolve outside the model directory

@@ -44,6 +44,14 @@ pub trait Operator: Send + Sync + fmt::Debug {
         None
     }
 
+    /// When output 0 is its inputs laid end to end (Concat along an axis with only 1s before
+    /// it), the element offset of each input in it: the memory planner may then place the
+    /// inputs there, where their producers write them, and the kernel must skip an input it
+    /// finds already in place. `None` (the default) when it is not so for these facts.
+    fn places_inputs_in_output(&self, _inputs: &[&Fact], _output: &Fact) -> Option<Vec<usize>> {
+        None
+    }
+
     /// Whether this op's output shapes depend on the *values* of non-constant inputs (e.g.
     /// NonZero). Such outputs are allocated at run time.
     fn is_data_dependent(&self) -> bool {
@@ -232,8 +240,9 @@ pub struct KernelCapabilities<'a> {
     pub makes_outputs: Option<&'a dyn MakesOutputs>,
     /// It keeps state across runs in each execution context (a language model's KV cache).
     pub context_state: Option<&'a dyn UsesContextState>,
-    /// Inputs it packed when it was built and never reads when it runs (constant weights): the
-    /// plan may let their originals go when no other node reads them.
+    /// Input slots whose constant value it copied into its own layout when it was built (packed
+    /// weights) and never reads at run time: the plan frees such a weight once every reader
+    /// packed it, and binds an undefined tensor in its place.
     pub packed_inputs: &'a [usize],
 }
 

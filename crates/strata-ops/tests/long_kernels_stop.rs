@@ -1,6 +1,7 @@
 //! Long kernels poll the run's stop token: under a cancelled run (or one past its deadline),
-//! recurrent steps, DFT/STFT, TopK and NonMaxSuppression end with the cancelled/timed-out error,
-//! and GEMM blocks (also on the pool's workers, which have no run control) are skipped.
+//! recurrent steps, DFT/STFT, TopK, NonMaxSuppression and ConvTranspose end with the cancelled/timed-out error,
+//! and GEMM blocks (also on the pool's workers, which have no run control), skinny products and
+//! depthwise planes are skipped.
 
 use std::time::{Duration, Instant};
 
@@ -28,6 +29,18 @@ fn run(
     inputs: &[&Tensor],
     outputs: usize,
 ) -> Result<Vec<Tensor>, OpError> {
+    run_in(MemoryKind::Workspace, op_type, attrs, inputs, outputs)
+}
+
+/// [`run`] with outputs of `kind` (Persistent memory is never recycled, so outputs a skipped
+/// kernel leaves alone stay zero).
+fn run_in(
+    kind: MemoryKind,
+    op_type: &str,
+    attrs: &[(&str, Attr)],
+    inputs: &[&Tensor],
+    outputs: usize,
+) -> Result<Vec<Tensor>, OpError> {
     let mut a = Attributes::new(op_type);
     for (k, v) in attrs {
         a.insert(k, v.clone());
@@ -42,7 +55,7 @@ fn run(
     })?;
     let options = EvalOptions {
         device: Device::Cpu,
-        kind: MemoryKind::Workspace,
+        kind,
         threads: 2,
         detach_views: false,
     };
@@ -72,7 +85,9 @@ fn long_kernels_stop_when_the_run_is_cancelled_or_late() {
     let frame = Tensor::from_slice(&[32i64], &[]).unwrap();
     let stft_signal = ramp(&[1, 256, 1]);
     let absent = Tensor::undefined();
+    let (x_t, w_t) = (ramp(&[1, 2, 4, 4]), ramp(&[2, 3, 3, 3]));
     let cases: Vec<Case<'_>> = vec![
+        ("ConvTranspose", vec![], vec![&x_t, &w_t], 1),
         (
             "RNN",
             vec![("hidden_size", Attr::Int(3))],
@@ -127,4 +142,45 @@ fn gemm_blocks_are_skipped_once_the_run_is_cancelled_also_on_pool_workers() {
         let c = strata_ops::parallel::install(&pool, || cancelled().install(|| product(threads)));
         assert!(c.iter().all(|&v| v == 0.0), "threads {threads}");
     }
+}
+
+#[test]
+fn skinny_products_and_depthwise_planes_are_skipped_once_the_run_is_cancelled() {
+    // A batch-1 product (the skinny path).
+    let (k, n) = (512, 1024);
+    let (a, b) = (vec![1.0f32; k], vec![1.0f32; k * n]);
+    let product = || {
+        let mut c = vec![0.0f32; n];
+        strata_ops::kernels::gemm(
+            1,
+            n,
+            k,
+            &a,
+            (k as isize, 1),
+            &b,
+            (n as isize, 1),
+            &mut c,
+            (n as isize, 1),
+            1.0,
+            0.0,
+            1,
+        )
+        .unwrap();
+        c
+    };
+    assert!(product().iter().all(|&v| v == k as f32));
+    assert!(cancelled().install(product).iter().all(|&v| v == 0.0));
+    // A depthwise convolution (32 channels, one group each).
+    let x = ramp(&[1, 32, 16, 16]);
+    let w = ramp(&[32, 1, 3, 3]);
+    let depthwise = || {
+        let group = [("group", Attr::Int(32))];
+        run_in(MemoryKind::Persistent, "Conv", &group, &[&x, &w], 1)
+            .unwrap()
+            .remove(0)
+            .to_vec::<f32>()
+            .unwrap()
+    };
+    assert!(depthwise().iter().any(|&v| v != 0.0));
+    assert!(cancelled().install(depthwise).iter().all(|&v| v == 0.0));
 }

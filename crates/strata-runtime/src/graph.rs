@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use strata_core::Tensor;
+use strata_core::{DType, Tensor};
 use strata_ops::{Dim, Fact, Operator};
 
 use crate::{Result, RuntimeError};
@@ -24,6 +24,9 @@ pub enum ValueSource {
     Input,
     /// A weight or folded constant.
     Initializer(Tensor),
+    /// A weight every reader packed into its own layout when the plan was built: the original
+    /// is freed, only its type and dims remain, and runs bind an undefined tensor in its place.
+    Packed { dtype: DType, dims: Vec<usize> },
     /// Output `index` of a node.
     Node(NodeId, usize),
     /// Produced by a node that optimization removed, or an initializer nobody reads.
@@ -182,7 +185,9 @@ impl Graph {
                         indegree[i] += 1;
                         consumers[producer.0].push(i);
                     }
-                    ValueSource::Input | ValueSource::Initializer(_) => {}
+                    ValueSource::Input
+                    | ValueSource::Initializer(_)
+                    | ValueSource::Packed { .. } => {}
                     ValueSource::Removed => {
                         return Err(RuntimeError::ReadsRemovedValue {
                             node: node.name.clone(),

@@ -13,7 +13,6 @@ pub mod error;
 pub mod graph;
 pub mod node_eval;
 pub mod optimize;
-mod packed_weights;
 pub mod plan;
 pub mod planned;
 pub mod planner;

@@ -10,7 +10,6 @@ use strata_ops::{Dim, Fact, Kernel};
 
 use crate::graph::ValueSource;
 use crate::optimize::{optimize, OptimizeReport};
-use crate::packed_weights::release_packed_inputs;
 use crate::planned::Planned;
 use crate::pool::IntraOpPool;
 use crate::specialize::specialize;
@@ -91,8 +90,8 @@ impl InferencePlan {
 
         let declared: Vec<Vec<Dim>> = inputs.iter().map(|i| i.dims.clone()).collect();
         let base_dims = base_dims(&config, &inputs);
-        let base = match &base_dims {
-            Some(dims) => Some(Arc::new(Planned::new(&graph, dims, &config, None)?)),
+        let mut base = match &base_dims {
+            Some(dims) => Some(Planned::new(&graph, dims, &config, None)?),
             None => None,
         };
         if let Some(base) = &base {
@@ -103,17 +102,23 @@ impl InferencePlan {
                 config.device,
             )?;
         }
-        let mut base = base;
-        let mut symbolic = match &base {
-            Some(_) => None,
-            None => Some(specialize(&graph, &declared, config.threads)?),
+        let mut symbolic;
+        let facts_spec = match &mut base {
+            Some(p) => &mut p.spec,
+            None => {
+                symbolic = specialize(&graph, &declared, config.threads)?;
+                &mut symbolic
+            }
         };
-        let kernels = select_kernels(&mut graph, &mut base, &mut symbolic, &config)?;
-        let facts_spec = match (&base, &symbolic) {
-            (Some(p), _) => &p.spec,
-            (None, Some(s)) => s,
-            (None, None) => unreachable!("one specialization is always made"),
-        };
+        let kernels = select_kernels(&mut graph, facts_spec, &config)?;
+        // Packed weights were freed: the plan holds (and is charged for) what is left.
+        drop(weights);
+        let weights = budget.try_charge(
+            initializer_bytes(&graph),
+            MemoryKind::Persistent,
+            config.device,
+        )?;
+        let facts_spec = &*facts_spec;
         let outputs = graph
             .outputs
             .iter()
@@ -129,6 +134,7 @@ impl InferencePlan {
             })
             .collect();
         let pool = IntraOpPool::for_threads(config.threads)?;
+        let base = base.map(Arc::new);
         Ok(Arc::new(InferencePlan {
             graph,
             config,
@@ -264,68 +270,73 @@ fn base_dims(config: &PlanConfig, inputs: &[IoInfo]) -> Option<Vec<Vec<Dim>>> {
         .collect()
 }
 
-/// Every node's kernel, in order. A constant a kernel packed and only its node reads is let go
-/// right after (`packed_weights`), so copies do not pile up while the rest are packed.
+/// Chooses every node's kernel, in execution order. A weight whose every reader packed it into
+/// its own layout (`KernelCapabilities::packed_inputs`) is freed as soon as its last reader is
+/// built, so the original and all the packed copies are never resident at once (R1).
 fn select_kernels(
     graph: &mut Graph,
-    base: &mut Option<Arc<Planned>>,
-    symbolic: &mut Option<Specialization>,
+    spec: &mut Specialization,
     config: &PlanConfig,
 ) -> Result<Vec<Option<Box<dyn Kernel>>>> {
-    let consumers = graph.consumers();
-    let mut kernels = Vec::with_capacity(graph.nodes.len());
-    let mut released = 0;
-    for i in 0..graph.nodes.len() {
-        let spec = match (&*base, &*symbolic) {
-            (Some(p), _) => &p.spec,
-            (None, Some(s)) => s,
-            (None, None) => unreachable!("one specialization is always made"),
-        };
-        let kernel = select_kernel(graph, spec, i, config)?;
-        if let Some(k) = &kernel {
-            let facts = match (base.as_mut().and_then(Arc::get_mut), symbolic.as_mut()) {
-                (Some(p), _) => Some(&mut p.spec.facts[..]),
-                (None, Some(s)) => Some(&mut s.facts[..]),
-                (None, None) => None,
-            };
-            released += release_packed_inputs(graph, &consumers, i, k.as_ref(), facts);
-        }
-        kernels.push(kernel);
+    let absent = Fact::absent();
+    // Per value: how many input slots read it, and how many of those a kernel packed.
+    let mut reads = vec![0usize; graph.values.len()];
+    for input in graph.nodes.iter().flat_map(|n| n.inputs.iter().flatten()) {
+        reads[input.0] += 1;
     }
-    if released > 0 {
-        // The originals' blocks went to the allocator's cache: give back what no packed copy
-        // took.
-        strata_core::AllocatorRegistry::global().release_cached();
+    let mut packed = vec![0usize; graph.values.len()];
+    let mut kernels = Vec::with_capacity(graph.nodes.len());
+    for i in 0..graph.nodes.len() {
+        if spec.skip[i] {
+            kernels.push(None);
+            continue;
+        }
+        let node = &graph.nodes[i];
+        let inputs: Vec<&Fact> = node
+            .inputs
+            .iter()
+            .map(|v| v.map_or(&absent, |id| &spec.facts[id.0]))
+            .collect();
+        let outputs: Vec<&Fact> = node.outputs.iter().map(|id| &spec.facts[id.0]).collect();
+        let kernel = node
+            .op
+            .kernel(&inputs, &outputs, config.device)
+            .map_err(|source| {
+                RuntimeError::node(
+                    &node.name,
+                    node.op.op_type(),
+                    inputs.iter().filter_map(|f| f.concrete()).collect(),
+                    source,
+                )
+            })?;
+        let slots: Vec<usize> = kernel.capabilities().packed_inputs.to_vec();
+        for slot in slots {
+            let Some(Some(value)) = graph.nodes[i].inputs.get(slot).copied() else {
+                continue;
+            };
+            packed[value.0] += 1;
+            if packed[value.0] == reads[value.0] {
+                release_packed(graph, spec, value);
+            }
+        }
+        kernels.push(Some(kernel));
     }
     Ok(kernels)
 }
 
-fn select_kernel(
-    graph: &Graph,
-    spec: &Specialization,
-    i: usize,
-    config: &PlanConfig,
-) -> Result<Option<Box<dyn Kernel>>> {
-    let absent = Fact::absent();
-    let node = &graph.nodes[i];
-    if spec.skip[i] {
-        return Ok(None);
+/// Frees a weight every reader has packed: the graph and the specialization keep its type and
+/// dims only. Graph outputs and values that are not weights stay as they are.
+fn release_packed(graph: &mut Graph, spec: &mut Specialization, value: ValueId) {
+    if graph.outputs.contains(&value) {
+        return;
     }
-    let inputs: Vec<&Fact> = node
-        .inputs
-        .iter()
-        .map(|v| v.map_or(&absent, |id| &spec.facts[id.0]))
-        .collect();
-    let outputs: Vec<&Fact> = node.outputs.iter().map(|id| &spec.facts[id.0]).collect();
-    node.op
-        .kernel(&inputs, &outputs, config.device)
-        .map(Some)
-        .map_err(|source| {
-            RuntimeError::node(
-                &node.name,
-                node.op.op_type(),
-                inputs.iter().filter_map(|f| f.concrete()).collect(),
-                source,
-            )
-        })
+    let entry = &mut graph.values[value.0];
+    let ValueSource::Initializer(tensor) = &entry.source else {
+        return;
+    };
+    let (dtype, dims) = (tensor.dtype(), tensor.dims().to_vec());
+    let fact = Fact::new(dtype, dims.iter().map(|&d| Dim::Known(d)).collect());
+    entry.source = ValueSource::Packed { dtype, dims };
+    entry.fact = fact.clone();
+    spec.facts[value.0] = fact;
 }

@@ -49,7 +49,7 @@ fn fits(memory: &MemoryPlan, spec: &Specialization, graph: &Graph) -> bool {
         let fact = &spec.facts[id];
         if matches!(
             value.source,
-            ValueSource::Initializer(_) | ValueSource::Removed
+            ValueSource::Initializer(_) | ValueSource::Packed { .. } | ValueSource::Removed
         ) || fact.value.is_some()
             || fact.dtype.is_string()
         {

@@ -73,8 +73,13 @@ pub fn plan_memory(graph: &Graph, spec: &Specialization, alignment: usize) -> Re
         }
     };
 
-    // Which values live in the arena, with their sizes and lifetimes.
-    let mut entry_of: Vec<Option<usize>> = vec![None; graph.values.len()];
+    // Which values live in the arena, with their sizes and lifetimes: the entry, and the byte
+    // offset in it (non-zero only for inputs placed inside a Concat's output).
+    let mut entry_of: Vec<Option<(usize, usize)>> = vec![None; graph.values.len()];
+    let placed = placed_inputs(graph, spec, &is_output)?;
+    // Per placing node (a Concat): the entry its output and placed inputs share.
+    let mut group_entry: Vec<Option<usize>> = vec![None; n_nodes];
+    let mut is_group_entry: Vec<bool> = Vec::new();
     let mut entries: Vec<Entry> = Vec::new();
     let mut no_reuse = 0usize;
     let size_of = |value: usize| -> Result<Option<usize>> {
@@ -93,7 +98,8 @@ pub fn plan_memory(graph: &Graph, spec: &Specialization, alignment: usize) -> Re
         }
         let bytes = size_of(id.0)?.unwrap_or(0);
         no_reuse += bytes;
-        entry_of[id.0] = Some(entries.len());
+        entry_of[id.0] = Some((entries.len(), 0));
+        is_group_entry.push(false);
         // Inputs stay intact for the whole run, so a run can be repeated without re-setting them.
         entries.push(Entry {
             bytes,
@@ -132,7 +138,10 @@ pub fn plan_memory(graph: &Graph, spec: &Specialization, alignment: usize) -> Re
             if k == 0 {
                 if let Some(input_index) = node.op.in_place_input() {
                     if let Some(Some(victim)) = node.inputs.get(input_index) {
-                        let victim_entry = entry_of[victim.0];
+                        // Bytes shared with a Concat's output are never overwritten in place.
+                        let victim_entry = entry_of[victim.0]
+                            .filter(|&(e, _)| !is_group_entry[e])
+                            .map(|(e, _)| e);
                         let reused_once = node
                             .inputs
                             .iter()
@@ -160,7 +169,7 @@ pub fn plan_memory(graph: &Graph, spec: &Specialization, alignment: usize) -> Re
                                 && v.dtype.size_in_bytes() == o.dtype.size_in_bytes();
                             if same_layout && entries[e].bytes == bytes {
                                 entries[e].last = last.max(entries[e].last);
-                                entry_of[out.0] = Some(e);
+                                entry_of[out.0] = Some((e, 0));
                                 in_place[i] = Some(input_index);
                                 continue;
                             }
@@ -168,7 +177,35 @@ pub fn plan_memory(graph: &Graph, spec: &Specialization, alignment: usize) -> Re
                     }
                 }
             }
-            entry_of[out.0] = Some(entries.len());
+            // A Concat's output, or an input placed inside it: one entry for them all, from the
+            // first of them written to the last read.
+            let group = if k == 0 && placed.offsets[i].is_some() {
+                Some((i, 0))
+            } else {
+                placed.member[out.0]
+            };
+            if let Some((concat, offset)) = group {
+                let e = match group_entry[concat] {
+                    Some(e) => e,
+                    None => {
+                        let whole = size_of(graph.nodes[concat].outputs[0].0)?.unwrap_or(0);
+                        entries.push(Entry {
+                            bytes: whole,
+                            first: i,
+                            last: i,
+                        });
+                        is_group_entry.push(true);
+                        group_entry[concat] = Some(entries.len() - 1);
+                        entries.len() - 1
+                    }
+                };
+                entries[e].first = entries[e].first.min(i);
+                entries[e].last = entries[e].last.max(last);
+                entry_of[out.0] = Some((e, offset));
+                continue;
+            }
+            entry_of[out.0] = Some((entries.len(), 0));
+            is_group_entry.push(false);
             entries.push(Entry {
                 bytes,
                 first: i,
@@ -180,6 +217,7 @@ pub fn plan_memory(graph: &Graph, spec: &Specialization, alignment: usize) -> Re
             let bytes = align_up(scratch, alignment)?;
             no_reuse += bytes;
             scratch_entry[i] = Some(entries.len());
+            is_group_entry.push(false);
             entries.push(Entry {
                 bytes,
                 first: i,
@@ -209,8 +247,31 @@ pub fn plan_memory(graph: &Graph, spec: &Specialization, alignment: usize) -> Re
         offset: offsets[e],
         bytes: entries[e].bytes,
     };
+    // A placed input's slot is its own bytes at its offset in the shared entry.
+    let value_slot = |(id, e): (usize, &Option<(usize, usize)>)| -> Result<Option<Slot>> {
+        Ok(match *e {
+            Some((e, 0)) if !is_group_entry[e] => Some(slot(e)),
+            Some((e, offset)) => {
+                let fact = &spec.facts[id];
+                let bytes = match fact.concrete() {
+                    Some(dims) => strata_core::Shape::new(&dims)?.size_in_bytes(fact.dtype)?,
+                    None => 0,
+                };
+                Some(Slot {
+                    offset: offsets[e] + offset,
+                    bytes,
+                })
+            }
+            None => None,
+        })
+    };
+    let values = entry_of
+        .iter()
+        .enumerate()
+        .map(value_slot)
+        .collect::<Result<Vec<_>>>()?;
     Ok(MemoryPlan {
-        values: entry_of.iter().map(|e| e.map(slot)).collect(),
+        values,
         scratch: scratch_entry.iter().map(|e| e.map(slot)).collect(),
         in_place,
         free_after,
@@ -219,6 +280,73 @@ pub fn plan_memory(graph: &Graph, spec: &Specialization, alignment: usize) -> Re
         no_reuse_bytes: no_reuse,
         alignment,
     })
+}
+
+/// Inputs a Concat-like node (`Operator::places_inputs_in_output`) can find in place: per node
+/// its input offsets, per value the node and byte offset it is placed at.
+struct Placed {
+    offsets: Vec<Option<Vec<usize>>>,
+    member: Vec<Option<(usize, usize)>>,
+}
+
+/// Chooses the inputs to place inside their Concat's output: static values made by a static node
+/// of this plan, read once by that Concat, not graph outputs and not placed elsewhere already.
+/// (A value read by two Concats is placed in the first.)
+fn placed_inputs(graph: &Graph, spec: &Specialization, is_output: &[bool]) -> Result<Placed> {
+    let mut placed = Placed {
+        offsets: vec![None; graph.nodes.len()],
+        member: vec![None; graph.values.len()],
+    };
+    for (i, node) in graph.nodes.iter().enumerate() {
+        if spec.skip[i] || spec.dynamic[i] || node.outputs.len() != 1 {
+            continue;
+        }
+        let out = &spec.facts[node.outputs[0].0];
+        if out.dtype.is_string() || is_output[node.outputs[0].0] {
+            continue;
+        }
+        let inputs: Vec<&strata_ops::Fact> = node
+            .inputs
+            .iter()
+            .map(|v| v.map_or(&*ABSENT, |id| &spec.facts[id.0]))
+            .collect();
+        let Some(offsets) = node.op.places_inputs_in_output(&inputs, out) else {
+            continue;
+        };
+        let element = out.dtype.size_in_bytes();
+        let mut any = false;
+        for (slot, (input, &offset)) in node.inputs.iter().zip(&offsets).enumerate() {
+            let Some(value) = *input else { continue };
+            let made_here = matches!(
+                graph.values[value.0].source,
+                ValueSource::Node(producer, _) if !spec.skip[producer.0] && !spec.dynamic[producer.0]
+            );
+            let read_once = node.inputs.iter().filter(|v| **v == Some(value)).count() == 1;
+            let fact = &spec.facts[value.0];
+            if made_here
+                && read_once
+                && !is_output[value.0]
+                && placed.member[value.0].is_none()
+                && fact.concrete().is_some()
+                && fact.dtype == out.dtype
+                && node.outputs[0] != value
+                && slot < offsets.len()
+            {
+                let bytes =
+                    offset
+                        .checked_mul(element)
+                        .ok_or(strata_core::CoreError::SizeOverflow {
+                            what: "placed input offset".into(),
+                        })?;
+                placed.member[value.0] = Some((i, bytes));
+                any = true;
+            }
+        }
+        if any {
+            placed.offsets[i] = Some(offsets);
+        }
+    }
+    Ok(placed)
 }
 
 static ABSENT: std::sync::LazyLock<strata_ops::Fact> =

@@ -1,10 +1,12 @@
-//! The aligned host allocator (M4).
+//! The aligned host allocator (M4): the global allocator for small blocks, pages mapped from
+//! the system for large ones (`os_pages`).
 
 use std::alloc::Layout;
 use std::ptr::NonNull;
 
 use crate::align::check_alignment;
 use crate::memory::allocator::{dangling, AtomicCounters};
+use crate::memory::os_pages;
 use crate::{Allocator, AllocatorStats, CoreError, Device, MemoryKind, Result};
 
 /// Zeroed, aligned host memory from the global allocator, with an optional byte limit.
@@ -57,6 +59,14 @@ impl Allocator for CpuAllocator {
         }
         let ptr = if bytes == 0 {
             dangling(align)
+        } else if os_pages::is_mapped(bytes, align) {
+            match os_pages::map_zeroed(bytes) {
+                Some(ptr) => ptr,
+                None => {
+                    self.counters.unreserve(bytes);
+                    return Err(oom(bytes, "the system refused to map the pages"));
+                }
+            }
         } else {
             // SAFETY: the layout has a non-zero size (checked just above).
             match NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) }) {
@@ -72,7 +82,11 @@ impl Allocator for CpuAllocator {
     }
 
     unsafe fn deallocate(&self, ptr: NonNull<u8>, bytes: usize, align: usize) {
-        if bytes != 0 {
+        if os_pages::is_mapped(bytes, align) {
+            // SAFETY: the caller guarantees `ptr` came from `allocate(bytes, align)` here, which
+            // mapped it with this size (the same `is_mapped` answer), and is no longer used.
+            unsafe { os_pages::unmap(ptr, bytes) };
+        } else if bytes != 0 {
             // SAFETY: the caller guarantees `ptr` came from `allocate(bytes, align)` here, which
             // validated this exact layout and allocated it with the global allocator.
             unsafe {

@@ -24,7 +24,12 @@ impl MappedFile {
             message: err.to_string(),
         };
         let file = File::open(&path).map_err(io)?;
-        let len = file.metadata().map_err(io)?.len();
+        Self::map(&file, path.clone()).map_err(io)
+    }
+
+    /// Maps an open `file` read-only; `path` names it.
+    pub fn map(file: &File, path: PathBuf) -> std::io::Result<Arc<Self>> {
+        let len = file.metadata()?.len();
         // An empty file cannot be mapped; it simply has no bytes.
         let map = if len == 0 {
             None
@@ -32,7 +37,7 @@ impl MappedFile {
             // SAFETY: the mapping is read-only and private to this process. Like every memory
             // map it assumes the file is not truncated or rewritten by another process while
             // mapped; model files are treated as immutable for the lifetime of a plan.
-            Some(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?)
+            Some(unsafe { memmap2::Mmap::map(file) }?)
         };
         Ok(Arc::new(MappedFile { map, path }))
     }
@@ -67,7 +72,11 @@ impl MappedFile {
             })?;
         let region = &bytes[offset..end];
         let ptr = NonNull::new(region.as_ptr().cast_mut()).unwrap_or(NonNull::dangling());
-        let keep_alive: Arc<dyn Any + Send + Sync> = self.clone();
+        let keep_alive: Arc<dyn Any + Send + Sync> = Arc::new(MappedRegion {
+            file: self.clone(),
+            offset,
+            len,
+        });
         // SAFETY: the region lies inside the mapping (checked above), which is initialized file
         // data that stays mapped while `keep_alive` (this `MappedFile`) lives; the block is
         // read-only, so nothing writes through it.
@@ -84,6 +93,71 @@ impl MappedFile {
         Ok(Storage::new(Arc::new(block)))
     }
 }
+
+impl MappedFile {
+    /// Where `bytes` starts in the mapping, when it lies wholly inside it.
+    pub fn offset_of(&self, bytes: &[u8]) -> Option<usize> {
+        let map = self.bytes().as_ptr_range();
+        let region = bytes.as_ptr_range();
+        (map.start <= region.start && region.end <= map.end)
+            .then(|| region.start as usize - map.start as usize)
+    }
+
+    /// Drops the pages wholly inside bytes `offset..offset+len` from this process's resident
+    /// set: a weight that was copied or packed elsewhere need not stay in memory twice. The
+    /// bytes stay readable; touching them again reads them back from the file. Pages shared
+    /// with the bytes on either side are kept.
+    pub fn evict(&self, offset: usize, len: usize) {
+        let Some(map) = &self.map else {
+            return;
+        };
+        let base = map.as_ptr() as usize;
+        let start = (base + offset).next_multiple_of(EVICT_PAGE) - base;
+        let end = (base + offset.saturating_add(len).min(map.len())) / EVICT_PAGE * EVICT_PAGE;
+        let end = end.saturating_sub(base);
+        if end <= start {
+            return;
+        }
+        #[cfg(unix)]
+        {
+            // SAFETY: the range is page-aligned and inside the mapping (clamped above). The
+            // mapping is a read-only file map that nothing ever writes, so the kernel refills
+            // any dropped page from the file with the very same bytes: every borrow of the
+            // mapping keeps reading what it read before. Failure only means the pages stay.
+            let _ = unsafe {
+                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start)
+            };
+        }
+    }
+}
+
+/// Page granularity of [`MappedFile::evict`]: 4 KiB, the smallest page of the targets built
+/// for. A larger real page only makes the kernel round the range, which stays sound.
+const EVICT_PAGE: usize = 4096;
+
+/// What a zero-copy region of a [`MappedFile`] keeps alive: the mapping, and on drop (no tensor
+/// views the region any more) its pages leave the resident set.
+struct MappedRegion {
+    file: Arc<MappedFile>,
+    offset: usize,
+    len: usize,
+}
+
+impl Drop for MappedRegion {
+    fn drop(&mut self) {
+        self.file.evict(self.offset, self.len);
+    }
+}
+
+impl AsRef<[u8]> for MappedFileBytes {
+    fn as_ref(&self) -> &[u8] {
+        self.0.bytes()
+    }
+}
+
+/// A [`MappedFile`] as the owner of `bytes::Bytes`-style buffers: `Bytes::from_owner(MappedFileBytes(map))`.
+#[derive(Debug, Clone)]
+pub struct MappedFileBytes(pub Arc<MappedFile>);
 
 impl std::fmt::Debug for MappedFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -114,6 +188,30 @@ impl Storage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn evicted_and_dropped_regions_still_read_the_file() {
+        let dir = std::env::temp_dir().join(format!("strata-evict-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("weights.bin");
+        let data: Vec<u8> = (0..5 * 4096).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let map = MappedFile::open(&path).unwrap();
+        assert_eq!(map.offset_of(&map.bytes()[100..200]), Some(100));
+        assert_eq!(map.offset_of(&data[..10]), None, "not inside the map");
+        // A region dropped (its pages evicted), then the whole file evicted: still the same
+        // bytes, read back from the file.
+        drop(map.storage(10, 3 * 4096).unwrap());
+        map.evict(0, map.len());
+        assert_eq!(map.bytes(), &data[..]);
+        let storage = map.storage(4096, 4096).unwrap();
+        let guard = storage.block().borrow_read("t").unwrap();
+        // SAFETY: 4096 readable bytes under a read borrow.
+        let bytes = unsafe { std::slice::from_raw_parts(storage.as_ptr(), 4096) };
+        assert_eq!(bytes, &data[4096..8192]);
+        drop(guard);
+        std::fs::remove_dir_all(&dir).ok();
+    }
 
     #[test]
     fn mapped_regions_are_zero_copy_and_keep_the_map_alive() {

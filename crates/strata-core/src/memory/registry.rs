@@ -21,8 +21,8 @@ use crate::memory::ledger::{KindLedger, KindStats};
 use crate::memory::route::{Route, RouteRef};
 use crate::memory::thread_cache;
 use crate::{
-    Allocator, AllocatorStats, CachingAllocator, CoreError, Device, MemoryBlock, MemoryKind,
-    PinnedAllocator, Result,
+    Allocator, AllocatorStats, CachingAllocator, CoreError, CpuAllocator, Device, MemoryBlock,
+    MemoryKind, PinnedAllocator, Result,
 };
 
 const KINDS: usize = MemoryKind::ALL.len();
@@ -164,8 +164,10 @@ impl AllocatorRegistry {
         }
     }
 
-    /// A registry with the standard CPU setup: a caching allocator as the CPU's `Default` and a
-    /// pinned allocator for `HostPinned`.
+    /// A registry with the standard CPU setup: a caching allocator as the CPU's `Default`, a
+    /// pinned allocator for `HostPinned`, and the plain CPU allocator for `Persistent`: weights
+    /// live as long as their plan, so a freed one (an original replaced by its folded or packed
+    /// form) goes back to the system instead of waiting in a cache for a reuse that never comes.
     pub fn with_cpu_defaults() -> Self {
         AllocatorRegistry::new().with_cpu_defaults_registered()
     }
@@ -173,9 +175,10 @@ impl AllocatorRegistry {
     fn with_cpu_defaults_registered(self) -> Self {
         let pinned =
             CachingAllocator::new(PinnedAllocator::new()).with_kind(MemoryKind::HostPinned);
-        let defaults: [(MemoryKind, Arc<dyn Allocator>); 2] = [
+        let defaults: [(MemoryKind, Arc<dyn Allocator>); 3] = [
             (MemoryKind::Default, Arc::new(CachingAllocator::cpu())),
             (MemoryKind::HostPinned, Arc::new(pinned)),
+            (MemoryKind::Persistent, Arc::new(CpuAllocator::new())),
         ];
         for (kind, allocator) in defaults {
             self.register(Device::Cpu, kind, allocator)
@@ -355,6 +358,8 @@ impl AllocatorRegistry {
 
     /// Releases the caches of every registered allocator.
     pub fn release_cached(&self) {
+        // The calling thread's parked small blocks first, so the caches below free them too.
+        crate::memory::thread_cache::flush_current();
         let registrations = self.registrations.lock();
         for (_, d) in registrations.devices() {
             for allocator in d.allocators.iter().flatten() {

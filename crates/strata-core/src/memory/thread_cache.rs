@@ -122,10 +122,41 @@ struct ThreadCache(UnsafeCell<Cache>);
 impl Drop for ThreadCache {
     fn drop(&mut self) {
         let cache = self.0.get_mut();
+        cache.drain(drop);
+        if let Some(p) = cache.published {
+            p.in_use.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// Empties the calling thread's cache: its parked blocks go back to their allocators (which
+/// `release_cached` then frees). Other threads keep theirs (at most 32 KiB each) until they
+/// exit or empty their own.
+pub(crate) fn flush_current() {
+    let taken = CACHE
+        .try_with(|cache| {
+            // SAFETY: only this thread reaches its cache, and nothing below re-enters it (the
+            // blocks are dropped after this closure, not while the cache is borrowed).
+            let cache = unsafe { &mut *cache.0.get() };
+            let mut taken = Vec::new();
+            cache.drain(|block| taken.push(block));
+            taken
+        })
+        .unwrap_or_default();
+    // Dropped as plain blocks (not through `Storage`), so they are freed, not parked again.
+    drop(taken);
+}
+
+impl Cache {
+    /// Hands every parked block to `sink` and zeroes the published counts.
+    fn drain(&mut self, mut sink: impl FnMut(Arc<MemoryBlock>)) {
+        let cache = self;
         for slot in &mut cache.slots {
             for block in &mut slot.blocks[..slot.count] {
                 // SAFETY: the first `count` entries hold blocks, each taken exactly once.
-                drop(unsafe { ManuallyDrop::take(block) });
+                if let Some(block) = unsafe { ManuallyDrop::take(block) } {
+                    sink(block);
+                }
             }
             if slot.count > 0 {
                 if let Some(p) = cache.published {
@@ -139,9 +170,6 @@ impl Drop for ThreadCache {
                 }
             }
             slot.count = 0;
-        }
-        if let Some(p) = cache.published {
-            p.in_use.store(false, Ordering::Release);
         }
     }
 }
@@ -357,9 +385,26 @@ mod tests {
     }
 
     #[test]
+    fn release_cached_empties_the_calling_threads_cache() {
+        std::thread::spawn(|| {
+            let registry = AllocatorRegistry::global();
+            let kind = MemoryKind::HostPinned;
+            drop(Tensor::empty(&[5], DType::F32, Device::Cpu, kind).unwrap());
+            let parked = registry.allocator_stats(Device::Cpu, kind).unwrap();
+            assert!(parked.cached_bytes >= 256, "the block is parked");
+            registry.release_cached();
+            let after = registry.allocator_stats(Device::Cpu, kind).unwrap();
+            assert_eq!((after.cached_bytes, after.reserved_bytes), (0, 0));
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
     fn thread_exit_releases_parked_blocks() {
         let registry = AllocatorRegistry::global();
-        let kind = MemoryKind::Persistent;
+        // (Persistent memory is never cached, so a kind served by the caching allocator.)
+        let kind = MemoryKind::HostPageable;
         let before = registry.stats(Device::Cpu, kind).active_bytes;
         std::thread::spawn(move || {
             for _ in 0..3 {

@@ -3,13 +3,13 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use strata_core::Tensor;
+use strata_core::{MappedFileBytes, Tensor};
 use strata_runtime::{Graph, InferencePlan, PlanConfig};
 
 use super::context::{opset_versions, ImportContext};
 use super::importer::{check_supported, import_graph};
 use crate::proto::ModelProto;
-use crate::{open_model, tensor_from_proto, OnnxError, Result, WeightSource};
+use crate::{map_model_file, tensor_from_proto, OnnxError, Result, WeightSource};
 
 /// Loads an ONNX model file and builds its plan: the one call most users need.
 pub fn load(path: impl AsRef<Path>, config: PlanConfig) -> Result<Arc<InferencePlan>> {
@@ -20,12 +20,17 @@ pub fn load(path: impl AsRef<Path>, config: PlanConfig) -> Result<Arc<InferenceP
 /// Loads an ONNX model file into a graph (weights mapped, not copied, where aligned).
 pub fn load_graph(path: impl AsRef<Path>) -> Result<Graph> {
     let path = path.as_ref();
-    let (model, _bytes) = open_model(path)?;
-    import_model(
-        &model,
-        &WeightSource::for_model_file(path),
-        &path.display().to_string(),
-    )
+    let source = path.display().to_string();
+    let mut weights = WeightSource::for_model_file(path);
+    let bytes = match map_model_file(path)? {
+        Some(map) => {
+            weights = weights.with_model_map(map.clone());
+            bytes::Bytes::from_owner(MappedFileBytes(map))
+        }
+        None => bytes::Bytes::new(),
+    };
+    let model = crate::load_model_bytes(bytes, &source)?;
+    import_model(&model, &weights, &source)
 }
 
 /// Imports a decoded model; `source` names it in errors.

@@ -10,6 +10,9 @@
 //! late worker can never run a task of a job that has returned. The epoch makes every job's
 //! tickets distinct, so a stale snapshot never matches a newer job's ticket by accident.
 //!
+//! A job carries the caller's memory budget (`strata_core::MemoryBudget`), installed around each
+//! task, so what a task allocates on a worker is charged where the caller's allocations are.
+//!
 //! One job runs at a time: a second caller (another context sharing the pool, or a task that
 //! itself asks for parallel work) finds the pool busy and runs its tasks inline. A panic in a
 //! task is caught where it happens and re-raised on the calling thread after the join.
@@ -20,6 +23,8 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use strata_core::MemoryBudget;
 
 /// How long an idle worker spins (watching for a new job) before it parks. Kernels of one graph
 /// follow each other within microseconds, so a worker that just finished a task will usually
@@ -87,6 +92,8 @@ impl Ticket {
 /// first panic. It lives on the calling thread's stack for the length of [`ThreadPool::run`].
 struct Job<'a> {
     task: &'a (dyn Fn(usize) + Sync),
+    /// The caller's memory budget, if one is installed.
+    budget: Option<Arc<MemoryBudget>>,
     finished: AtomicUsize,
     panic: Mutex<Option<Box<dyn Any + Send>>>,
 }
@@ -96,7 +103,11 @@ impl Job<'_> {
     /// the job's last access by this thread: once the caller sees every task counted it returns
     /// and the job is gone.
     fn execute(&self, index: usize) {
-        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| (self.task)(index))) {
+        let run = || match &self.budget {
+            Some(budget) => budget.install(|| (self.task)(index)),
+            None => (self.task)(index),
+        };
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(run)) {
             let mut slot = self.panic.lock().unwrap_or_else(|p| p.into_inner());
             slot.get_or_insert(payload);
         }
@@ -262,6 +273,7 @@ impl ThreadPool {
         }
         let job = Job {
             task,
+            budget: MemoryBudget::current(),
             finished: AtomicUsize::new(0),
             panic: Mutex::new(None),
         };
@@ -333,6 +345,24 @@ mod tests {
         assert!(pinned.claim(1).is_none(), "already claimed");
         assert!(pinned.claim(3).is_none(), "no task 3");
         assert!(pinned.claim(40).is_none(), "no participant 40");
+    }
+
+    #[test]
+    fn allocations_on_workers_are_charged_to_the_callers_budget() {
+        use strata_core::{DType, Device, MemoryKind, Tensor};
+        let pool = ThreadPool::new(2).unwrap();
+        let budget = MemoryBudget::new(1 << 20);
+        let outcomes = Mutex::new(vec![None; 2]);
+        budget.install(|| {
+            pool.run_pinned(2, &|i| {
+                // Task 1 runs on the worker: 2 MiB is over the caller's 1 MiB limit there too.
+                let len = if i == 1 { 1 << 19 } else { 16 };
+                let made = Tensor::empty(&[len], DType::F32, Device::Cpu, MemoryKind::Workspace);
+                outcomes.lock().unwrap()[i] = Some(made.is_ok());
+            })
+        });
+        assert_eq!(outcomes.into_inner().unwrap(), vec![Some(true), Some(false)]);
+        assert_eq!(budget.used(), 0, "what the tasks made was given back");
     }
 
     #[test]

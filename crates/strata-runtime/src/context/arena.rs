@@ -107,10 +107,12 @@ pub(super) fn set_value(slot: &mut Tensor, tensor: &Tensor) -> Result<()> {
 }
 
 /// Strict mode: every value a static node reads or writes must be bound (a weight, a constant
-/// or a planned arena slot); values produced on the dynamic path are bound when they run.
+/// or a planned arena slot); values produced on the dynamic path are bound when they run, and
+/// packed weights are never bound (their readers hold them packed).
 fn check_bindings(graph: &crate::Graph, planned: &Planned, values: &[Tensor]) -> Result<()> {
-    let dynamic_output = |id: usize| match graph.values[id].source {
+    let bound_later_or_never = |id: usize| match graph.values[id].source {
         ValueSource::Node(node, _) => planned.spec.dynamic[node.0],
+        ValueSource::Packed { .. } => true,
         _ => false,
     };
     for (i, node) in graph.nodes.iter().enumerate() {
@@ -119,7 +121,7 @@ fn check_bindings(graph: &crate::Graph, planned: &Planned, values: &[Tensor]) ->
         }
         for id in node.inputs.iter().flatten().chain(&node.outputs) {
             let text = planned.spec.facts[id.0].dtype.is_string(); // bound when it exists
-            if !values[id.0].is_defined() && !dynamic_output(id.0) && !text {
+            if !values[id.0].is_defined() && !bound_later_or_never(id.0) && !text {
                 return Err(RuntimeError::Unbound {
                     value: graph.values[id.0].name.clone(),
                     node: node.name.clone(),

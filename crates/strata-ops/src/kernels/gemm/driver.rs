@@ -162,7 +162,9 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
     cols: Range<usize>,
     stop: &crate::run_control::StopToken,
 ) {
-    let kc_max = K::KC.min(p.k);
+    // Depth blocks of equal size (784 = 4 x 196, not 3 x 256 + 16): a short last block would
+    // pay a whole pass of C's loads and stores for a few steps of work.
+    let kc_max = p.k.div_ceil(p.k.div_ceil(K::KC).max(1)).max(1);
     let nc_max = K::NC.min(cols.len().div_ceil(K::NR) * K::NR);
     // Prepacked operands need no buffer of their own.
     let a_buffer = if p.packed_a.is_some() {
@@ -178,11 +180,11 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
     with_pack_buffers::<T, _>(a_buffer, b_buffer, |packed_a, packed_b| {
         for jc in cols.clone().step_by(K::NC) {
             let nc = K::NC.min(cols.end - jc);
-            for pc in (0..p.k).step_by(K::KC) {
+            for pc in (0..p.k).step_by(kc_max) {
                 if stop.should_stop() {
                     return;
                 }
-                let kc = K::KC.min(p.k - pc);
+                let kc = kc_max.min(p.k - pc);
                 // Prepacked B: sliver `jr / NR` holds all k rows, its rows pc.. are contiguous.
                 let b_len = match p.packed_b {
                     Some(_) => 0,

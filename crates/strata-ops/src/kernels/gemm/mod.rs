@@ -14,6 +14,7 @@ mod microkernel;
 mod pack;
 mod prepacked;
 mod skinny;
+mod skinny_packed;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 

@@ -46,7 +46,12 @@ pub(super) unsafe fn try_run<T: Float>(p: &Problem<'_, T>, threads: usize) -> bo
         return false;
     }
     let blocks = p.n.div_ceil(COLUMNS);
+    // Cancellation: blocks poll the run's token; the run fails at its next check (run_control).
+    let stop = crate::run_control::stop_token();
     let block = |index: usize| {
+        if stop.should_stop_at(index) {
+            return;
+        }
         let cols = index * COLUMNS..((index + 1) * COLUMNS).min(p.n);
         let mut acc = [[T::ZERO; COLUMNS]; MAX_ROWS];
         stream_block(by_rows, p.a, p.b, p.m, p.k, cols.clone(), &mut acc);

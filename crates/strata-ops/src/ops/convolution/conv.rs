@@ -4,6 +4,8 @@
 
 use std::marker::PhantomData;
 
+use bytemuck::Pod;
+
 use strata_core::shape::checked_numel;
 use strata_core::{DType, Device, Element};
 
@@ -11,12 +13,13 @@ use crate::kernels::{resolve_auto_pad, Activation, GemmFloat, Prepacked};
 use crate::ops::convolution::conv_kernel::{
     conv, conv_output_dims, conv_scratch_len, prepack_conv_weights, ConvParams,
 };
+use crate::ops::convolution::winograd::{self, WinogradWeights};
 use crate::support::inputs::{optional, required};
 use crate::support::numeric::Real;
 use crate::support::scratch::{carve, scratch_as};
 use crate::{
-    Dim, EpilogueStep, Fact, Fused, FusesEpilogue, Kernel, KernelIo, OpCapabilities, OpContext,
-    OpError, OpResult, Operator,
+    Dim, EpilogueStep, Fact, Fused, FusesEpilogue, Kernel, KernelCapabilities, KernelIo,
+    OpCapabilities, OpContext, OpError, OpResult, Operator,
 };
 
 #[derive(Debug, Clone)]
@@ -226,6 +229,12 @@ impl Operator for Conv {
         };
         let p = self.params(&x, &w)?;
         let unfold = conv_scratch_len(&x, &w, &p);
+        // A kernel built for Winograd runs it for whatever dims come (its weight is only kept
+        // transformed), so capable f32 geometries plan room for both paths.
+        let unfold = match inputs[0].dtype {
+            DType::F32 => unfold.max(winograd::scratch_len(&x, &w, &p)),
+            _ => unfold,
+        };
         match inputs[0].dtype {
             DType::F16 | DType::BF16 => {
                 let bias = inputs.get(2).and_then(|b| b.numel()).unwrap_or(0);
@@ -256,14 +265,24 @@ impl Operator for Conv {
             _ => None,
         };
         match (inputs[0].dtype, device) {
-            (DType::F32, Device::Cpu) => Ok(Box::new(ConvKernel::<f32> {
-                op: self.clone(),
-                packed: prepack(inputs, &planned)?,
-                planned,
-            })),
+            (DType::F32, Device::Cpu) => {
+                let winograd = winograd_weights(inputs, &planned)?;
+                Ok(Box::new(ConvKernel::<f32> {
+                    op: self.clone(),
+                    packed: match winograd {
+                        Some(_) => None,
+                        None => prepack(inputs, &planned)?,
+                    },
+                    winograd,
+                    weight_dims: inputs[1].concrete(),
+                    planned,
+                }))
+            }
             (DType::F64, Device::Cpu) => Ok(Box::new(ConvKernel::<f64> {
                 op: self.clone(),
                 packed: prepack(inputs, &planned)?,
+                winograd: None,
+                weight_dims: inputs[1].concrete(),
                 planned,
             })),
             // The widened kernels have no room planned for a residual.
@@ -300,17 +319,49 @@ fn prepack<T: Element + GemmFloat>(
     Ok(prepack_conv_weights(x_dims, values, weight.dims(), params)?)
 }
 
+/// A constant f32 3x3 stride-1 weight transformed for Winograd's F(4x4, 3x3), when the planned
+/// dims make it pay (see `winograd::pays`); it then replaces the packed weight for every run.
+fn winograd_weights(
+    inputs: &[&Fact],
+    planned: &Option<(Vec<usize>, ConvParams)>,
+) -> OpResult<Option<WinogradWeights>> {
+    let (Some((x_dims, params)), Some(weight)) = (planned, inputs[1].value.as_ref()) else {
+        return Ok(None);
+    };
+    let w_dims = weight.dims();
+    if !winograd::pays(x_dims, w_dims, params) {
+        return Ok(None);
+    }
+    let read = weight.read::<f32>()?;
+    let Some(values) = read.as_slice() else {
+        return Ok(None);
+    };
+    Ok(Some(WinogradWeights::new(values, w_dims[0], w_dims[1])?))
+}
+
 #[derive(Debug)]
 struct ConvKernel<T> {
     op: Conv,
     planned: Option<(Vec<usize>, ConvParams)>,
     /// One packed weight matrix per group.
     packed: Option<Vec<Prepacked<T>>>,
+    /// Or the weight transformed for Winograd (f32 3x3 stride 1 only).
+    winograd: Option<WinogradWeights>,
+    /// The weight's dims when they were known at plan time: with the weight packed, the plan
+    /// frees the original and binds an undefined tensor in its place.
+    weight_dims: Option<Vec<usize>>,
 }
 
 impl<T: Element + GemmFloat> Kernel for ConvKernel<T> {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
         let (x, w, b, out) = (io.input(0), io.input(1), io.input(2), io.output(0));
+        let weight_dims = match (&self.weight_dims, w.is_defined()) {
+            (_, true) => w.dims(),
+            (Some(dims), false) if self.packed.is_some() || self.winograd.is_some() => {
+                dims.as_slice()
+            }
+            _ => return Err(OpError::kernel("Conv", "the weight input is missing")),
+        };
         let fresh;
         let params = match &self.planned {
             Some((dims, p))
@@ -320,12 +371,21 @@ impl<T: Element + GemmFloat> Kernel for ConvKernel<T> {
                 p
             }
             _ => {
-                fresh = self.op.params(x.dims(), w.dims())?;
+                fresh = self.op.params(x.dims(), weight_dims)?;
                 &fresh
             }
         };
         let not_contiguous = || OpError::kernel("Conv", "operands must be contiguous");
-        let (rx, rw) = (x.read::<T>()?, w.read::<T>()?);
+        let rx = x.read::<T>()?;
+        let rw = if w.is_defined() {
+            Some(w.read::<T>()?)
+        } else {
+            None
+        };
+        let weight: &[T] = match &rw {
+            Some(r) => r.as_slice().ok_or_else(not_contiguous)?,
+            None => &[],
+        };
         let rb = if b.is_defined() {
             Some(b.read::<T>()?)
         } else {
@@ -358,20 +418,63 @@ impl<T: Element + GemmFloat> Kernel for ConvKernel<T> {
             }
             None => &mut [],
         };
+        let input = rx.as_slice().ok_or_else(not_contiguous)?;
+        let output = wo.as_mut_slice().ok_or_else(not_contiguous)?;
+        if let Some(transformed) = &self.winograd {
+            // Built for f32 only, so these casts are identities.
+            fn as_f32<T: Pod>(v: &[T]) -> Option<&[f32]> {
+                bytemuck::try_cast_slice::<T, f32>(v).ok()
+            }
+            let (Some(input), Some(bias), Some(residual)) = (
+                as_f32(input),
+                bias.map_or(Some(None), |b| as_f32(b).map(Some)),
+                residual.map_or(Some(None), |r| as_f32(r).map(Some)),
+            ) else {
+                return Err(OpError::kernel("Conv", "Winograd runs on f32 only"));
+            };
+            let output = bytemuck::try_cast_slice_mut::<T, f32>(output)
+                .map_err(|_| OpError::kernel("Conv", "Winograd runs on f32 only"))?;
+            let scratch = bytemuck::try_cast_slice_mut::<T, f32>(scratch)
+                .map_err(|_| OpError::kernel("Conv", "Winograd runs on f32 only"))?;
+            winograd::conv(
+                input,
+                x.dims(),
+                transformed,
+                params,
+                bias,
+                residual,
+                output,
+                scratch,
+                io.threads,
+            )?;
+            return Ok(());
+        }
         conv(
-            rx.as_slice().ok_or_else(not_contiguous)?,
+            input,
             x.dims(),
-            rw.as_slice().ok_or_else(not_contiguous)?,
-            w.dims(),
+            weight,
+            weight_dims,
             bias,
             residual,
             self.packed.as_deref(),
             params,
-            wo.as_mut_slice().ok_or_else(not_contiguous)?,
+            output,
             scratch,
             io.threads,
         )?;
         Ok(())
+    }
+
+    fn capabilities(&self) -> KernelCapabilities<'_> {
+        KernelCapabilities {
+            // Every product reads the packed groups, whatever dims a run brings.
+            packed_inputs: if self.packed.is_some() || self.winograd.is_some() {
+                &[1]
+            } else {
+                &[]
+            },
+            ..KernelCapabilities::default()
+        }
     }
 }
 

@@ -485,8 +485,11 @@ fn conv_transpose<T: GemmFloat>(
         isize::try_from(v).map_err(|_| OpError::kernel(OP, "matrix stride overflows isize"))
     };
     let (taps_stride, in_stride) = (stride(taps)?, stride(f.in_len)?);
+    // Cancellation: one poll per (batch, group) product, which ends the run with its error.
+    let stop = crate::run_control::stop_token();
     for n in 0..g.batch {
         for grp in 0..g.groups {
+            stop.poll(n * g.groups + grp, OP)?;
             let y = &mut out[(n * g.out_channels + grp * mg) * f.out_len..][..mg * f.out_len];
             for (oc, plane) in y.chunks_mut(f.out_len.max(1)).enumerate() {
                 plane.fill(bias.map_or(T::ZERO, |bias| bias[grp * mg + oc]));

@@ -114,6 +114,13 @@ fn for_each_plane<T: Send>(
 ) {
     let per_plane = w.out_len.saturating_mul(w.kernel_len).max(1);
     let planes = out.len() / w.out_len;
+    // Cancellation: planes poll the run's token; the run fails at its next check (run_control).
+    let stop = crate::run_control::stop_token();
+    let f = |(p, y): (usize, &mut [T])| {
+        if !stop.should_stop_at(p) {
+            f((p, y))
+        }
+    };
     if threads <= 1 || planes < 2 || per_plane.saturating_mul(planes) < 2 * TASK_MIN_MULADDS {
         out.chunks_mut(w.out_len).enumerate().for_each(f);
     } else {

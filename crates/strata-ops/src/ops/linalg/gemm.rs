@@ -21,10 +21,6 @@ pub struct Gemm {
     post: Activation,
 }
 
-/// Products with at most this many rows stream B (the skinny path) instead of using a packed
-/// copy, so B is not prepacked for them.
-const SKINNY_ROWS: usize = 4;
-
 /// The kernel applies one activation to the finished output (bias already fused as C).
 impl FusesEpilogue for Gemm {
     fn fuse(&self, step: EpilogueStep) -> Option<Fused> {
@@ -140,19 +136,19 @@ impl Operator for Gemm {
 }
 
 impl Gemm {
-    /// A constant B (the weights of a fully connected layer) packed once for the products, when
-    /// the planned row count is past the skinny path's (R1: held by the kernel in Persistent
-    /// memory, shared by every context).
+    /// A constant B (the weights of a fully connected layer) packed once for the products (R1:
+    /// held by the kernel in Persistent memory, shared by every context; the plan then frees
+    /// the original). Batch-1 products stream the packed slivers, larger ones use them as the
+    /// driver's B panels.
     fn prepack_b<T: Element + GemmFloat>(
         &self,
         inputs: &[&Fact],
-        outputs: &[&Fact],
+        _outputs: &[&Fact],
     ) -> OpResult<Option<Prepacked<T>>> {
-        let (Some(b), Some(out)) = (inputs[1].value.as_ref(), outputs.first()) else {
+        let Some(b) = inputs[1].value.as_ref() else {
             return Ok(None);
         };
-        let rows = out.dims.first().and_then(Dim::known);
-        if b.rank() != 2 || !matches!(rows, Some(m) if m > SKINNY_ROWS) {
+        if b.rank() != 2 {
             return Ok(None);
         }
         let read = b.read::<T>()?;
@@ -165,19 +161,19 @@ impl Gemm {
         } else {
             (rows_b, cols_b, (cols_b as isize, 1))
         };
-        let packed = Prepacked::b(k, n, values, strides)?;
-        // Runs read the packed copy only (see MatMul's prepack).
-        drop(read);
-        strata_core::release_resident_pages(b);
-        Ok(Some(packed))
+        Ok(Some(Prepacked::b(k, n, values, strides)?))
     }
 }
+
+/// Products with more rows than this use the packed B as the driver's panels, and run the bias
+/// and activation on each finished tile ([`GemmKernel::finish_in_epilogue`]).
+const TILED_ROWS: usize = 4;
 
 impl<T: Element + GemmFloat> GemmKernel<T> {
     /// The product with prepacked B and `C` a row of `n` (or absent): `beta * C` and the
     /// activation applied to each finished tile while it is in cache, instead of a copy of C
     /// before the product and a pass for the activation after it. Returns false (nothing
-    /// done) for other shapes of C.
+    /// done) for few rows or other shapes of C.
     #[allow(clippy::too_many_arguments)]
     fn finish_in_epilogue(
         &self,
@@ -190,7 +186,7 @@ impl<T: Element + GemmFloat> GemmKernel<T> {
         so: &mut [T],
         threads: usize,
     ) -> OpResult<bool> {
-        if pb.extent() != n || pb.depth() != k {
+        if m <= TILED_ROWS || pb.extent() != n || pb.depth() != k {
             return Ok(false);
         }
         let rc = if c.is_defined() {
@@ -247,13 +243,6 @@ struct GemmKernel<T> {
 }
 
 impl<T: Element + GemmFloat> Kernel for GemmKernel<T> {
-    fn capabilities(&self) -> KernelCapabilities<'_> {
-        KernelCapabilities {
-            packed_inputs: if self.packed_b.is_some() { &[1] } else { &[] },
-            ..KernelCapabilities::default()
-        }
-    }
-
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
         let (a, b, c, out) = (io.input(0), io.input(1), io.input(2), io.output(0));
         let (m, n) = (out.dims()[0], out.dims()[1]);
@@ -294,29 +283,39 @@ impl<T: Element + GemmFloat> Kernel for GemmKernel<T> {
         };
         let alpha = T::from_f32(self.op.alpha);
         match &self.packed_b {
-            // Past the skinny row count only: fewer rows stream B faster than a packed tile.
-            // Even for a few rows: the plan may have let B's original go (`packed_inputs`).
-            Some(pb) if pb.extent() == n && pb.depth() == k => gemm_prepacked(
-                pb,
-                m,
-                sa,
-                a_strides,
-                so,
-                (n as isize, 1),
-                alpha,
-                beta,
-                io.threads,
-            )?,
-            _ => {
+            // The packed B is all this kernel reads (the plan freed the original).
+            Some(pb) => {
+                if pb.extent() != n || pb.depth() != k {
+                    return Err(OpError::kernel(
+                        "Gemm",
+                        format!(
+                            "B was packed as {} x {}, the run needs {k} x {n}",
+                            pb.depth(),
+                            pb.extent()
+                        ),
+                    ));
+                }
+                gemm_prepacked(
+                    pb,
+                    m,
+                    sa,
+                    a_strides,
+                    so,
+                    (n as isize, 1),
+                    alpha,
+                    beta,
+                    io.threads,
+                )?
+            }
+            None => {
                 let rb = b.read::<T>()?;
-                let sb = rb.as_slice().ok_or_else(not_contiguous)?;
                 gemm(
                     m,
                     n,
                     k,
                     sa,
                     a_strides,
-                    sb,
+                    rb.as_slice().ok_or_else(not_contiguous)?,
                     b_strides,
                     so,
                     (n as isize, 1),
@@ -328,5 +327,12 @@ impl<T: Element + GemmFloat> Kernel for GemmKernel<T> {
         }
         self.op.post.apply_all(so);
         Ok(())
+    }
+
+    fn capabilities(&self) -> KernelCapabilities<'_> {
+        KernelCapabilities {
+            packed_inputs: if self.packed_b.is_some() { &[1] } else { &[] },
+            ..KernelCapabilities::default()
+        }
     }
 }

@@ -192,12 +192,8 @@ fn prepack_b<T: Element + GemmFloat>(
         return Ok(None);
     };
     let (k, n) = (b.dims()[0], b.dims()[1]);
-    let packed = Prepacked::b(k, n, values, (n as isize, 1))?;
-    // Runs read the packed copy only: the original's pages (mapped from the model file) need
-    // not stay resident beside it.
-    drop(read);
-    strata_core::release_resident_pages(b);
-    Ok(Some(packed))
+    // Runs read the packed copy only (`packed_inputs`): the plan frees the original.
+    Ok(Some(Prepacked::b(k, n, values, (n as isize, 1))?))
 }
 
 #[derive(Debug)]

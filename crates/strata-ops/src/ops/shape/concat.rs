@@ -1,6 +1,6 @@
 //! Concat along one axis.
 
-use strata_core::Device;
+use strata_core::{Device, Tensor};
 
 use crate::support::axes::normalize_axis;
 use crate::support::kernel_choice::cpu_only;
@@ -89,6 +89,22 @@ impl Operator for Concat {
         Ok(vec![Fact::new(first.dtype, dims)])
     }
 
+    fn places_inputs_in_output(&self, inputs: &[&Fact], output: &Fact) -> Option<Vec<usize>> {
+        let dims = output.concrete()?;
+        let axis = normalize_axis("Concat", "axis", self.axis, dims.len()).ok()?;
+        // Only 1s before the axis: each input is one contiguous run of the output.
+        if dims[..axis].iter().any(|&d| d != 1) || inputs.len() < 2 {
+            return None;
+        }
+        let mut offsets = Vec::with_capacity(inputs.len());
+        let mut at = 0usize;
+        for input in inputs {
+            offsets.push(at);
+            at = at.checked_add(input.numel()?)?;
+        }
+        Some(offsets)
+    }
+
     fn kernel(
         &self,
         inputs: &[&Fact],
@@ -113,10 +129,29 @@ impl Kernel for ConcatKernel {
         let mut start = 0;
         for input in io.inputs {
             let len = input.dims()[self.axis];
-            out.narrow(self.axis as isize, start, len)?
-                .copy_from(input)?;
+            let target = out.narrow(self.axis as isize, start, len)?;
+            // The memory plan may have had the producer write this input in place already.
+            if !same_elements(input, &target) {
+                target.copy_from(input)?;
+            }
             start += len;
         }
         Ok(())
     }
+}
+
+/// Whether `a` and `b` are the same contiguous elements of memory (so copying one onto the
+/// other would do nothing).
+fn same_elements(a: &Tensor, b: &Tensor) -> bool {
+    let address = |t: &Tensor| {
+        t.storage()
+            .ok()
+            .map(|s| s.as_ptr() as usize + t.layout().offset() * t.dtype().size_in_bytes())
+    };
+    a.is_contiguous()
+        && b.is_contiguous()
+        && a.dims() == b.dims()
+        && a.dtype() == b.dtype()
+        && address(a).is_some()
+        && address(a) == address(b)
 }

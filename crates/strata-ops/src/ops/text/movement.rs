@@ -228,6 +228,14 @@ impl Operator for TextMovement {
         self.inner.in_place_input()
     }
 
+    fn places_inputs_in_output(&self, inputs: &[&Fact], output: &Fact) -> Option<Vec<usize>> {
+        // Text is never planned: only numeric Concats place their inputs.
+        if output.dtype.is_string() {
+            return None;
+        }
+        self.inner.places_inputs_in_output(inputs, output)
+    }
+
     fn is_data_dependent(&self) -> bool {
         self.inner.is_data_dependent()
     }

@@ -1,0 +1,102 @@
+//! Weights every reader packed at plan time are freed (R1, issue 10 item 2): the plan keeps only
+//! the packed copy, runs still equal a plan that reads the weight as an input, and a weight that
+//! something else still reads is kept.
+
+use std::path::PathBuf;
+
+use strata_core::{DType, Tensor};
+use strata_onnx::{Attrs, Dim, ModelBuilder};
+use strata_runtime::{InferencePlan, PlanConfig};
+
+const C: usize = 8;
+const M: usize = 16;
+const HW: usize = 12;
+
+fn values(n: usize, seed: f32) -> Vec<f32> {
+    (0..n).map(|i| (i as f32 * 0.37 + seed).sin()).collect()
+}
+
+fn known(dims: &[usize]) -> Vec<Dim> {
+    dims.iter().map(|&d| Dim::Known(d)).collect()
+}
+
+/// `y = Conv(x, w)` (3x3, pad 1) with `w` a weight, or a graph input when `weight_as_input`;
+/// with `weight_out` the weight is also a graph output.
+fn conv_model(weight_as_input: bool, weight_out: bool) -> ModelBuilder {
+    let w_dims = [M, C, 3, 3];
+    let mut b =
+        ModelBuilder::new("packed")
+            .opset(17)
+            .input("x", DType::F32, &known(&[1, C, HW, HW]));
+    b = if weight_as_input {
+        b.input("w", DType::F32, &known(&w_dims))
+    } else {
+        b.initializer_f32("w", &values(M * C * 9, 0.5), &w_dims)
+    };
+    b = b
+        .node(
+            "Conv",
+            &["x", "w"],
+            &["y"],
+            Attrs::new().ints("pads", &[1, 1, 1, 1]),
+        )
+        .output("y", DType::F32, &known(&[1, M, HW, HW]));
+    if weight_out {
+        b = b
+            .node("Identity", &["w"], &["w_copy"], Attrs::new())
+            .output("w_copy", DType::F32, &known(&w_dims));
+    }
+    b
+}
+
+/// Saves the model to a file (so its weights are mapped, as for real models) and loads it.
+fn load(builder: &ModelBuilder, name: &str) -> std::sync::Arc<InferencePlan> {
+    let dir = std::env::temp_dir().join(format!("strata-packed-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path: PathBuf = dir.join("model.onnx");
+    builder.save(&path).unwrap();
+    strata_onnx::load(&path, PlanConfig::default().with_threads(1)).unwrap()
+}
+
+fn run(plan: &std::sync::Arc<InferencePlan>, inputs: &[(&str, Tensor)]) -> Vec<f32> {
+    let mut ctx = plan.create_context().unwrap();
+    for (name, t) in inputs {
+        ctx.set_input(name, t).unwrap();
+    }
+    ctx.execute().unwrap();
+    ctx.output("y").unwrap().to_vec::<f32>().unwrap()
+}
+
+fn f32_weight_bytes(plan: &InferencePlan) -> usize {
+    plan.weight_bytes().get(&DType::F32).copied().unwrap_or(0)
+}
+
+#[test]
+fn a_packed_weight_is_freed_and_runs_match_the_weight_as_input() {
+    let x = Tensor::from_slice(&values(C * HW * HW, 1.5), &[1, C, HW, HW]).unwrap();
+    let w = Tensor::from_slice(&values(M * C * 9, 0.5), &[M, C, 3, 3]).unwrap();
+    let packed = load(&conv_model(false, false), "freed");
+    assert_eq!(
+        f32_weight_bytes(&packed),
+        0,
+        "the conv weight was packed and freed"
+    );
+    let reference = load(&conv_model(true, false), "input");
+    let expected = run(&reference, &[("x", x.clone()), ("w", w)]);
+    let got = run(&packed, &[("x", x.clone())]);
+    assert_eq!(got, expected);
+    // A second context, and a second run, read the same packed weight.
+    assert_eq!(run(&packed, &[("x", x)]), expected);
+}
+
+#[test]
+fn a_weight_something_else_reads_is_kept() {
+    let x = Tensor::from_slice(&values(C * HW * HW, 1.5), &[1, C, HW, HW]).unwrap();
+    let plan = load(&conv_model(false, true), "kept");
+    assert_eq!(f32_weight_bytes(&plan), M * C * 9 * 4);
+    let mut ctx = plan.create_context().unwrap();
+    ctx.set_input("x", &x).unwrap();
+    ctx.execute().unwrap();
+    let copy = ctx.output("w_copy").unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(copy, values(M * C * 9, 0.5));
+}

@@ -1,0 +1,531 @@
+//! 3x3 stride-1 convolutions through Winograd's minimal filtering, F(4x4, 3x3) (Lavin & Gray,
+//! "Fast Algorithms for Convolutional Neural Networks", 2016).
+//!
+//! Every 4x4 output tile comes from a 6x6 input tile: `Y = Aᵀ [U ⊙ V] A` with `U = G g Gᵀ` the
+//! transformed 3x3 kernel (once, at plan time) and `V = Bᵀ d B` the transformed input tile.
+//! Summed over input channels, the element-wise product becomes 36 independent products, one
+//! per position `e` of the 6x6 tile: `M[e] (tiles x out channels) = V[e] (tiles x in channels)
+//! · U[e] (in x out channels)`, so 36 multiply-adds per tile and channel pair replace the direct
+//! 144 (16 outputs x 9 taps). The tiles are the rows of the products, so the register tile's
+//! columns run over output channels (multiples of its width in real networks) whatever the
+//! image size, and `U[e]` is prepacked as the B operand.
+//!
+//! Tiles are processed a band of tile rows at a time, sized so the transformed band stays in
+//! cache between the three steps. Transforms gather and scatter per tile with the arithmetic
+//! vectorized over [`LANES`] tiles (input) or output channels (output).
+
+use std::marker::PhantomData;
+
+use crate::kernels::error::{KernelError, KernelResult};
+use crate::kernels::gemm::{gemm_prepacked, Prepacked};
+use crate::kernels::simd::multiversion;
+use crate::kernels::Activation;
+
+use super::conv_kernel::ConvParams;
+
+const OP: &str = "Conv";
+/// Output tile edge.
+const TILE: usize = 4;
+/// Input tile edge: output tile plus kernel minus one.
+const ALPHA: usize = 6;
+/// Positions of the transformed 6x6 tile: one product each.
+const POSITIONS: usize = ALPHA * ALPHA;
+/// Tiles (input transform) or channels (output transform) per vector step.
+const LANES: usize = 16;
+/// About this many tiles per band.
+const BAND_TILES: usize = 128;
+/// The transforms work in f32 only; `multiversion!` compiles generic functions, so they take
+/// the element type as a marker.
+const F32: PhantomData<f32> = PhantomData;
+
+/// `G`, the kernel transform (6 x 3).
+const G: [[f64; 3]; ALPHA] = [
+    [1.0 / 4.0, 0.0, 0.0],
+    [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
+    [-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
+    [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+    [1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
+    [0.0, 0.0, 1.0],
+];
+
+/// The geometry this path computes: 2-D, 3x3 kernel, stride 1, dilation 1, one group.
+pub(crate) fn capable(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) -> bool {
+    let ones = |v: &[usize]| v.iter().all(|&s| s == 1);
+    input_dims.len() == 4
+        && weight_dims.len() == 4
+        && weight_dims[2..] == [3, 3]
+        && p.groups == 1
+        && ones(&p.strides)
+        && ones(&p.dilations)
+}
+
+/// Whether the transform pays for these dims, as measured on ResNet-50 and SqueezeNet layers
+/// (one thread, AVX-512): the transformed weight is four times the original and is streamed
+/// once per band, so a band needs enough tiles to reuse it (14x14 outputs, 16 tiles, ran 25%
+/// slower than the direct path), and thin layers (16 or 32 input channels) give the products
+/// too little depth to beat im2col.
+pub(crate) fn pays(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) -> bool {
+    capable(input_dims, weight_dims, p)
+        && Geometry::new(input_dims, weight_dims, p).is_some_and(|g| {
+            g.tiles_y * g.tiles_x >= 40 && g.in_channels >= 64 && g.out_channels >= 32
+        })
+}
+
+/// Elements of scratch one run needs (0 for a geometry the path does not compute).
+pub(crate) fn scratch_len(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) -> usize {
+    if !capable(input_dims, weight_dims, p) {
+        return 0;
+    }
+    Geometry::new(input_dims, weight_dims, p).map_or(0, |g| {
+        let band = g.band_rows() * g.tiles_x;
+        POSITIONS * band * (g.in_channels + g.out_channels)
+    })
+}
+
+/// Output and tile dims of one convolution.
+#[derive(Debug, Clone, Copy)]
+struct Geometry {
+    batch: usize,
+    in_channels: usize,
+    out_channels: usize,
+    in_h: usize,
+    in_w: usize,
+    out_h: usize,
+    out_w: usize,
+    pad_top: usize,
+    pad_left: usize,
+    tiles_y: usize,
+    tiles_x: usize,
+}
+
+impl Geometry {
+    fn new(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) -> Option<Geometry> {
+        let pad = |v: &[usize], i: usize| v.get(i).copied().unwrap_or(0);
+        let (in_h, in_w) = (input_dims[2], input_dims[3]);
+        let out_h = (in_h + pad(&p.pads_begin, 0) + pad(&p.pads_end, 0)).checked_sub(2)?;
+        let out_w = (in_w + pad(&p.pads_begin, 1) + pad(&p.pads_end, 1)).checked_sub(2)?;
+        (weight_dims[1] == input_dims[1] && out_h > 0 && out_w > 0).then_some(Geometry {
+            batch: input_dims[0],
+            in_channels: input_dims[1],
+            out_channels: weight_dims[0],
+            in_h,
+            in_w,
+            out_h,
+            out_w,
+            pad_top: pad(&p.pads_begin, 0),
+            pad_left: pad(&p.pads_begin, 1),
+            tiles_y: out_h.div_ceil(TILE),
+            tiles_x: out_w.div_ceil(TILE),
+        })
+    }
+
+    /// Tile rows per band.
+    fn band_rows(&self) -> usize {
+        (BAND_TILES / self.tiles_x).clamp(1, self.tiles_y)
+    }
+}
+
+/// A 3x3 kernel transformed and packed for the 36 products: `U[e]` (in x out channels) as the
+/// B operand of position `e`'s product. Held by the plan in Persistent memory.
+#[derive(Debug)]
+pub struct WinogradWeights {
+    positions: Vec<Prepacked<f32>>,
+    in_channels: usize,
+    out_channels: usize,
+}
+
+impl WinogradWeights {
+    /// Transforms `weight` (`[out, in, 3, 3]`, contiguous) in f64 and packs it.
+    pub fn new(weight: &[f32], out_channels: usize, in_channels: usize) -> KernelResult<Self> {
+        let pairs = out_channels
+            .checked_mul(in_channels)
+            .filter(|&n| n.checked_mul(9) == Some(weight.len()))
+            .ok_or_else(|| KernelError::InvalidParam {
+                op: OP,
+                param: "weight",
+                reason: format!(
+                    "{} values are not {out_channels} x {in_channels} 3x3 kernels",
+                    weight.len()
+                ),
+            })?;
+        // U[e] as out x in, row-major: element (c, m) of the B operand at m * in + c.
+        let mut u = vec![0.0f32; POSITIONS * pairs];
+        for (pair, g) in weight.chunks_exact(9).enumerate() {
+            let mut gg = [[0.0f64; 3]; ALPHA]; // G g
+            for (i, row) in gg.iter_mut().enumerate() {
+                for (j, v) in row.iter_mut().enumerate() {
+                    *v = (0..3).map(|k| G[i][k] * f64::from(g[k * 3 + j])).sum();
+                }
+            }
+            for i in 0..ALPHA {
+                for j in 0..ALPHA {
+                    let v: f64 = (0..3).map(|k| gg[i][k] * G[j][k]).sum();
+                    u[(i * ALPHA + j) * pairs + pair] = v as f32;
+                }
+            }
+        }
+        let positions = u
+            .chunks_exact(pairs)
+            .map(|ue| Prepacked::b(in_channels, out_channels, ue, (1, in_channels as isize)))
+            .collect::<KernelResult<Vec<_>>>()?;
+        Ok(WinogradWeights {
+            positions,
+            in_channels,
+            out_channels,
+        })
+    }
+
+    /// Bytes of the packed transforms.
+    pub fn bytes(&self) -> usize {
+        self.positions.iter().map(Prepacked::bytes).sum()
+    }
+}
+
+/// The convolution `out = post(conv(input, weight) + bias + residual)` through the transforms,
+/// for a [`capable`] geometry, `scratch` of at least [`scratch_len`] elements. Lengths were
+/// checked by the caller except the scratch and the weights' channel counts.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn conv(
+    input: &[f32],
+    input_dims: &[usize],
+    weights: &WinogradWeights,
+    p: &ConvParams,
+    bias: Option<&[f32]>,
+    residual: Option<&[f32]>,
+    out: &mut [f32],
+    scratch: &mut [f32],
+    threads: usize,
+) -> KernelResult<()> {
+    let weight_dims = [weights.out_channels, weights.in_channels, 3, 3];
+    let g =
+        Geometry::new(input_dims, &weight_dims, p).ok_or_else(|| KernelError::InvalidParam {
+            op: OP,
+            param: "input",
+            reason: format!(
+                "dims {input_dims:?} do not fit the transformed {weight_dims:?} weight"
+            ),
+        })?;
+    let need = scratch_len(input_dims, &weight_dims, p);
+    if scratch.len() < need {
+        return Err(KernelError::BufferLength {
+            op: OP,
+            buffer: "scratch",
+            expected: need,
+            actual: scratch.len(),
+        });
+    }
+    let (c, m) = (g.in_channels, g.out_channels);
+    let (in_plane, out_plane) = (g.in_h * g.in_w, g.out_h * g.out_w);
+    let band_rows = g.band_rows();
+    let stop = crate::run_control::stop_token();
+    for b in 0..g.batch {
+        let x = &input[b * c * in_plane..][..c * in_plane];
+        let y = &mut out[b * m * out_plane..][..m * out_plane];
+        for ty0 in (0..g.tiles_y).step_by(band_rows) {
+            if stop.should_stop() {
+                return Ok(());
+            }
+            let rows = band_rows.min(g.tiles_y - ty0);
+            let tiles = rows * g.tiles_x;
+            let (v, rest) = scratch.split_at_mut(POSITIONS * tiles * c);
+            let products = &mut rest[..POSITIONS * tiles * m];
+            // V: per input channel, 36 rows of `tiles` (position e's A operand is tiles x c
+            // with strides (1, 36 * tiles)).
+            each_chunk(threads, v, POSITIONS * tiles, |ch, vc| {
+                transform_input(F32, &x[ch * in_plane..][..in_plane], &g, ty0, rows, vc);
+                Ok(())
+            })?;
+            let v = &*v;
+            each_chunk(threads, products, tiles * m, |e, me| {
+                gemm_prepacked(
+                    &weights.positions[e],
+                    tiles,
+                    &v[e * tiles..],
+                    (1, (POSITIONS * tiles) as isize),
+                    me,
+                    (m as isize, 1),
+                    1.0,
+                    0.0,
+                    1,
+                )
+            })?;
+            let products = &*products;
+            let chunk = LANES * out_plane;
+            each_chunk(threads, y, chunk, |block, planes| {
+                transform_output(F32, products, &g, ty0, rows, block * LANES, planes);
+                Ok(())
+            })?;
+        }
+        // Bias, residual and activation per plane (still partly in cache).
+        if bias.is_some() || residual.is_some() || p.post != Activation::None {
+            let residual = residual.map(|r| &r[b * m * out_plane..][..m * out_plane]);
+            each_chunk(threads, y, out_plane, |ch, plane| {
+                let r = residual.map(|r| &r[ch * out_plane..][..out_plane]);
+                let shift = bias.map_or(0.0, |b| b[ch]);
+                p.post.add_residual_bias_and_apply(plane, r, shift);
+                Ok(())
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// `f(i, chunk)` for every `len`-element chunk of `data`: on the pool with `threads > 1`, else
+/// in order on this thread.
+fn each_chunk(
+    threads: usize,
+    data: &mut [f32],
+    len: usize,
+    f: impl Fn(usize, &mut [f32]) -> KernelResult<()> + Sync,
+) -> KernelResult<()> {
+    if threads > 1 {
+        crate::parallel::try_for_each_chunk_mut(data, len, 1, f)
+    } else {
+        data.chunks_mut(len)
+            .enumerate()
+            .try_for_each(|(i, chunk)| f(i, chunk))
+    }
+}
+
+/// `Bᵀ z` for the six values `z` (one lane each of [`LANES`] tiles).
+#[inline(always)]
+fn bt(z: &[[f32; LANES]; ALPHA]) -> [[f32; LANES]; ALPHA] {
+    let mut o = [[0.0f32; LANES]; ALPHA];
+    for l in 0..LANES {
+        let [z0, z1, z2, z3, z4, z5] = [z[0][l], z[1][l], z[2][l], z[3][l], z[4][l], z[5][l]];
+        o[0][l] = 4.0 * z0 - 5.0 * z2 + z4;
+        o[1][l] = -4.0 * z1 - 4.0 * z2 + z3 + z4;
+        o[2][l] = 4.0 * z1 - 4.0 * z2 - z3 + z4;
+        o[3][l] = -2.0 * z1 - z2 + 2.0 * z3 + z4;
+        o[4][l] = 2.0 * z1 - z2 - 2.0 * z3 + z4;
+        o[5][l] = 4.0 * z1 - 5.0 * z3 + z5;
+    }
+    o
+}
+
+/// `Aᵀ z` for the six values `z` (one lane each of [`LANES`] channels).
+#[inline(always)]
+fn at(z: &[[f32; LANES]; ALPHA]) -> [[f32; LANES]; TILE] {
+    let mut o = [[0.0f32; LANES]; TILE];
+    for l in 0..LANES {
+        let [z0, z1, z2, z3, z4, z5] = [z[0][l], z[1][l], z[2][l], z[3][l], z[4][l], z[5][l]];
+        o[0][l] = z0 + z1 + z2 + z3 + z4;
+        o[1][l] = z1 - z2 + 2.0 * z3 - 2.0 * z4;
+        o[2][l] = z1 + z2 + 4.0 * z3 + 4.0 * z4;
+        o[3][l] = z1 - z2 + 8.0 * z3 - 8.0 * z4 + z5;
+    }
+    o
+}
+
+multiversion! {
+    /// One input channel's tiles of the band (tile rows `ty0..ty0 + rows`): `v[e * tiles + t]`
+    /// is position `e` of tile `t`'s `Bᵀ d B`, the padding read as zeros.
+    fn transform_input<T: crate::kernels::float::Float>(
+        _f32: PhantomData<T>,
+        x: &[f32],
+        g: &Geometry,
+        ty0: usize,
+        rows: usize,
+        v: &mut [f32],
+    ) {
+        let tiles = rows * g.tiles_x;
+        let at = |iy: isize, ix: isize| -> f32 {
+            if iy >= 0 && ix >= 0 && (iy as usize) < g.in_h && (ix as usize) < g.in_w {
+                x[iy as usize * g.in_w + ix as usize]
+            } else {
+                0.0
+            }
+        };
+        let mut t0 = 0;
+        while t0 < tiles {
+            let lanes = LANES.min(tiles - t0);
+            // d[r][k][lane]: the 6x6 input tile of each lane's tile.
+            let mut d = [[[0.0f32; LANES]; ALPHA]; ALPHA];
+            for lane in 0..lanes {
+                let t = t0 + lane;
+                let (ty, tx) = (ty0 + t / g.tiles_x, t % g.tiles_x);
+                let iy0 = (ty * TILE) as isize - g.pad_top as isize;
+                let ix0 = (tx * TILE) as isize - g.pad_left as isize;
+                for (r, row) in d.iter_mut().enumerate() {
+                    for (k, col) in row.iter_mut().enumerate() {
+                        col[lane] = at(iy0 + r as isize, ix0 + k as isize);
+                    }
+                }
+            }
+            // Rows, then columns: w[r] = Bᵀ d[r] (along k), V[.][j] = Bᵀ w[.][j] (along r).
+            let w: [[[f32; LANES]; ALPHA]; ALPHA] = std::array::from_fn(|r| bt(&d[r]));
+            let columns: [[[f32; LANES]; ALPHA]; ALPHA] =
+                std::array::from_fn(|j| std::array::from_fn(|r| w[r][j]));
+            for (j, column) in columns.iter().enumerate() {
+                let transformed = bt(column);
+                for (i, values) in transformed.iter().enumerate() {
+                    let e = i * ALPHA + j;
+                    v[e * tiles + t0..][..lanes].copy_from_slice(&values[..lanes]);
+                }
+            }
+            t0 += lanes;
+        }
+    }
+}
+
+multiversion! {
+    /// Output channels `m0..m0 + LANES` (`planes`, whole output planes) of the band's tiles:
+    /// `Aᵀ M A` of the 36 products of each tile, clipped at the image's edge.
+    fn transform_output<T: crate::kernels::float::Float>(
+        _f32: PhantomData<T>,
+        products: &[f32],
+        g: &Geometry,
+        ty0: usize,
+        rows: usize,
+        m0: usize,
+        planes: &mut [f32],
+    ) {
+        let m = g.out_channels;
+        let tiles = rows * g.tiles_x;
+        let out_plane = g.out_h * g.out_w;
+        let lanes = planes.len() / out_plane;
+        for t in 0..tiles {
+            let (ty, tx) = (ty0 + t / g.tiles_x, t % g.tiles_x);
+            // z[i][j][lane]: position (i, j) of this tile's products for each channel.
+            let mut z = [[[0.0f32; LANES]; ALPHA]; ALPHA];
+            for (i, row) in z.iter_mut().enumerate() {
+                for (j, values) in row.iter_mut().enumerate() {
+                    let e = i * ALPHA + j;
+                    values[..lanes].copy_from_slice(&products[(e * tiles + t) * m + m0..][..lanes]);
+                }
+            }
+            // Rows: s[i] = Aᵀ z[i] (along j); then columns: Y[.][q] = Aᵀ s[.][q] (along i).
+            let s: [[[f32; LANES]; TILE]; ALPHA] = std::array::from_fn(|i| at(&z[i]));
+            let columns: [[[f32; LANES]; ALPHA]; TILE] =
+                std::array::from_fn(|q| std::array::from_fn(|i| s[i][q]));
+            for (q, column) in columns.iter().enumerate() {
+                let ox = tx * TILE + q;
+                if ox >= g.out_w {
+                    break;
+                }
+                let y = at(column);
+                for (p, values) in y.iter().enumerate() {
+                    let oy = ty * TILE + p;
+                    if oy >= g.out_h {
+                        break;
+                    }
+                    for (lane, &value) in values[..lanes].iter().enumerate() {
+                        planes[lane * out_plane + oy * g.out_w + ox] = value;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::convolution::conv_kernel::{self, conv_output_dims, conv_scratch_len};
+
+    fn values(n: usize, seed: f32) -> Vec<f32> {
+        (0..n).map(|i| (i as f32 * 0.731 + seed).sin()).collect()
+    }
+
+    /// Winograd against the direct path on one geometry.
+    fn check(n: usize, c: usize, m: usize, h: usize, w: usize, pads: [usize; 4], threads: usize) {
+        let p = ConvParams {
+            pads_begin: vec![pads[0], pads[1]],
+            pads_end: vec![pads[2], pads[3]],
+            post: Activation::Relu,
+            ..ConvParams::default()
+        };
+        let (x_dims, w_dims) = ([n, c, h, w], [m, c, 3, 3]);
+        let x = values(n * c * h * w, 0.3);
+        let weight = values(m * c * 9, 1.1);
+        let bias = values(m, 2.0);
+        let out_dims = conv_output_dims(&x_dims, &w_dims, &p).unwrap();
+        let len: usize = out_dims.iter().product();
+        let residual = values(len, 0.7);
+        let mut expected = vec![0.0; len];
+        let mut unfold = vec![0.0; conv_scratch_len(&x_dims, &w_dims, &p)];
+        conv_kernel::conv(
+            &x,
+            &x_dims,
+            &weight,
+            &w_dims,
+            Some(&bias),
+            Some(&residual),
+            None,
+            &p,
+            &mut expected,
+            &mut unfold,
+            1,
+        )
+        .unwrap();
+        let packed = WinogradWeights::new(&weight, m, c).unwrap();
+        let mut scratch = vec![0.0; scratch_len(&x_dims, &w_dims, &p)];
+        let mut got = vec![f32::NAN; len];
+        conv(
+            &x,
+            &x_dims,
+            &packed,
+            &p,
+            Some(&bias),
+            Some(&residual),
+            &mut got,
+            &mut scratch,
+            threads,
+        )
+        .unwrap();
+        let scale = expected.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        for (i, (a, b)) in got.iter().zip(&expected).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-5 * scale.max(1.0) * (c as f32).sqrt(),
+                "{n}x{c}x{h}x{w} -> {m}, pads {pads:?}: element {i}: {a} vs {b}"
+            );
+        }
+    }
+
+    #[test]
+    fn equals_the_direct_convolution() {
+        // Tile-aligned and ragged edges, asymmetric and no padding, several bands, channel
+        // counts that are not multiples of the vector width, batches, one and two threads.
+        check(1, 16, 16, 8, 8, [1, 1, 1, 1], 1);
+        check(1, 17, 33, 13, 11, [1, 1, 1, 1], 1);
+        check(2, 8, 20, 7, 9, [0, 0, 0, 0], 2);
+        check(1, 5, 3, 10, 6, [2, 0, 1, 2], 1);
+        check(1, 24, 40, 61, 70, [1, 1, 1, 1], 2);
+    }
+
+    #[test]
+    fn mismatched_inputs_are_errors() {
+        let packed = WinogradWeights::new(&values(4 * 3 * 9, 0.0), 4, 3).unwrap();
+        let p = ConvParams {
+            pads_begin: vec![1, 1],
+            pads_end: vec![1, 1],
+            ..ConvParams::default()
+        };
+        let mut out = vec![0.0; 4 * 64];
+        let err = conv(
+            &values(5 * 64, 0.0),
+            &[1, 5, 8, 8],
+            &packed,
+            &p,
+            None,
+            None,
+            &mut out,
+            &mut [],
+            1,
+        );
+        assert!(err.is_err());
+        let err = conv(
+            &values(3 * 64, 0.0),
+            &[1, 3, 8, 8],
+            &packed,
+            &p,
+            None,
+            None,
+            &mut out,
+            &mut [],
+            1,
+        );
+        assert!(matches!(err, Err(KernelError::BufferLength { .. })));
+        assert!(WinogradWeights::new(&[0.0; 10], 4, 3).is_err());
+    }
+}
