@@ -108,8 +108,9 @@ fn fused_vs_unfused(m: ModelBuilder, outputs: &[&str]) -> (BTreeMap<String, usiz
         let (plan, got) = run(true, threads);
         for (o, (g, w)) in got.iter().zip(&want).enumerate() {
             for (i, (a, b)) in g.iter().zip(w).enumerate() {
+                // A near miss may compute NaN (the root of a negative mean of cubes): both must.
                 assert!(
-                    (a - b).abs() <= 1e-5 * b.abs() + 1e-6,
+                    (a.is_nan() && b.is_nan()) || (a - b).abs() <= 1e-5 * b.abs() + 1e-6,
                     "output {o} element {i}: fused {a} vs unfused {b}"
                 );
             }
