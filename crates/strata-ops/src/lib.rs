@@ -24,6 +24,6 @@ pub use fact::{broadcast_dims, broadcast_shapes, int_values, Dim, Fact};
 pub use operator::{
     Constructor, ContextState, EpilogueStep, FusableActivation, Fused, FusesEpilogue,
     HasQLinearForm, InferenceBatchNorm, Kernel, KernelCapabilities, KernelIo, LinearQuantization,
-    MakesOutputs, OpCapabilities, OpContext, OpTable, Operator, UsesContextState,
+    MakesOutputs, OpCapabilities, OpContext, OpTable, Operator, RowNorm, UsesContextState,
 };
 pub use registry::{build_operator, is_supported, supported_ops};

@@ -137,6 +137,9 @@ pub struct OpCapabilities<'a> {
     pub qlinear: Option<&'a dyn HasQLinearForm>,
     /// It is a QuantizeLinear or DequantizeLinear with these parameters.
     pub linear_quantization: Option<LinearQuantization>,
+    /// It normalizes rows (LayerNorm or RMS norm) with these parameters: a residual Add before
+    /// it may be fused in (SkipLayerNormalization).
+    pub row_norm: Option<RowNorm>,
 }
 
 impl fmt::Debug for OpCapabilities<'_> {
@@ -147,6 +150,7 @@ impl fmt::Debug for OpCapabilities<'_> {
             .field("activation", &self.activation.is_some())
             .field("qlinear", &self.qlinear.is_some())
             .field("linear_quantization", &self.linear_quantization)
+            .field("row_norm", &self.row_norm)
             .finish()
     }
 }
@@ -191,6 +195,16 @@ pub trait FusableActivation: Send + Sync {
     /// The activation this node computes on input facts `inputs` (constant inputs carry their
     /// values), or `None` when it cannot be written as one (Clip bounds that are computed, say).
     fn activation(&self, inputs: &[&Fact]) -> Option<Activation>;
+}
+
+/// A row normalization's parameters: inputs are X, scale, then (centered) an optional bias.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RowNorm {
+    /// The first normalized axis, as the attribute gives it (may be negative).
+    pub axis: i64,
+    pub epsilon: f32,
+    /// LayerNorm (subtracts the mean) rather than RMS norm.
+    pub centered: bool,
 }
 
 /// What the optimizer needs to fold an inference-mode BatchNormalization into the weights and

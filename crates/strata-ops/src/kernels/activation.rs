@@ -24,6 +24,10 @@ pub enum Activation {
     HardSwish,
     /// `tanh(x)`.
     Tanh,
+    /// The exact GELU, `0.5 x (1 + erf(x / √2))`.
+    Gelu,
+    /// GELU's tanh approximation, `0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))`.
+    GeluTanh,
 }
 
 impl Activation {
@@ -41,6 +45,8 @@ impl Activation {
             }
             Activation::HardSwish => hard_swish(x),
             Activation::Tanh => x.tanh(),
+            Activation::Gelu => gelu_erf(x),
+            Activation::GeluTanh => gelu_tanh(x),
         }
     }
 
@@ -100,6 +106,7 @@ multiversion! {
             }
             Activation::HardSwish => values.iter_mut().for_each(|v| *v = hard_swish(*v + bias)),
             Activation::Tanh => values.iter_mut().for_each(|v| *v = (*v + bias).tanh()),
+            Activation::Gelu | Activation::GeluTanh => gelu_in_blocks(act, values, None, bias),
         }
     }
 }
@@ -120,9 +127,89 @@ multiversion! {
                 let (min, max) = (T::from_f32(min), T::from_f32(max));
                 pairs.for_each(|(v, &r)| *v = clip(*v + r + bias, min, max))
             }
+            Activation::Gelu | Activation::GeluTanh => {
+                gelu_in_blocks(act, values, Some(residual), bias)
+            }
             other => pairs.for_each(|(v, &r)| *v = other.apply(*v + r + bias)),
         }
     }
+}
+
+/// Below this pre-activation a GELU is `x` times a small difference (`1 + erf`, `1 + tanh`)
+/// that the fast f32 functions give with an absolute error of a few 1e-8, a visible relative
+/// error of the result: those elements are recomputed in f64.
+const GELU_TAIL: f32 = -3.0;
+
+/// `values = gelu(values + residual + bias)` in blocks small enough to keep the pre-activations
+/// on the stack, so the rare elements in the negative tail can be recomputed exactly.
+#[inline(always)]
+fn gelu_in_blocks<T: Float>(act: Activation, values: &mut [T], residual: Option<&[T]>, bias: T) {
+    const BLOCK: usize = 64;
+    let tail = T::from_f32(GELU_TAIL);
+    let mut pre = [T::ZERO; BLOCK];
+    for (b, block) in values.chunks_mut(BLOCK).enumerate() {
+        let pre = &mut pre[..block.len()];
+        match residual {
+            Some(r) => {
+                let r = &r[b * BLOCK..b * BLOCK + block.len()];
+                for ((p, v), &r) in pre.iter_mut().zip(block.iter()).zip(r) {
+                    *p = *v + r + bias;
+                }
+            }
+            None => {
+                for (p, v) in pre.iter_mut().zip(block.iter()) {
+                    *p = *v + bias;
+                }
+            }
+        }
+        let mut low = false;
+        match act {
+            Activation::GeluTanh => {
+                for (v, &p) in block.iter_mut().zip(pre.iter()) {
+                    *v = gelu_tanh(p);
+                    low |= p < tail;
+                }
+            }
+            _ => {
+                for (v, &p) in block.iter_mut().zip(pre.iter()) {
+                    *v = gelu_erf(p);
+                    low |= p < tail;
+                }
+            }
+        }
+        if low {
+            for (v, &p) in block.iter_mut().zip(pre.iter()) {
+                if p < tail {
+                    *v = T::of_f64(gelu_f64(act, p.as_f64()));
+                }
+            }
+        }
+    }
+}
+
+/// GELU in f64, for the negative tail.
+fn gelu_f64(act: Activation, x: f64) -> f64 {
+    let gate = if act == Activation::GeluTanh {
+        let k = (2.0 / std::f64::consts::PI).sqrt();
+        1.0 + (k * (x + 0.044715 * x * x * x)).tanh()
+    } else {
+        1.0 + crate::support::erf::erf(x * std::f64::consts::FRAC_1_SQRT_2)
+    };
+    0.5 * x * gate
+}
+
+#[inline(always)]
+fn gelu_erf<T: Float>(x: T) -> T {
+    let half = T::from_f32(0.5);
+    half * x * (T::ONE + (x * T::of_f64(std::f64::consts::FRAC_1_SQRT_2)).erf())
+}
+
+#[inline(always)]
+fn gelu_tanh<T: Float>(x: T) -> T {
+    let k = T::of_f64((2.0 / std::f64::consts::PI).sqrt());
+    let c = T::from_f32(0.044715);
+    let half = T::from_f32(0.5);
+    half * x * (T::ONE + (k * (x + c * x * x * x)).fast_tanh())
 }
 
 #[inline(always)]

@@ -25,6 +25,12 @@ pub trait Float:
 
     fn from_f32(v: f32) -> Self;
     fn from_usize(v: usize) -> Self;
+    fn of_f64(v: f64) -> Self;
+    fn as_f64(self) -> f64;
+    /// The error function; branch-free for f32, so loops over it vectorize.
+    fn erf(self) -> Self;
+    /// tanh, branch-free for f32 (a few ulp, see `support::fast_math`).
+    fn fast_tanh(self) -> Self;
     fn abs(self) -> Self;
     fn sqrt(self) -> Self;
     fn exp(self) -> Self;
@@ -48,6 +54,22 @@ macro_rules! impl_float {
             #[inline(always)]
             fn from_usize(v: usize) -> Self {
                 v as $t
+            }
+            #[inline(always)]
+            fn of_f64(v: f64) -> Self {
+                v as $t
+            }
+            #[inline(always)]
+            fn as_f64(self) -> f64 {
+                self as f64
+            }
+            #[inline(always)]
+            fn erf(self) -> Self {
+                erf_of(self)
+            }
+            #[inline(always)]
+            fn fast_tanh(self) -> Self {
+                fast_tanh_of(self)
             }
             #[inline(always)]
             fn abs(self) -> Self {
@@ -83,3 +105,41 @@ macro_rules! impl_float {
 
 impl_float!(f32);
 impl_float!(f64);
+
+/// Per-type error function and fast tanh: the vectorizable f32 approximations, f64's reference.
+trait FastMath: Sized {
+    fn erf_impl(self) -> Self;
+    fn tanh_impl(self) -> Self;
+}
+
+impl FastMath for f32 {
+    #[inline(always)]
+    fn erf_impl(self) -> Self {
+        crate::support::fast_math::erf(self)
+    }
+    #[inline(always)]
+    fn tanh_impl(self) -> Self {
+        crate::support::fast_math::tanh(self)
+    }
+}
+
+impl FastMath for f64 {
+    #[inline(always)]
+    fn erf_impl(self) -> Self {
+        crate::support::erf::erf(self)
+    }
+    #[inline(always)]
+    fn tanh_impl(self) -> Self {
+        self.tanh()
+    }
+}
+
+#[inline(always)]
+fn erf_of<T: FastMath>(x: T) -> T {
+    x.erf_impl()
+}
+
+#[inline(always)]
+fn fast_tanh_of<T: FastMath>(x: T) -> T {
+    x.tanh_impl()
+}

@@ -14,6 +14,7 @@ pub mod float;
 pub mod gemm;
 pub mod igemm;
 pub mod matmul;
+pub mod norm;
 pub(crate) mod phase_planes;
 pub mod quant;
 pub mod sdpa;

@@ -361,7 +361,10 @@ mod tests {
                 outcomes.lock().unwrap()[i] = Some(made.is_ok());
             })
         });
-        assert_eq!(outcomes.into_inner().unwrap(), vec![Some(true), Some(false)]);
+        assert_eq!(
+            outcomes.into_inner().unwrap(),
+            vec![Some(true), Some(false)]
+        );
         assert_eq!(budget.used(), 0, "what the tasks made was given back");
     }
 

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use strata_core::DType;
-use strata_ops::{EpilogueStep, Fact, Fused};
+use strata_ops::{Dim, EpilogueStep, Fact, Fused};
 
 use crate::graph::{NodeId, ValueSource};
 use crate::optimize::fuse::{absorb, remove_nodes, sole_consumer};
@@ -113,6 +113,9 @@ fn next_step(
         );
         // Same dtype and the very same dims (known or the same symbol): no broadcasting.
         let same = |f: &Fact| f.dtype == DType::F32 && f.dims == mine.dims;
+        if mine.dtype == DType::F32 && same(sum) && is_bias_row(theirs, mine) {
+            return Some((consumer, EpilogueStep::Bias, Some(other)));
+        }
         let fits = mine.dtype == DType::F32 && same(theirs) && same(sum);
         return fits.then_some((consumer, EpilogueStep::Residual, Some(other)));
     }
@@ -125,6 +128,21 @@ fn next_step(
         .collect();
     let act = activation.activation(&inputs)?;
     Some((consumer, EpilogueStep::Activation(act), None))
+}
+
+/// Whether `bias` is a constant vector along the last axis of `out` (dims `[N]` or
+/// `[1, …, 1, N]`, not more than `out`'s rank and not `out`'s own dims), the form a
+/// Gemm-style bias takes.
+fn is_bias_row(bias: &Fact, out: &Fact) -> bool {
+    let Some((Dim::Known(n), lead)) = bias.dims.split_last() else {
+        return false;
+    };
+    bias.value.is_some()
+        && bias.dtype == out.dtype
+        && bias.rank() <= out.rank()
+        && bias.dims != out.dims
+        && lead.iter().all(|d| *d == Dim::Known(1))
+        && out.dims.last() == Some(&Dim::Known(*n))
 }
 
 /// Facts of every value for the graph's declared input dims (symbolic ones stay symbols), or

@@ -110,6 +110,8 @@ impl UnaryKind for ActivationOp {
                 Some(Activation::HardSigmoid { alpha, beta })
             }
             ActivationOp::HardSwish => Some(Activation::HardSwish),
+            ActivationOp::Gelu { tanh: false } => Some(Activation::Gelu),
+            ActivationOp::Gelu { tanh: true } => Some(Activation::GeluTanh),
             _ => None,
         }
     }

@@ -3,6 +3,7 @@
 
 use strata_core::{DType, Device, Element};
 
+use crate::kernels::gemm::{gemm_prepacked_with, Epilogue};
 use crate::kernels::{gemm, gemm_prepacked, Activation, GemmFloat, Prepacked};
 use crate::support::strided::for_each_broadcast;
 use crate::{
@@ -164,6 +165,76 @@ impl Gemm {
     }
 }
 
+/// Products with more rows than this use the packed B as the driver's panels, and run the bias
+/// and activation on each finished tile ([`GemmKernel::finish_in_epilogue`]).
+const TILED_ROWS: usize = 4;
+
+impl<T: Element + GemmFloat> GemmKernel<T> {
+    /// The product with prepacked B and `C` a row of `n` (or absent): `beta * C` and the
+    /// activation applied to each finished tile while it is in cache, instead of a copy of C
+    /// before the product and a pass for the activation after it. Returns false (nothing
+    /// done) for few rows or other shapes of C.
+    #[allow(clippy::too_many_arguments)]
+    fn finish_in_epilogue(
+        &self,
+        pb: &Prepacked<T>,
+        c: &strata_core::Tensor,
+        m: usize,
+        n: usize,
+        k: usize,
+        sa: &[T],
+        so: &mut [T],
+        threads: usize,
+    ) -> OpResult<bool> {
+        if m <= TILED_ROWS || pb.extent() != n || pb.depth() != k {
+            return Ok(false);
+        }
+        let rc = if c.is_defined() {
+            let row = matches!(c.dims(), [x] | [1, x] if *x == n);
+            if !row {
+                return Ok(false);
+            }
+            Some(c.read::<T>()?)
+        } else {
+            None
+        };
+        let bias = match &rc {
+            Some(r) => match r.as_slice() {
+                Some(s) => s,
+                None => return Ok(false),
+            },
+            None => &[],
+        };
+        let beta = T::from_f32(self.op.beta);
+        let post = self.op.post;
+        let finish = |_i: usize, j: usize, row: &mut [T]| {
+            if !bias.is_empty() {
+                let b = &bias[j..j + row.len()];
+                row.iter_mut().zip(b).for_each(|(v, &b)| *v += beta * b);
+            }
+            post.apply_all(row);
+        };
+        let a_strides = if self.op.trans_a {
+            (1, m as isize)
+        } else {
+            (k as isize, 1)
+        };
+        let needs = !bias.is_empty() || post != Activation::None;
+        gemm_prepacked_with(
+            pb,
+            m,
+            sa,
+            a_strides,
+            so,
+            (n as isize, 1),
+            (T::from_f32(self.op.alpha), T::from_f32(0.0)),
+            needs.then_some(&finish as &Epilogue<'_, T>),
+            threads,
+        )?;
+        Ok(true)
+    }
+}
+
 #[derive(Debug)]
 struct GemmKernel<T> {
     op: Gemm,
@@ -185,6 +256,11 @@ impl<T: Element + GemmFloat> Kernel for GemmKernel<T> {
         let not_contiguous = || OpError::kernel("Gemm", "operands must be contiguous");
         let sa = ra.as_slice().ok_or_else(not_contiguous)?;
         let so = w.as_mut_slice().ok_or_else(not_contiguous)?;
+        if let Some(pb) = &self.packed_b {
+            if self.finish_in_epilogue(pb, c, m, n, k, sa, so, io.threads)? {
+                return Ok(());
+            }
+        }
         let beta = if c.is_defined() {
             let lc = c.layout().expand(out.dims())?;
             let rc = c.read::<T>()?;

@@ -1,23 +1,51 @@
 //! MatMul: numpy-style matrix product with broadcast batch dims, through the GEMM kernel.
 //! f32 and f64 compute natively; f16 and bf16 are widened to f32 in planned scratch and each
 //! output element is rounded once.
+//!
+//! The graph optimizer may fuse a bias, a residual and activations into a MatMul
+//! ([`Steps`]). With a constant 2-D B and an A of any rank (the batch dims stack into the
+//! rows of one tall product), B is packed once at plan time and the steps run on each finished
+//! tile of the product while it is in cache.
 
 use std::marker::PhantomData;
 
 use strata_core::{bf16, f16, DType, Device, Element};
 
-use crate::kernels::{batched_matmul, GemmFloat};
+use super::matmul_epilogue::Steps;
+use crate::kernels::gemm::{gemm_prepacked_with, Epilogue};
+use crate::kernels::{batched_matmul, GemmFloat, Prepacked};
 use crate::support::inputs::exact_inputs;
 use crate::support::numeric::Real;
 use crate::support::scratch::{carve, scratch_as};
-use crate::{broadcast_dims, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{
+    broadcast_dims, Dim, EpilogueStep, Fact, Fused, FusesEpilogue, Kernel, KernelCapabilities,
+    KernelIo, OpCapabilities, OpContext, OpError, OpResult, Operator,
+};
 
-#[derive(Debug)]
-pub struct MatMul;
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MatMul {
+    /// Work fused in by the graph optimizer, applied to the product's rows in order.
+    steps: Steps,
+}
+
+/// Products with at most this many rows stream B (the skinny path), so B is not prepacked for
+/// them.
+const SKINNY_ROWS: usize = 4;
 
 impl MatMul {
     pub fn build(_ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
-        Ok(Box::new(MatMul))
+        Ok(Box::new(MatMul::default()))
+    }
+}
+
+/// Bias, residual and activations, up to [`super::matmul_epilogue::MAX_STEPS`] of them.
+impl FusesEpilogue for MatMul {
+    fn fuse(&self, step: EpilogueStep) -> Option<Fused> {
+        let (steps, operand_slot) = self.steps.push(step)?;
+        Some(Fused {
+            op: Box::new(MatMul { steps }),
+            operand_slot,
+        })
     }
 }
 
@@ -60,8 +88,23 @@ impl Operator for MatMul {
         "MatMul"
     }
 
+    fn capabilities(&self) -> OpCapabilities<'_> {
+        OpCapabilities {
+            epilogue: Some(self),
+            ..OpCapabilities::default()
+        }
+    }
+
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
-        let [a, b] = exact_inputs("MatMul", inputs)?;
+        let operands = self.steps.operands();
+        if inputs.len() != 2 + operands {
+            return Err(OpError::InputCount {
+                op: "MatMul".into(),
+                expected: (2 + operands).to_string(),
+                actual: inputs.len(),
+            });
+        }
+        let [a, b] = exact_inputs("MatMul", &inputs[..2])?;
         if a.dtype != b.dtype {
             return Err(OpError::DType {
                 op: "MatMul".into(),
@@ -70,7 +113,18 @@ impl Operator for MatMul {
                 actual: b.dtype,
             });
         }
-        Ok(vec![Fact::new(a.dtype, matmul_dims(&a.dims, &b.dims)?)])
+        let out = matmul_dims(&a.dims, &b.dims)?;
+        for (k, f) in inputs[2..].iter().enumerate() {
+            if f.dtype != a.dtype {
+                return Err(OpError::DType {
+                    op: "MatMul".into(),
+                    index: 2 + k,
+                    expected: a.dtype.to_string(),
+                    actual: f.dtype,
+                });
+            }
+        }
+        Ok(vec![Fact::new(a.dtype, out)])
     }
 
     fn scratch_bytes(&self, inputs: &[&Fact], outputs: &[&Fact]) -> OpResult<usize> {
@@ -90,34 +144,144 @@ impl Operator for MatMul {
     fn kernel(
         &self,
         inputs: &[&Fact],
-        _outputs: &[&Fact],
+        outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
+        let steps = self.steps;
         match (inputs[0].dtype, device) {
-            (DType::F32, Device::Cpu) => Ok(Box::new(MatMulKernel::<f32>(PhantomData))),
-            (DType::F64, Device::Cpu) => Ok(Box::new(MatMulKernel::<f64>(PhantomData))),
-            (DType::F16, Device::Cpu) => Ok(Box::new(WidenedMatMulKernel::<f16>(PhantomData))),
-            (DType::BF16, Device::Cpu) => Ok(Box::new(WidenedMatMulKernel::<bf16>(PhantomData))),
+            (DType::F32, Device::Cpu) => Ok(Box::new(MatMulKernel::<f32> {
+                steps,
+                packed_b: prepack_b(inputs, outputs)?,
+            })),
+            (DType::F64, Device::Cpu) => Ok(Box::new(MatMulKernel::<f64> {
+                steps,
+                packed_b: prepack_b(inputs, outputs)?,
+            })),
+            (DType::F16, Device::Cpu) => Ok(Box::new(WidenedMatMulKernel::<f16> {
+                steps,
+                _h: PhantomData,
+            })),
+            (DType::BF16, Device::Cpu) => Ok(Box::new(WidenedMatMulKernel::<bf16> {
+                steps,
+                _h: PhantomData,
+            })),
             (dtype, device) => Err(OpError::no_kernel("MatMul", dtype, device)),
         }
     }
 }
 
+/// A constant 2-D B (a linear layer's weights) packed once for the products, when A has rank
+/// 2 or more and the planned row count (A's rows over all its batch dims) is past the skinny
+/// path's. Held by the kernel in Persistent memory, shared by every context.
+fn prepack_b<T: Element + GemmFloat>(
+    inputs: &[&Fact],
+    outputs: &[&Fact],
+) -> OpResult<Option<Prepacked<T>>> {
+    let (Some(b), Some(out)) = (inputs[1].value.as_ref(), outputs.first()) else {
+        return Ok(None);
+    };
+    let rows = out
+        .dims
+        .split_last()
+        .and_then(|(_, lead)| lead.iter().map(Dim::known).product::<Option<usize>>());
+    if b.rank() != 2 || inputs[0].rank() < 2 || !matches!(rows, Some(m) if m > SKINNY_ROWS) {
+        return Ok(None);
+    }
+    let read = b.read::<T>()?;
+    let Some(values) = read.as_slice() else {
+        return Ok(None);
+    };
+    let (k, n) = (b.dims()[0], b.dims()[1]);
+    // Runs read the packed copy only (`packed_inputs`): the plan frees the original.
+    Ok(Some(Prepacked::b(k, n, values, (n as isize, 1))?))
+}
+
 #[derive(Debug)]
-struct MatMulKernel<T>(PhantomData<T>);
+struct MatMulKernel<T> {
+    steps: Steps,
+    /// B packed at plan time, when it is a constant matrix.
+    packed_b: Option<Prepacked<T>>,
+}
+
+/// The fused steps' operands (inputs 2..), read and contiguous.
+macro_rules! read_operands {
+    ($io:expr, $steps:expr, $t:ty, $guards:ident, $slices:ident) => {
+        let count = $steps.operands();
+        let mut $guards: [Option<strata_core::ReadGuard<'_, $t>>;
+            super::matmul_epilogue::MAX_STEPS] = Default::default();
+        for (k, g) in $guards.iter_mut().take(count).enumerate() {
+            *g = Some($io.input(2 + k).read::<$t>()?);
+        }
+        let mut $slices: [&[$t]; super::matmul_epilogue::MAX_STEPS] = Default::default();
+        for (s, g) in $slices.iter_mut().zip(&$guards).take(count) {
+            if let Some(g) = g {
+                *s = g.as_slice().ok_or_else(|| {
+                    OpError::kernel("MatMul", "fused operands must be contiguous")
+                })?;
+            }
+        }
+        let $slices = &$slices[..count];
+    };
+}
 
 impl<T: Element + GemmFloat> Kernel for MatMulKernel<T> {
+    fn capabilities(&self) -> KernelCapabilities<'_> {
+        KernelCapabilities {
+            packed_inputs: if self.packed_b.is_some() { &[1] } else { &[] },
+            ..KernelCapabilities::default()
+        }
+    }
+
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
         let (a, b, out) = (io.input(0), io.input(1), io.output(0));
-        let (ra, rb) = (a.read::<T>()?, b.read::<T>()?);
+        let ra = a.read::<T>()?;
         let mut w = out.write::<T>()?;
         let not_contiguous = || OpError::kernel("MatMul", "operands must be contiguous");
-        let (sa, sb) = (
-            ra.as_slice().ok_or_else(not_contiguous)?,
-            rb.as_slice().ok_or_else(not_contiguous)?,
-        );
+        let sa = ra.as_slice().ok_or_else(not_contiguous)?;
         let so = w.as_mut_slice().ok_or_else(not_contiguous)?;
-        batched_matmul(sa, a.dims(), sb, b.dims(), so, io.threads)?;
+        let n = out.dims().last().copied().unwrap_or(1);
+        let k = a.dims().last().copied().unwrap_or(1);
+        let m = if n == 0 { 0 } else { so.len() / n };
+        read_operands!(io, self.steps, T, guards, operands);
+        let lens: [usize; super::matmul_epilogue::MAX_STEPS] =
+            std::array::from_fn(|i| operands.get(i).map_or(0, |o| o.len()));
+        if !self.steps.operands_fit(&lens[..operands.len()], m, n) {
+            return Err(OpError::kernel(
+                "MatMul",
+                "a fused bias or residual does not fit the output",
+            ));
+        }
+        match &self.packed_b {
+            // Even for a few rows (other input dims than planned): the plan may have let B's
+            // original go (`packed_inputs`).
+            Some(pb) if pb.depth() == k && pb.extent() == n => {
+                let finish = |i: usize, j: usize, row: &mut [T]| {
+                    self.steps.apply_row(operands, n, i, j, row)
+                };
+                let epilogue = (!self.steps.is_empty()).then_some(&finish as &Epilogue<'_, T>);
+                gemm_prepacked_with(
+                    pb,
+                    m,
+                    sa,
+                    (k as isize, 1),
+                    so,
+                    (n as isize, 1),
+                    (T::ONE, T::ZERO),
+                    epilogue,
+                    io.threads,
+                )?;
+            }
+            _ => {
+                let rb = b.read::<T>()?;
+                let sb = rb.as_slice().ok_or_else(not_contiguous)?;
+                batched_matmul(sa, a.dims(), sb, b.dims(), so, io.threads)?;
+                if !self.steps.is_empty() && n > 0 {
+                    for (i, row) in so.chunks_exact_mut(n).enumerate() {
+                        self.steps.apply_row(operands, n, i, 0, row);
+                    }
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -125,7 +289,10 @@ impl<T: Element + GemmFloat> Kernel for MatMulKernel<T> {
 /// MatMul for 16-bit floats: operands widened to f32 in scratch, the f32 product, then one
 /// rounding per output element.
 #[derive(Debug)]
-struct WidenedMatMulKernel<H>(PhantomData<H>);
+struct WidenedMatMulKernel<H> {
+    steps: Steps,
+    _h: PhantomData<H>,
+}
 
 impl<H: Element + Real<Wide = f32>> Kernel for WidenedMatMulKernel<H> {
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
@@ -150,8 +317,44 @@ impl<H: Element + Real<Wide = f32>> Kernel for WidenedMatMulKernel<H> {
         let out_h = wo.as_mut_slice().ok_or_else(not_contiguous)?;
         let out_f = carve("MatMul", &mut rest, out_h.len())?;
         batched_matmul(af, a.dims(), bf, b.dims(), out_f, io.threads)?;
+        if !self.steps.is_empty() {
+            self.apply_steps(io, out_f)?;
+        }
         for (d, &v) in out_h.iter_mut().zip(out_f.iter()) {
             *d = H::narrow(v);
+        }
+        Ok(())
+    }
+}
+
+impl<H: Element + Real<Wide = f32>> WidenedMatMulKernel<H> {
+    /// The fused steps on the f32 product, operands widened element by element.
+    fn apply_steps(&self, io: &KernelIo<'_>, out: &mut [f32]) -> OpResult<()> {
+        let n = io.output(0).dims().last().copied().unwrap_or(1).max(1);
+        read_operands!(io, self.steps, H, guards, operands);
+        let mut next = 0;
+        for step in self.steps.iter() {
+            match step {
+                EpilogueStep::Activation(act) => act.apply_all(out),
+                EpilogueStep::Bias | EpilogueStep::Residual => {
+                    let operand = operands[next];
+                    next += 1;
+                    let period = if step == EpilogueStep::Bias {
+                        n
+                    } else {
+                        out.len()
+                    };
+                    if operand.len() != period {
+                        return Err(OpError::kernel(
+                            "MatMul",
+                            "a fused bias or residual does not fit the output",
+                        ));
+                    }
+                    for (i, v) in out.iter_mut().enumerate() {
+                        *v += operand[i % period].widen();
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -167,12 +370,12 @@ mod tests {
     fn run(a: &Tensor, b: &Tensor) -> OpResult<Tensor> {
         let facts = [Fact::constant(a.clone()), Fact::constant(b.clone())];
         let refs: Vec<&Fact> = facts.iter().collect();
-        let out_fact = MatMul.infer(&refs)?.remove(0);
+        let out_fact = MatMul::default().infer(&refs)?.remove(0);
         let dims = out_fact.concrete().unwrap();
         let out = Tensor::empty(&dims, out_fact.dtype, Device::Cpu, MemoryKind::Workspace)?;
-        let bytes = MatMul.scratch_bytes(&refs, &[&out_fact])?;
+        let bytes = MatMul::default().scratch_bytes(&refs, &[&out_fact])?;
         let scratch = Tensor::empty(&[bytes], DType::U8, Device::Cpu, MemoryKind::Workspace)?;
-        let kernel = MatMul.kernel(&refs, &[&out_fact], Device::Cpu)?;
+        let kernel = MatMul::default().kernel(&refs, &[&out_fact], Device::Cpu)?;
         kernel.run(&KernelIo {
             inputs: &[a, b],
             outputs: &[&out],
@@ -214,9 +417,11 @@ mod tests {
         let a = Tensor::from_slice(&[f16::ONE; 4], &[2, 2]).unwrap();
         let facts = [Fact::constant(a.clone()), Fact::constant(a.clone())];
         let refs: Vec<&Fact> = facts.iter().collect();
-        let out_fact = MatMul.infer(&refs).unwrap().remove(0);
+        let out_fact = MatMul::default().infer(&refs).unwrap().remove(0);
         let out = Tensor::zeros(&[2, 2], DType::F16).unwrap();
-        let kernel = MatMul.kernel(&refs, &[&out_fact], Device::Cpu).unwrap();
+        let kernel = MatMul::default()
+            .kernel(&refs, &[&out_fact], Device::Cpu)
+            .unwrap();
         let io = KernelIo {
             inputs: &[&a, &a],
             outputs: &[&out],

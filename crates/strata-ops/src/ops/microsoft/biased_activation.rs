@@ -9,10 +9,13 @@ use strata_core::Device;
 
 use crate::cpu_float_kernel;
 use crate::kernels::simd::multiversion;
+use crate::kernels::Activation;
 use crate::ops::math::unary::sigmoid;
 use crate::support::inputs::{optional, required};
 use crate::support::numeric::{Real, WideFloat};
-use crate::{Dim, Fact, Kernel, KernelIo, OpError, OpResult, Operator};
+use crate::{
+    Dim, Fact, FusableActivation, Kernel, KernelIo, OpCapabilities, OpError, OpResult, Operator,
+};
 
 /// Which GELU the operator computes.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -47,9 +50,33 @@ impl BiasedActivation {
     }
 }
 
+/// Without a bias, the erf and tanh forms are activations a producer's epilogue applies.
+impl FusableActivation for BiasedActivation {
+    fn activation(&self, inputs: &[&Fact]) -> Option<Activation> {
+        let x = inputs.first()?;
+        let bias = inputs.get(1).is_some_and(|b| b.is_defined());
+        if !x.dtype.is_float() || bias {
+            return None;
+        }
+        match self.form {
+            GeluForm::Erf => Some(Activation::Gelu),
+            GeluForm::Tanh => Some(Activation::GeluTanh),
+            GeluForm::Sigmoid { .. } => None,
+        }
+    }
+}
+
 impl Operator for BiasedActivation {
     fn op_type(&self) -> &str {
         self.op
+    }
+
+    fn capabilities(&self) -> OpCapabilities<'_> {
+        OpCapabilities {
+            activation: (!matches!(self.form, GeluForm::Sigmoid { .. }))
+                .then_some(self as &dyn FusableActivation),
+            ..OpCapabilities::default()
+        }
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {

@@ -10,10 +10,13 @@ use strata_core::{DType, Device};
 use super::access::{contiguous, contiguous_mut, optional_slice_mut, write_optional};
 use super::norm_rows::{normalize_rows, NormInputs, NormOutputs};
 use crate::cpu_float_kernel;
+use crate::ops::normalization::row_kernel::{RowNormKernel, RowSlots};
 use crate::support::axes::normalize_axis;
 use crate::support::inputs::{optional, required};
 use crate::support::numeric::Real;
-use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{
+    Dim, Fact, Kernel, KernelIo, OpCapabilities, OpContext, OpError, OpResult, Operator, RowNorm,
+};
 
 const OP: &str = "SimplifiedLayerNormalization";
 
@@ -49,6 +52,17 @@ pub(crate) fn build(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
 impl Operator for SimplifiedLayerNorm {
     fn op_type(&self) -> &str {
         OP
+    }
+
+    fn capabilities(&self) -> OpCapabilities<'_> {
+        OpCapabilities {
+            row_norm: Some(RowNorm {
+                axis: self.axis,
+                epsilon: self.epsilon,
+                centered: false,
+            }),
+            ..OpCapabilities::default()
+        }
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
@@ -104,10 +118,30 @@ impl Operator for SimplifiedLayerNorm {
     fn kernel(
         &self,
         inputs: &[&Fact],
-        _outputs: &[&Fact],
+        outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        let dtype = required(OP, inputs, 0)?.dtype;
+        let x = required(OP, inputs, 0)?;
+        let dtype = x.dtype;
+        let slots = RowSlots {
+            skip: None,
+            gamma: 1,
+            beta: None,
+            bias: None,
+            mean: None,
+            inv_std: Some(1),
+            sum: None,
+        };
+        let axis = normalize_axis(OP, "axis", self.axis, x.rank())?;
+        if device == Device::Cpu && RowNormKernel::fits(&slots, axis, inputs, outputs) {
+            return Ok(Box::new(RowNormKernel {
+                op: OP,
+                slots,
+                axis,
+                epsilon: self.epsilon,
+                centered: false,
+            }));
+        }
         cpu_float_kernel!(OP, dtype, device, T => SimplifiedKernel::<T> {
             op: *self,
             _t: PhantomData,

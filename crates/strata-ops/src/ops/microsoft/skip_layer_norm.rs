@@ -14,6 +14,7 @@ use super::access::{
 };
 use super::norm_rows::{normalize_rows, NormInputs, NormOutputs};
 use crate::cpu_float_kernel;
+use crate::ops::normalization::row_kernel::{RowNormKernel, RowSlots};
 use crate::support::inputs::{optional, required};
 use crate::support::numeric::Real;
 use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
@@ -158,10 +159,31 @@ impl Operator for SkipLayerNorm {
     fn kernel(
         &self,
         inputs: &[&Fact],
-        _outputs: &[&Fact],
+        outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        let dtype = required(self.op, inputs, 0)?.dtype;
+        let x = required(self.op, inputs, 0)?;
+        let dtype = x.dtype;
+        let (beta, bias) = self.beta_bias_slots();
+        let slots = RowSlots {
+            skip: Some(1),
+            gamma: 2,
+            beta,
+            bias: Some(bias),
+            mean: Some(1),
+            inv_std: Some(2),
+            sum: Some(3),
+        };
+        let axis = x.rank().saturating_sub(1);
+        if device == Device::Cpu && RowNormKernel::fits(&slots, axis, inputs, outputs) {
+            return Ok(Box::new(RowNormKernel {
+                op: self.op,
+                slots,
+                axis,
+                epsilon: self.epsilon,
+                centered: self.centered,
+            }));
+        }
         cpu_float_kernel!(self.op, dtype, device, T => SkipLayerNormKernel::<T> {
             op: *self,
             _t: PhantomData,

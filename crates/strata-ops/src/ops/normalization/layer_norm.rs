@@ -12,12 +12,16 @@ use strata_core::{DType, Device, Tensor};
 use super::common::{
     block_param_len, check_block_param, contiguous, contiguous_mut, float_input, same_dtype,
 };
+use super::row_kernel::{RowNormKernel, RowSlots};
 use crate::cpu_float_kernel;
 use crate::ops::cast::cast::dtype_from_onnx_code;
 use crate::support::axes::normalize_axis;
 use crate::support::inputs::{optional, required};
 use crate::support::numeric::{Real, WideFloat};
-use crate::{dispatch_float, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{
+    dispatch_float, Dim, Fact, Kernel, KernelIo, OpCapabilities, OpContext, OpError, OpResult,
+    Operator, RowNorm,
+};
 
 /// Whether the rows are centered before scaling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +89,17 @@ impl Operator for LayerNorm {
         self.op
     }
 
+    fn capabilities(&self) -> OpCapabilities<'_> {
+        OpCapabilities {
+            row_norm: Some(RowNorm {
+                axis: self.axis,
+                epsilon: self.epsilon,
+                centered: self.centering == Centering::Mean,
+            }),
+            ..OpCapabilities::default()
+        }
+    }
+
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
         let op = self.op;
         let x = float_input(op, inputs, 0)?;
@@ -117,10 +132,31 @@ impl Operator for LayerNorm {
     fn kernel(
         &self,
         inputs: &[&Fact],
-        _outputs: &[&Fact],
+        outputs: &[&Fact],
         device: Device,
     ) -> OpResult<Box<dyn Kernel>> {
-        let dtype = float_input(self.op, inputs, 0)?.dtype;
+        let x = float_input(self.op, inputs, 0)?;
+        let dtype = x.dtype;
+        let centered = self.centering == Centering::Mean;
+        let slots = RowSlots {
+            skip: None,
+            gamma: 1,
+            beta: centered.then_some(2),
+            bias: None,
+            mean: centered.then_some(1),
+            inv_std: centered.then_some(2),
+            sum: None,
+        };
+        let axis = normalize_axis(self.op, "axis", self.axis, x.rank())?;
+        if device == Device::Cpu && RowNormKernel::fits(&slots, axis, inputs, outputs) {
+            return Ok(Box::new(RowNormKernel {
+                op: self.op,
+                slots,
+                axis,
+                epsilon: self.epsilon,
+                centered,
+            }));
+        }
         cpu_float_kernel!(self.op, dtype, device, T => LayerNormKernel::<T> {
             op: self.clone(),
             _t: PhantomData,

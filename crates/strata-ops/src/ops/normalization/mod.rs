@@ -8,6 +8,7 @@ pub mod layer_norm;
 pub mod lp_norm;
 pub mod lrn;
 pub mod mean_variance;
+pub(crate) mod row_kernel;
 
 use crate::OpTable;
 use group_norm::GroupNorm;
