@@ -350,8 +350,8 @@ mod tests {
             };
             let var = h.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
             let inv = 1.0 / (var + f64::from(p.epsilon)).sqrt();
-            for j in 0..cols {
-                let mut o = (h[j] - mean) * inv * f64::from(p.gamma[j]);
+            for (j, &hj) in h.iter().enumerate().take(cols) {
+                let mut o = (hj - mean) * inv * f64::from(p.gamma[j]);
                 if !p.beta.is_empty() {
                     o += f64::from(p.beta[j]);
                 }

@@ -165,7 +165,7 @@ pub(super) unsafe fn write_tile(
     (rs, cs): (usize, usize),
 ) {
     const NR: usize = super::NR;
-    if !epilogue.scale.is_some_and(|s| s.row.is_some()) {
+    if epilogue.scale.is_none_or(|s| s.row.is_none()) {
         match dest {
             // SAFETY: forwarded caller's contract.
             RawDest::U8(p) => {
@@ -322,6 +322,8 @@ impl Finish for f32 {
 #[inline(always)]
 pub(crate) fn round_to_i32(x: f32) -> i32 {
     const MAGIC: f32 = 12_582_912.0;
+    // max/min rather than clamp: a NaN becomes the lower bound instead of passing through.
+    #[allow(clippy::manual_clamp)]
     let x = x.max(-4_194_304.0).min(4_194_304.0);
     ((x + MAGIC).to_bits() as i32).wrapping_sub(0x4B40_0000)
 }

@@ -98,7 +98,7 @@ fn split_dim(d: &Dim, h: usize) -> Option<Dim> {
 }
 
 fn split_usize(d: &usize, h: usize) -> Option<usize> {
-    (h > 0 && d % h == 0).then(|| d / h)
+    (h > 0 && d.is_multiple_of(h)).then(|| d / h)
 }
 
 /// Two dims that may be the same size: equal, or one unknown.

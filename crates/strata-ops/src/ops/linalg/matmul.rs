@@ -241,7 +241,7 @@ impl<T: Element + GemmFloat> Kernel for MatMulKernel<T> {
         let so = w.as_mut_slice().ok_or_else(not_contiguous)?;
         let n = out.dims().last().copied().unwrap_or(1);
         let k = a.dims().last().copied().unwrap_or(1);
-        let m = if n == 0 { 0 } else { so.len() / n };
+        let m = so.len().checked_div(n).unwrap_or(0);
         read_operands!(io, self.steps, T, guards, operands);
         let lens: [usize; super::matmul_epilogue::MAX_STEPS] =
             std::array::from_fn(|i| operands.get(i).map_or(0, |o| o.len()));

@@ -292,8 +292,9 @@ fn dequantize(
     })
 }
 
-/// The weights as the kernel holds them.
+/// The weights as the kernel holds them (one per kernel: the size difference costs nothing).
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 enum Weights {
     /// Constant 4-bit weights repacked for `kernels::quant` (zero points: U8, F32 or absent).
     Q4 {

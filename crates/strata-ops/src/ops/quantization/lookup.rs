@@ -37,7 +37,7 @@ impl QuantizedLookup {
                 format!("needs 8-bit integer input and output, got {input} and {output}"),
             ));
         }
-        if tables.is_empty() || tables.len() % TABLE_LEN != 0 {
+        if tables.is_empty() || !tables.len().is_multiple_of(TABLE_LEN) {
             return Err(OpError::kernel(
                 OP,
                 format!(
