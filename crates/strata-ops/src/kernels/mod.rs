@@ -13,6 +13,7 @@ pub mod error;
 pub mod float;
 pub mod gemm;
 pub mod igemm;
+pub(crate) mod interleave;
 pub mod matmul;
 pub mod norm;
 pub(crate) mod phase_planes;

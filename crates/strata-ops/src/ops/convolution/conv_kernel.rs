@@ -7,6 +7,7 @@ use crate::kernels::error::{KernelError, KernelResult};
 use crate::kernels::gemm::{gemm, gemm_prepacked_with, Epilogue, GemmFloat, Prepacked};
 use crate::kernels::spatial::{check_len, checked_product, WindowAttrs, WindowGeometry};
 use crate::ops::convolution::depthwise::{self, depthwise};
+use crate::ops::convolution::depthwise_blocked::{self, depthwise_blocked};
 use crate::ops::convolution::im2col::im2col;
 use strata_core::Element;
 
@@ -153,6 +154,20 @@ pub fn conv<T: GemmFloat + Element>(
     }
 
     let w = &g.window;
+    if g.depthwise && depthwise_blocked::pays(w, g.in_channels, g.out_channels) {
+        depthwise_blocked(
+            input,
+            weight,
+            bias,
+            g.in_channels,
+            w,
+            p.post,
+            residual,
+            out,
+            threads,
+        );
+        return Ok(());
+    }
     if g.depthwise {
         depthwise(
             input,

@@ -1,5 +1,5 @@
 //! Convolution in one place: Conv (im2col + GEMM kernels in `conv_kernel` / `im2col`, the direct
-//! depthwise kernel in `depthwise`, Winograd F(4x4, 3x3) for 3x3 stride-1 layers in `winograd`),
+//! depthwise kernels in `depthwise` (per plane) and `depthwise_blocked` (channel blocks), Winograd F(4x4, 3x3) for 3x3 stride-1 layers in `winograd`),
 //! ConvTranspose (GEMM then the `col2im_fold`), DeformConv, the Col2Im operator, and the integer
 //! convolutions ConvInteger and QLinearConv on `integer_conv_kernel`.
 
@@ -11,6 +11,9 @@ pub mod conv_kernel;
 pub mod conv_transpose;
 pub mod deform_conv;
 pub(crate) mod depthwise;
+mod depthwise_blocked;
+#[cfg(target_arch = "x86_64")]
+mod depthwise_blocked_avx512;
 mod im2col;
 mod integer_conv_gemm;
 pub(crate) mod integer_conv_kernel;

@@ -1,0 +1,277 @@
+//! Interleaving [`LANES`] channel rows into vectors of channels, and back: the layout change
+//! around kernels that compute on channel blocks (the blocked depthwise convolution).
+//!
+//! `interleave_rows` turns `lanes` rows of `n` elements (row `l` at `src[l * stride..]`) into `n`
+//! vectors of `LANES` elements (`dst[j * LANES + l]`); `deinterleave` does the reverse. Both are
+//! 16x16 transposes; for f32 on AVX-512 they run in registers (masked loads and stores for the
+//! ragged ends), elsewhere element by element.
+
+use std::any::TypeId;
+
+use bytemuck::Pod;
+
+/// Elements per interleaved vector.
+pub(crate) const LANES: usize = 16;
+
+/// `lanes` channel rows (channel `l` at `src[l * stride..]`, `n = rows * row_len` elements, a
+/// band of `rows` image rows of `row_len`) into vectors of `LANES` channels, the lanes past
+/// `lanes` zero; each image row's vectors start `dst_row` positions after the previous one's:
+/// element `j` of a channel goes to lane `l` of position `(j / row_len) * dst_row + j %
+/// row_len` of `dst`. One pass of
+/// whole 16x16 transposes however short the rows (a 7-wide plane's rows share tiles), leaving
+/// the positions between rows untouched (the padding a caller fills).
+///
+/// # Panics
+/// When `lanes > LANES`, `dst_row < row_len`, `dst` holds fewer than `((rows - 1) * dst_row +
+/// row_len) * LANES` elements or `src` fewer than `(lanes - 1) * stride + rows * row_len`.
+pub(crate) fn interleave_rows<T: Pod>(
+    src: &[T],
+    stride: usize,
+    lanes: usize,
+    (row_len, rows): (usize, usize),
+    dst_row: usize,
+    dst: &mut [T],
+) {
+    let n = row_len * rows;
+    assert!(lanes <= LANES && (rows <= 1 || dst_row >= row_len));
+    assert!(n == 0 || dst.len() >= ((rows - 1) * dst_row + row_len) * LANES);
+    assert!(lanes == 0 || n == 0 || src.len() >= (lanes - 1) * stride + n);
+    if n == 0 {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if let (Some(src), Some(dst)) = (as_f32(src), as_f32_mut(dst)) {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: AVX-512F was detected just now; the extents were asserted above.
+            unsafe { avx512::interleave(src, stride, lanes, (row_len, rows), dst_row, dst) };
+            return;
+        }
+    }
+    for j in 0..n {
+        let at = ((j / row_len) * dst_row + j % row_len) * LANES;
+        for (l, d) in dst[at..at + LANES].iter_mut().enumerate() {
+            *d = if l < lanes {
+                src[l * stride + j]
+            } else {
+                T::zeroed()
+            };
+        }
+    }
+}
+
+/// `dst[l * stride + j] = src[j * LANES + l]` for `j < n`, `l < lanes`: the inverse of
+/// [`interleave_rows`] (of one row). Nothing else of `dst` is written.
+///
+/// # Panics
+/// When `lanes > LANES`, `src` holds fewer than `n * LANES` elements or `dst` fewer than
+/// `(lanes - 1) * stride + n`.
+pub(crate) fn deinterleave<T: Pod>(
+    src: &[T],
+    stride: usize,
+    lanes: usize,
+    n: usize,
+    dst: &mut [T],
+) {
+    assert!(lanes <= LANES && src.len() >= n * LANES);
+    assert!(lanes == 0 || n == 0 || dst.len() >= (lanes - 1) * stride + n);
+    #[cfg(target_arch = "x86_64")]
+    if let (Some(src), Some(dst)) = (as_f32(src), as_f32_mut(dst)) {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: AVX-512F was detected just now; the extents were asserted above.
+            unsafe { avx512::deinterleave(src, stride, lanes, n, dst) };
+            return;
+        }
+    }
+    for l in 0..lanes {
+        let row = &mut dst[l * stride..][..n];
+        for (d, vector) in row.iter_mut().zip(src.chunks_exact(LANES)) {
+            *d = vector[l];
+        }
+    }
+}
+
+fn as_f32<T: Pod>(s: &[T]) -> Option<&[f32]> {
+    (TypeId::of::<T>() == TypeId::of::<f32>()).then(|| bytemuck::cast_slice(s))
+}
+
+fn as_f32_mut<T: Pod>(s: &mut [T]) -> Option<&mut [f32]> {
+    (TypeId::of::<T>() == TypeId::of::<f32>()).then(|| bytemuck::cast_slice_mut(s))
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::LANES;
+
+    /// Transposes the 16x16 matrix whose rows are `r` in registers.
+    #[target_feature(enable = "avx512f")]
+    fn transpose(r: &mut [__m512; 16]) {
+        let mut t = [_mm512_setzero_ps(); 16];
+        for i in 0..8 {
+            t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+            t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+        }
+        for q in 0..4 {
+            let b = 4 * q;
+            r[b] = lo(t[b], t[b + 2]);
+            r[b + 1] = hi(t[b], t[b + 2]);
+            r[b + 2] = lo(t[b + 1], t[b + 3]);
+            r[b + 3] = hi(t[b + 1], t[b + 3]);
+        }
+        for h in 0..2 {
+            let b = 8 * h;
+            for i in 0..4 {
+                t[b + i] = _mm512_shuffle_f32x4::<0x88>(r[b + i], r[b + 4 + i]);
+                t[b + 4 + i] = _mm512_shuffle_f32x4::<0xdd>(r[b + i], r[b + 4 + i]);
+            }
+        }
+        for i in 0..8 {
+            r[i] = _mm512_shuffle_f32x4::<0x88>(t[i], t[8 + i]);
+            r[8 + i] = _mm512_shuffle_f32x4::<0xdd>(t[i], t[8 + i]);
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    fn lo(a: __m512, b: __m512) -> __m512 {
+        _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)))
+    }
+
+    #[target_feature(enable = "avx512f")]
+    fn hi(a: __m512, b: __m512) -> __m512 {
+        _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)))
+    }
+
+    fn mask(count: usize) -> __mmask16 {
+        if count >= 16 {
+            0xffff
+        } else {
+            (1u16 << count) - 1
+        }
+    }
+
+    /// # Safety
+    /// AVX-512F is available and the extents are those [`super::interleave_rows`] asserts:
+    /// `lanes <= LANES`, `n = rows * row_len > 0`, `dst_row >= row_len` (or one row),
+    /// `dst.len() >= ((rows - 1) * dst_row + row_len) * LANES` and, unless `lanes` is 0,
+    /// `src.len() >= (lanes - 1) * stride + n`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn interleave(
+        src: &[f32],
+        stride: usize,
+        lanes: usize,
+        (row_len, rows): (usize, usize),
+        dst_row: usize,
+        dst: &mut [f32],
+    ) {
+        let n = row_len * rows;
+        let mut r = [_mm512_setzero_ps(); 16];
+        // Destination of the next element: row and column.
+        let (mut row, mut col) = (0, 0);
+        for j0 in (0..n).step_by(LANES) {
+            let count = (n - j0).min(LANES);
+            let m = mask(count);
+            for (l, v) in r.iter_mut().enumerate() {
+                *v = if l < lanes {
+                    // SAFETY: the unmasked elements l * stride + j0 .. + count lie below
+                    // (lanes - 1) * stride + n <= src.len(); masked-off ones are not accessed.
+                    unsafe { _mm512_maskz_loadu_ps(m, src.as_ptr().add(l * stride + j0)) }
+                } else {
+                    _mm512_setzero_ps()
+                };
+            }
+            transpose(&mut r);
+            for &vector in r.iter().take(count) {
+                // SAFETY: row < rows and col < row_len, so the position's LANES elements end
+                // at most at ((rows - 1) * dst_row + row_len) * LANES <= dst.len().
+                unsafe {
+                    _mm512_storeu_ps(dst.as_mut_ptr().add((row * dst_row + col) * LANES), vector)
+                };
+                col += 1;
+                if col == row_len {
+                    (row, col) = (row + 1, 0);
+                }
+            }
+        }
+    }
+
+    /// # Safety
+    /// AVX-512F is available; `lanes <= LANES`, `src.len() >= n * LANES` and, unless `lanes` or
+    /// `n` is 0, `dst.len() >= (lanes - 1) * stride + n`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn deinterleave(
+        src: &[f32],
+        stride: usize,
+        lanes: usize,
+        n: usize,
+        dst: &mut [f32],
+    ) {
+        let mut r = [_mm512_setzero_ps(); 16];
+        for j0 in (0..n).step_by(LANES) {
+            let count = (n - j0).min(LANES);
+            for (j, row) in r.iter_mut().enumerate() {
+                *row = if j < count {
+                    // SAFETY: (j0 + j + 1) * LANES <= n * LANES <= src.len().
+                    unsafe { _mm512_loadu_ps(src.as_ptr().add((j0 + j) * LANES)) }
+                } else {
+                    _mm512_setzero_ps()
+                };
+            }
+            transpose(&mut r);
+            let m = mask(count);
+            for (l, &vector) in r.iter().enumerate().take(lanes) {
+                // SAFETY: the unmasked elements l * stride + j0 .. + count lie below
+                // (lanes - 1) * stride + n <= dst.len(); masked-off ones are not written.
+                unsafe { _mm512_mask_storeu_ps(dst.as_mut_ptr().add(l * stride + j0), m, vector) };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both directions against the definition, for widths around a tile and partial lane
+    /// counts, in f32 (the vector path where the CPU has it) and f64 (the portable one).
+    #[test]
+    fn interleave_and_back_transpose_exactly() {
+        for n in [0, 1, 7, 15, 16, 17, 35, 40] {
+            for lanes in [0, 1, 5, 16] {
+                let stride = n + 3;
+                let src: Vec<f32> = (0..lanes * stride).map(|i| i as f32 + 0.5).collect();
+                let mut dst = vec![f32::NAN; n * LANES];
+                interleave_rows(&src, stride, lanes, (n, 1), n, &mut dst);
+                for j in 0..n {
+                    for l in 0..LANES {
+                        let want = if l < lanes { src[l * stride + j] } else { 0.0 };
+                        assert_eq!(dst[j * LANES + l], want, "n {n} lanes {lanes} ({j}, {l})");
+                    }
+                }
+                let mut back = vec![-1.0f32; lanes * stride];
+                deinterleave(&dst, stride, lanes, n, &mut back);
+                for l in 0..lanes {
+                    for j in 0..stride {
+                        let want = if j < n { src[l * stride + j] } else { -1.0 };
+                        assert_eq!(back[l * stride + j], want, "n {n} lanes {lanes} ({l}, {j})");
+                    }
+                }
+                // The same elements as rows of 5 spread 7 positions apart.
+                if n % 5 == 0 && n > 0 {
+                    let rows = n / 5;
+                    let mut spread = vec![f32::NAN; ((rows - 1) * 7 + 5) * LANES];
+                    interleave_rows(&src, stride, lanes, (5, rows), 7, &mut spread);
+                    for j in 0..n {
+                        let at = ((j / 5) * 7 + j % 5) * LANES;
+                        assert_eq!(spread[at..at + LANES], dst[j * LANES..][..LANES]);
+                    }
+                    assert!(spread[5 * LANES..7 * LANES].iter().all(|v| v.is_nan()) || rows == 1);
+                }
+                let src64: Vec<f64> = src.iter().map(|&v| v as f64).collect();
+                let mut dst64 = vec![f64::NAN; n * LANES];
+                interleave_rows(&src64, stride, lanes, (n, 1), n, &mut dst64);
+                assert!(dst64.iter().zip(&dst).all(|(&a, &b)| a == b as f64));
+            }
+        }
+    }
+}

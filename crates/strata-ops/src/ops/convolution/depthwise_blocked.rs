@@ -1,0 +1,478 @@
+//! Depthwise 2-D convolution on blocks of [`LANES`] channels.
+//!
+//! The plane kernel in [`super::depthwise`] vectorizes along one channel's rows. On the small
+//! planes of a MobileNet's later stages (7x7, 14x14) that wastes most of every vector and pays a
+//! per-plane setup on each of hundreds of channels. Here [`LANES`] channels are interleaved
+//! instead: a band of input rows is copied, zero-padded, into a buffer whose element `(r, c)` is
+//! the vector of the block's channels at padded position `(r, c)`, so every output position is
+//! one vector multiply-add per tap whatever the plane's width, stride or padding. The band's
+//! outputs go back to the NCHW planes with the residual and activation (the bias is the
+//! accumulators' start). Blocks of channels are spread over the threads; bands keep a block's
+//! buffers in L1.
+
+use std::any::TypeId;
+
+use bytemuck::Pod;
+
+use crate::kernels::activation::Activation;
+use crate::kernels::float::Float;
+use crate::kernels::gemm::with_pack_buffers;
+use crate::kernels::interleave::{deinterleave, interleave_rows, LANES};
+use crate::kernels::phase_planes::{Axis, MAX_TAPS};
+use crate::kernels::simd::multiversion;
+use crate::kernels::spatial::WindowGeometry;
+
+#[cfg(target_arch = "x86_64")]
+use super::depthwise_blocked_avx512;
+
+/// An element the blocked kernel computes in.
+trait FloatPod: Float + Pod {}
+impl<T: Float + Pod> FloatPod for T {}
+/// Output positions per band: the band's interleaved outputs (`LANES` each) stay in L1.
+const BAND_OUTPUTS: usize = 256;
+/// Blocks whose work is below this many multiply-adds (all of them together) run on the calling
+/// thread.
+const PARALLEL_MIN_MULADDS: usize = 1 << 16;
+
+/// Whether the blocked kernel takes this depthwise convolution: 2-D, one output channel per
+/// input channel, at most [`MAX_TAPS`] taps, and a plane small enough that the plane kernel's
+/// row vectors are mostly empty or its per-plane setup dominates.
+pub(crate) fn pays(w: &WindowGeometry, in_channels: usize, out_channels: usize) -> bool {
+    w.in_dims.len() == 2
+        && in_channels == out_channels
+        && in_channels >= LANES / 2
+        && w.kernel_len <= MAX_TAPS
+}
+
+/// Depthwise convolution with one output channel per input channel: output plane `(b, c)` is
+/// `post(conv(input plane (b, c), weight plane c) + bias[c] + residual plane (b, c))`. Lengths
+/// were checked by the caller: `input` holds `batch * channels * w.in_len`, `out` (and
+/// `residual`) `batch * channels * w.out_len`, `weight` `channels * w.kernel_len`, `bias`
+/// `channels`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn depthwise_blocked<T: Float + Pod>(
+    input: &[T],
+    weight: &[T],
+    bias: Option<&[T]>,
+    channels: usize,
+    w: &WindowGeometry,
+    post: Activation,
+    residual: Option<&[T]>,
+    out: &mut [T],
+    threads: usize,
+) {
+    if w.out_len == 0 || channels == 0 {
+        return;
+    }
+    let (rows, cols) = (Axis::of(w, 0), Axis::of(w, 1));
+    let bands = Bands::of(rows, cols);
+    let batch_in = channels * w.in_len;
+    let batch_out = channels * w.out_len;
+    let block_out = LANES * w.out_len;
+    let blocks = channels.div_ceil(LANES);
+    // Cancellation: blocks poll the run's token; the run fails at its next check (run_control).
+    let stop = crate::run_control::stop_token();
+    for (b, y) in out.chunks_exact_mut(batch_out).enumerate() {
+        let x = &input[b * batch_in..][..batch_in];
+        let r = residual.map(|r| &r[b * batch_out..][..batch_out]);
+        let task = |blk: usize, y: &mut [T]| {
+            if stop.should_stop_at(blk) {
+                return;
+            }
+            let c0 = blk * LANES;
+            let lanes = (channels - c0).min(LANES);
+            let taps = w.kernel_len;
+            with_pack_buffers::<T, _>(bands.in_len, bands.out_len, |band_in, band_out| {
+                block(
+                    &x[c0 * w.in_len..][..lanes * w.in_len],
+                    &weight[c0 * taps..][..lanes * taps],
+                    bias.map(|b| &b[c0..c0 + lanes]),
+                    &bands,
+                    post,
+                    r.map(|r| &r[c0 * w.out_len..][..lanes * w.out_len]),
+                    y,
+                    band_in,
+                    band_out,
+                )
+            });
+        };
+        let work = batch_out.saturating_mul(w.kernel_len);
+        if threads <= 1 || blocks < 2 || work < PARALLEL_MIN_MULADDS {
+            y.chunks_mut(block_out)
+                .enumerate()
+                .for_each(|(i, y)| task(i, y));
+        } else {
+            crate::parallel::for_each_chunk_mut(y, block_out, 1, task);
+        }
+    }
+}
+
+/// The geometry of one band's multiply-adds, in interleaved positions (`LANES` elements each).
+pub(super) struct BandShape {
+    /// Output rows and columns of the band.
+    pub rows: usize,
+    pub cols: usize,
+    /// Input positions between vertically / horizontally adjacent outputs' windows.
+    pub row_step: usize,
+    pub col_step: usize,
+}
+
+/// How a plane is cut into bands of output rows, and the buffers one band needs.
+#[derive(Clone, Copy, Debug)]
+struct Bands {
+    rows: Axis,
+    cols: Axis,
+    /// Output rows per band.
+    band_rows: usize,
+    /// Padded input columns a row of outputs reads (the buffer's row length, in positions).
+    span: usize,
+    /// Elements of the interleaved input buffer (the tallest band's rows x `span` x `LANES`).
+    in_len: usize,
+    /// Elements of the interleaved output buffer.
+    out_len: usize,
+}
+
+impl Bands {
+    fn of(rows: Axis, cols: Axis) -> Self {
+        let band_rows = (BAND_OUTPUTS / cols.output.max(1)).clamp(1, rows.output.max(1));
+        let span = (cols.output - 1) * cols.stride + (cols.taps - 1) * cols.dilation + 1;
+        Bands {
+            rows,
+            cols,
+            band_rows,
+            span,
+            in_len: Self::input_rows(rows, band_rows) * span * LANES,
+            out_len: band_rows * cols.output * LANES,
+        }
+    }
+
+    /// Input rows a band of `band_rows` output rows reads.
+    fn input_rows(rows: Axis, band_rows: usize) -> usize {
+        (band_rows - 1) * rows.stride + (rows.taps - 1) * rows.dilation + 1
+    }
+}
+
+multiversion! {
+    /// One block of `lanes <= LANES` channels: `x` holds its input planes, `k` its weights
+    /// (`taps` per channel), `y` (and `residual`) its output planes.
+    fn block<T: FloatPod>(
+        x: &[T],
+        k: &[T],
+        bias: Option<&[T]>,
+        bands: &Bands,
+        post: Activation,
+        residual: Option<&[T]>,
+        y: &mut [T],
+        band_in: &mut [T],
+        band_out: &mut [T],
+    ) {
+        let Bands { rows, cols, span, .. } = *bands;
+        let (taps, lanes) = (rows.taps * cols.taps, y.len() / (rows.output * cols.output));
+        let (in_len, out_len) = (rows.input * cols.input, rows.output * cols.output);
+        // Weights and bias interleaved; lanes past the block's channels stay zero.
+        let mut wt = [[T::ZERO; LANES]; MAX_TAPS];
+        for (l, kl) in k.chunks_exact(taps).enumerate() {
+            for (t, &v) in kl.iter().enumerate() {
+                wt[t][l] = v;
+            }
+        }
+        let mut start = [T::ZERO; LANES];
+        if let Some(bias) = bias {
+            start[..lanes].copy_from_slice(bias);
+        }
+        // Where each tap reads, in positions from the window's top-left corner.
+        let mut tap_at = [0usize; MAX_TAPS];
+        for (t, at) in tap_at[..taps].iter_mut().enumerate() {
+            *at = (t / cols.taps) * rows.dilation * span + (t % cols.taps) * cols.dilation;
+        }
+        let (wt, tap_at) = (&wt[..taps], &tap_at[..taps]);
+        let ow = cols.output;
+        let mut oy0 = 0;
+        while oy0 < rows.output {
+            let band_rows = bands.band_rows.min(rows.output - oy0);
+            let in_rows = Bands::input_rows(rows, band_rows);
+            let buf = &mut band_in[..in_rows * span * LANES];
+            fill_band(x, in_len, rows, cols, span, oy0, lanes, buf);
+            let positions = band_rows * ow;
+            let acc_out = &mut band_out[..positions * LANES];
+            let shape = BandShape {
+                rows: band_rows,
+                cols: ow,
+                row_step: rows.stride * span,
+                col_step: cols.stride,
+            };
+            band_outputs(buf, &shape, wt, tap_at, &start, acc_out);
+            let first = oy0 * ow;
+            match residual {
+                None => {
+                    post.apply_all(acc_out);
+                    deinterleave(acc_out, out_len, lanes, positions, &mut y[first..]);
+                }
+                Some(r) => {
+                    deinterleave(acc_out, out_len, lanes, positions, &mut y[first..]);
+                    for l in 0..lanes {
+                        let at = l * out_len + first;
+                        let r_l = Some(&r[at..][..positions]);
+                        post.add_residual_bias_and_apply(&mut y[at..][..positions], r_l, T::ZERO);
+                    }
+                }
+            }
+            oy0 += band_rows;
+        }
+    }
+}
+
+/// Output positions computed together: enough independent multiply-add chains to hide their
+/// latency, few enough to stay in registers with a weight and a source vector.
+const GROUP: usize = 8;
+
+/// The outputs of one band: `out[(oy * cols + ox) * LANES..][..LANES]` is `start` plus the
+/// weighted taps of window `(oy, ox)`, whose top-left corner is buffer position `oy * row_step
+/// + ox * col_step`. f32 on AVX-512 runs the intrinsics kernel; everything else the portable
+/// loop, [`GROUP`] positions at a time.
+fn band_outputs<T: Float + Pod>(
+    buf: &[T],
+    shape: &BandShape,
+    wt: &[[T; LANES]],
+    tap_at: &[usize],
+    start: &[T; LANES],
+    out: &mut [T],
+) {
+    let reach = (shape.rows - 1) * shape.row_step
+        + (shape.cols - 1) * shape.col_step
+        + tap_at.iter().max().copied().unwrap_or(0)
+        + 1;
+    assert!(reach * LANES <= buf.len() && out.len() == shape.rows * shape.cols * LANES);
+    assert_eq!(wt.len(), tap_at.len());
+    #[cfg(target_arch = "x86_64")]
+    if TypeId::of::<T>() == TypeId::of::<f32>() && std::arch::is_x86_feature_detected!("avx512f") {
+        let (buf, wt, out): (&[f32], &[[f32; LANES]], &mut [f32]) = (
+            bytemuck::cast_slice(buf),
+            bytemuck::cast_slice(wt),
+            bytemuck::cast_slice_mut(out),
+        );
+        let start: &[f32; LANES] = bytemuck::cast_ref(start);
+        // SAFETY: AVX-512F was detected just now; every window read lies in `buf` and `out`
+        // holds the band's outputs (both asserted above); the tap lists have one length.
+        unsafe { depthwise_blocked_avx512::band_outputs(buf, shape, wt, tap_at, start, out) };
+        return;
+    }
+    match wt.len() {
+        // 3x3, the common case: the tap loop unrolls.
+        9 => portable_band::<T, 9>(buf, shape, wt, tap_at, *start, out),
+        _ => portable_band::<T, 0>(buf, shape, wt, tap_at, *start, out),
+    }
+}
+
+/// [`band_outputs`] in plain Rust. `TAPS` is the tap count when it is known at compile time,
+/// else 0.
+fn portable_band<T: Float, const TAPS: usize>(
+    buf: &[T],
+    shape: &BandShape,
+    wt: &[[T; LANES]],
+    tap_at: &[usize],
+    start: [T; LANES],
+    out: &mut [T],
+) {
+    let step = shape.col_step;
+    for (oy, out_row) in out.chunks_exact_mut(shape.cols * LANES).enumerate() {
+        let mut groups = out_row.chunks_exact_mut(GROUP * LANES);
+        let mut corner = oy * shape.row_step;
+        for group in &mut groups {
+            window_group::<T, GROUP, TAPS>(buf, corner, step, wt, tap_at, start, group);
+            corner += GROUP * step;
+        }
+        for single in groups.into_remainder().chunks_exact_mut(LANES) {
+            window_group::<T, 1, TAPS>(buf, corner, step, wt, tap_at, start, single);
+            corner += step;
+        }
+    }
+}
+
+/// `G` consecutive output positions of a row: position `q` has its window's top-left corner at
+/// buffer position `corner + q * step`; `out` gets `G` interleaved vectors, each `start` plus
+/// the weighted taps. Independent accumulator chains share each weight vector.
+#[inline(always)]
+fn window_group<T: Float, const G: usize, const TAPS: usize>(
+    buf: &[T],
+    corner: usize,
+    step: usize,
+    wt: &[[T; LANES]],
+    tap_at: &[usize],
+    start: [T; LANES],
+    out: &mut [T],
+) {
+    let taps = if TAPS > 0 { TAPS } else { wt.len() };
+    let (wt, tap_at) = (&wt[..taps], &tap_at[..taps]);
+    let last = (G - 1) * step * LANES;
+    let mut acc = [start; G];
+    for (w, &at) in wt.iter().zip(tap_at) {
+        let first = (corner + at) * LANES;
+        let window = &buf[first..first + last + LANES];
+        for (q, a) in acc.iter_mut().enumerate() {
+            let src = &window[q * step * LANES..][..LANES];
+            for ((a, &wl), &s) in a.iter_mut().zip(w).zip(src) {
+                *a += wl * s;
+            }
+        }
+    }
+    for (o, a) in out.chunks_exact_mut(LANES).zip(&acc) {
+        o.copy_from_slice(a);
+    }
+}
+
+/// Copies the input rows under output rows `oy0..` into `buf`, interleaved and zero-padded:
+/// position `(r, c)` (`LANES` elements at `(r * span + c) * LANES`) holds padded input
+/// `(oy0 * stride + r, c)` of the block's `lanes` channels.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn fill_band<T: Float + Pod>(
+    x: &[T],
+    in_len: usize,
+    rows: Axis,
+    cols: Axis,
+    span: usize,
+    oy0: usize,
+    lanes: usize,
+    buf: &mut [T],
+) {
+    // Padded columns lo..hi hold input columns 0..hi - lo.
+    let lo = cols.pad.min(span);
+    let hi = (cols.pad + cols.input).min(span);
+    let row_len = span * LANES;
+    // Band rows r0..r1 read input rows (inside the plane); the rest are padding.
+    let first = (oy0 * rows.stride) as isize - rows.pad as isize;
+    let r0 = (-first).clamp(0, (buf.len() / row_len) as isize) as usize;
+    let r1 =
+        (rows.input as isize - first).clamp(r0 as isize, (buf.len() / row_len) as isize) as usize;
+    buf[..r0 * row_len].fill(T::ZERO);
+    buf[r1 * row_len..].fill(T::ZERO);
+    if r0 == r1 {
+        return;
+    }
+    for row in buf[r0 * row_len..r1 * row_len].chunks_exact_mut(row_len) {
+        row[..lo * LANES].fill(T::ZERO);
+        row[hi * LANES..].fill(T::ZERO);
+    }
+    let iy0 = (first + r0 as isize) as usize;
+    let x = &x[iy0 * cols.input..];
+    let dst = &mut buf[(r0 * span + lo) * LANES..];
+    if hi - lo == cols.input {
+        // Whole input rows: one pass over the band's rows, contiguous in every plane.
+        interleave_rows(x, in_len, lanes, (cols.input, r1 - r0), span, dst);
+    } else {
+        // The window never reaches the last input columns: row by row.
+        for r in 0..r1 - r0 {
+            let d = &mut dst[r * span * LANES..];
+            interleave_rows(&x[r * cols.input..], in_len, lanes, (hi - lo, 1), span, d);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::spatial::WindowAttrs;
+    use crate::ops::convolution::depthwise::depthwise;
+
+    fn geometry(
+        hw: [usize; 2],
+        k: usize,
+        stride: usize,
+        pad: [usize; 2],
+        dil: usize,
+    ) -> WindowGeometry {
+        let kernel = [k, k];
+        let attrs = WindowAttrs {
+            kernel: &kernel,
+            strides: &[stride, stride],
+            pads_begin: &[pad[0], pad[0]],
+            pads_end: &[pad[1], pad[1]],
+            dilations: &[dil, dil],
+            ceil_mode: false,
+        };
+        WindowGeometry::new("test", &hw, &attrs).unwrap()
+    }
+
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s % 2001) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// The blocked kernel equals the plane kernel for channel counts around a block, every
+    /// stride, padding and dilation in use, with bias, residual and activation.
+    #[test]
+    fn blocked_equals_the_plane_kernel() {
+        let cases = [
+            // (channels, hw, k, stride, pads, dilation, batch)
+            (16, [7, 7], 3, 1, [1, 1], 1, 1),
+            (20, [14, 13], 3, 2, [1, 1], 1, 2),
+            (8, [9, 11], 5, 1, [2, 2], 1, 1),
+            (33, [12, 12], 3, 2, [0, 1], 1, 1),
+            (17, [10, 40], 3, 1, [2, 2], 2, 1),
+            (32, [3, 3], 3, 1, [0, 0], 1, 1),
+            (24, [30, 30], 3, 1, [1, 1], 1, 1),
+        ];
+        for (i, &(c, hw, k, s, pad, dil, batch)) in cases.iter().enumerate() {
+            let w = geometry(hw, k, s, pad, dil);
+            let x = values(batch * c * w.in_len, i as u32);
+            let kw = values(c * w.kernel_len, 100 + i as u32);
+            let bias = values(c, 200 + i as u32);
+            let res = values(batch * c * w.out_len, 300 + i as u32);
+            for (post, residual) in [
+                (Activation::None, None),
+                (Activation::Clip { min: 0.0, max: 6.0 }, None),
+                (Activation::Relu, Some(&res[..])),
+            ] {
+                for threads in [1, 2] {
+                    let mut want = vec![0.0f32; batch * c * w.out_len];
+                    depthwise(&x, &kw, Some(&bias), c, c, &w, post, residual, &mut want, 1);
+                    let mut got = vec![f32::NAN; want.len()];
+                    depthwise_blocked(
+                        &x,
+                        &kw,
+                        Some(&bias),
+                        c,
+                        &w,
+                        post,
+                        residual,
+                        &mut got,
+                        threads,
+                    );
+                    for (j, (a, b)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                            "case {i} {post:?} threads {threads}: element {j}: {a} vs {b}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn takes_two_dimensional_single_multiplier_windows_only() {
+        let w = geometry([7, 7], 3, 1, [1, 1], 1);
+        assert!(pays(&w, 96, 96));
+        assert!(!pays(&w, 96, 192), "channel multiplier 2");
+        assert!(!pays(&w, 4, 4), "too few channels to fill a block");
+        let kernel = [3];
+        let attrs = WindowAttrs {
+            kernel: &kernel,
+            strides: &[1],
+            pads_begin: &[1],
+            pads_end: &[1],
+            dilations: &[1],
+            ceil_mode: false,
+        };
+        let w1 = WindowGeometry::new("test", &[20], &attrs).unwrap();
+        assert!(!pays(&w1, 96, 96), "1-D");
+    }
+}
