@@ -52,14 +52,17 @@ pub trait Microkernel<T: Float>: Copy + Send + Sync + 'static {
         cols: usize,
     ) -> usize;
 
-    /// Computes the tile `c` from `k` steps of packed A at `a` and packed B at `b`.
+    /// Computes the tile `c` from `k` steps of packed A at `a` and B at `b`: step `p` reads
+    /// B's `NR` elements at `b + p * b_stride` (`NR` for a packed sliver; B's row stride when the
+    /// sliver is read in place from a row-major B).
     ///
     /// # Safety
-    /// - `a` is valid for reads of `k * MR` elements and `b` of `k * NR` elements;
+    /// - `a` is valid for reads of `k * MR` elements and, for every `p < k`, `b + p * b_stride`
+    ///   for reads of `NR` elements;
     /// - every element `(i, j)` of `c` (`i < c.m <= MR`, `j < c.n <= NR`) is valid for writes,
     ///   and for reads unless `beta == 0`, and no other thread accesses it during the call;
     /// - the CPU supports the instructions the kernel uses (checked by whoever picked it).
-    unsafe fn run(k: usize, a: *const T, b: *const T, c: &Tile<T>, alpha: T, beta: T);
+    unsafe fn run(k: usize, a: *const T, b: (*const T, usize), c: &Tile<T>, alpha: T, beta: T);
 }
 
 /// Writes `alpha * acc + beta * C` over the valid part of a tile, one element at a time (edge
@@ -126,31 +129,28 @@ impl<T: Float, const MR: usize, const NR: usize> Microkernel<T> for Portable<MR,
     }
 
     #[inline]
-    unsafe fn run(k: usize, a: *const T, b: *const T, c: &Tile<T>, alpha: T, beta: T) {
-        // SAFETY: the caller guarantees `a` holds `k * MR` readable elements and `b` `k * NR`;
-        // packed buffers are initialized (the packers write every element, padding included).
-        let (a, b) = unsafe {
-            (
-                std::slice::from_raw_parts(a, k * MR),
-                std::slice::from_raw_parts(b, k * NR),
-            )
-        };
-        let acc = portable_product::<T, MR, NR>(a, b);
+    unsafe fn run(
+        k: usize,
+        a: *const T,
+        (b, b_stride): (*const T, usize),
+        c: &Tile<T>,
+        alpha: T,
+        beta: T,
+    ) {
+        // SAFETY: the caller guarantees `a` holds `k * MR` readable elements; packed buffers
+        // are initialized (the packers write every element, padding included).
+        let a = unsafe { std::slice::from_raw_parts(a, k * MR) };
+        let mut acc = [[T::ZERO; NR]; MR];
+        for (p, a_col) in a.chunks_exact(MR).enumerate() {
+            // SAFETY: the caller guarantees NR readable elements at b + p * b_stride, p < k.
+            let b_row = unsafe { std::slice::from_raw_parts(b.wrapping_add(p * b_stride), NR) };
+            for (acc_row, &x) in acc.iter_mut().zip(a_col) {
+                for (y, &w) in acc_row.iter_mut().zip(b_row) {
+                    *y += x * w;
+                }
+            }
+        }
         // SAFETY: forwarded from the caller's contract on `c`.
         unsafe { store_tile(&acc, c, alpha, beta) };
     }
-}
-
-/// `acc[i][j] = sum_p a[p * MR + i] * b[p * NR + j]`, the register tile of the portable kernel.
-#[inline(always)]
-fn portable_product<T: Float, const MR: usize, const NR: usize>(a: &[T], b: &[T]) -> [[T; NR]; MR] {
-    let mut acc = [[T::ZERO; NR]; MR];
-    for (a_col, b_row) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
-        for (acc_row, &x) in acc.iter_mut().zip(a_col) {
-            for (y, &w) in acc_row.iter_mut().zip(b_row) {
-                *y += x * w;
-            }
-        }
-    }
-    acc
 }

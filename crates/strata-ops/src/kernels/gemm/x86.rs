@@ -68,7 +68,7 @@ macro_rules! simd_microkernel {
                 unsafe fn run(
                     k: usize,
                     a: *const $t,
-                    b: *const $t,
+                    b: (*const $t, usize),
                     c: &Tile<$t>,
                     alpha: $t,
                     beta: $t,
@@ -81,13 +81,14 @@ macro_rules! simd_microkernel {
             }
 
             /// # Safety
-            /// As [`Microkernel::run`]: `a` holds `k * MR` elements, `b` `k * NR`, the tile is
-            /// valid and exclusively ours, and the CPU has the enabled features.
+            /// As [`Microkernel::run`]: `a` holds `k * MR` elements, `b + p * b_stride` `NR`
+            /// for each `p < k`, the tile is valid and exclusively ours, and the CPU has the
+            /// enabled features.
             #[target_feature(enable = $feature)]
             unsafe fn kernel<const MR: usize>(
                 k: usize,
                 a: *const $t,
-                b: *const $t,
+                (b, b_stride): (*const $t, usize),
                 c: &Tile<$t>,
                 alpha: $t,
                 beta: $t,
@@ -97,8 +98,8 @@ macro_rules! simd_microkernel {
                 for _ in 0..k {
                     let mut row = [$zero(); VECTORS];
                     for (v, lane) in row.iter_mut().enumerate() {
-                        // SAFETY: `b` points at a packed row of NR elements (one of the `k`
-                        // rows the caller guarantees), and `v * LANES + LANES <= NR`.
+                        // SAFETY: `b` points at a row of NR elements of B (one of the `k` rows
+                        // the caller guarantees), and `v * LANES + LANES <= NR`.
                         *lane = unsafe { $load(b.add(v * LANES)) };
                     }
                     for (i, acc_row) in acc.iter_mut().enumerate() {
@@ -111,7 +112,7 @@ macro_rules! simd_microkernel {
                     }
                     // Past the end after the last step, but never dereferenced there.
                     a = a.wrapping_add(MR);
-                    b = b.wrapping_add(NR);
+                    b = b.wrapping_add(b_stride);
                 }
 
                 if c.m == MR && c.n == NR && c.cs == 1 {
