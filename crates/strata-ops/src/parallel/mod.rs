@@ -163,6 +163,36 @@ pub fn for_each_chunk_mut<T: Send>(
     let Ok(()) = result;
 }
 
+/// As [`for_each_chunk_mut`], with the chunks split into one contiguous part per thread of the
+/// current pool, each part on the same thread on every call ([`for_each_thread`]): a kernel
+/// run over the same data again (the next run of the plan) finds its part of the output in
+/// its own core's cache instead of another core's. `task(i, chunk)` sees chunk indices as
+/// [`for_each_chunk_mut`] does.
+pub fn for_each_chunk_mut_pinned<T: Send>(
+    data: &mut [T],
+    chunk_len: usize,
+    task: impl Fn(usize, &mut [T]) + Sync,
+) {
+    let len = data.len();
+    if len == 0 {
+        return;
+    }
+    let chunk_len = chunk_len_or_all(chunk_len, len);
+    let chunks = len.div_ceil(chunk_len);
+    let parts = threads().min(chunks);
+    let per_part = chunks.div_ceil(parts);
+    let part_len = per_part * chunk_len;
+    let base = SharedMut(data.as_mut_ptr());
+    for_each_thread(len.div_ceil(part_len), |t| {
+        // SAFETY: `data` is borrowed mutably for this whole call; parts of distinct indices are
+        // disjoint and each index runs exactly once.
+        let part = unsafe { base.chunk(len, part_len, t) };
+        for (j, chunk) in part.chunks_mut(chunk_len).enumerate() {
+            task(t * per_part + j, chunk);
+        }
+    });
+}
+
 /// Runs `task(i, a_chunk, b_chunk)` over matching chunks of two slices: chunk `i` of `a`
 /// (`a_chunk_len` elements) with chunk `i` of `b` (`b_chunk_len`), `per_task` pairs to a task.
 /// Runs as many pairs as the shorter chunking has chunks; the first error in order is returned.
@@ -256,6 +286,53 @@ mod tests {
         assert_eq!(failed, Err(2), "every pair runs, the error is reported");
         assert_eq!(a, [1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4]);
         assert_eq!(b, [1, 1, 2, 2, 3, 3, 4, 4]);
+    }
+
+    /// Pinned chunks: every chunk once with its index, in contiguous parts, each part on the
+    /// same thread on every call.
+    #[test]
+    fn pinned_chunks_cover_the_slice_and_stay_on_their_thread() {
+        let pool = ThreadPool::new(2).unwrap();
+        let mut data = vec![0usize; 103];
+        let owner = |data: &mut [usize]| {
+            install(&pool, || {
+                for_each_chunk_mut_pinned(data, 10, |i, chunk| {
+                    let me = std::thread::current().id();
+                    let tag = if me == std::thread::current().id() {
+                        i + 1
+                    } else {
+                        0
+                    };
+                    for (j, v) in chunk.iter_mut().enumerate() {
+                        *v = tag * 1000 + j;
+                    }
+                })
+            })
+        };
+        owner(&mut data);
+        for (at, &v) in data.iter().enumerate() {
+            assert_eq!(v, (at / 10 + 1) * 1000 + at % 10, "element {at}");
+        }
+        let thread_of = |data: &mut [usize]| {
+            let ids = std::sync::Mutex::new(vec![None; data.len().div_ceil(10)]);
+            install(&pool, || {
+                for_each_chunk_mut_pinned(data, 10, |i, _| {
+                    ids.lock().unwrap()[i] = Some(std::thread::current().id());
+                })
+            });
+            ids.into_inner().unwrap()
+        };
+        let first = thread_of(&mut data);
+        assert!(first.iter().all(Option::is_some));
+        assert_eq!(
+            first[0],
+            Some(std::thread::current().id()),
+            "the caller runs part 0"
+        );
+        for _ in 0..5 {
+            assert_eq!(thread_of(&mut data), first);
+        }
+        for_each_chunk_mut_pinned(&mut [0u8; 0], 4, |_, _| panic!("no chunks"));
     }
 
     #[test]
