@@ -271,7 +271,21 @@ impl<T: Element + GemmFloat> Kernel for MatMulKernel<T> {
                     io.threads,
                 )?;
             }
-            _ => {
+            // B is a constant, so only A can disagree with it; its original may be gone, so
+            // say what is wrong rather than reading it.
+            Some(pb) => {
+                return Err(OpError::kernel(
+                    "MatMul",
+                    format!(
+                        "A is {:?} and the constant B is {} x {}: A's last dim must be {}",
+                        a.dims(),
+                        pb.depth(),
+                        pb.extent(),
+                        pb.depth()
+                    ),
+                ));
+            }
+            None => {
                 let rb = b.read::<T>()?;
                 let sb = rb.as_slice().ok_or_else(not_contiguous)?;
                 batched_matmul(sa, a.dims(), sb, b.dims(), so, io.threads)?;
