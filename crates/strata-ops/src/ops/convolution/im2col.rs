@@ -7,6 +7,7 @@ use std::ops::Range;
 use smallvec::SmallVec;
 
 use crate::kernels::float::Float;
+use crate::kernels::simd::multiversion;
 use crate::kernels::spatial::{Dims, WindowGeometry};
 use crate::support::strided::advance_index;
 
@@ -48,112 +49,129 @@ pub(crate) fn im2col<T: Float>(
     }
 }
 
-/// One im2col row: what kernel tap `tap` sees at output positions `first..first + dst.len()`
-/// of one input plane. Positions are walked as segments of runs along the last axis, where
-/// the in-bounds part is a strided (usually contiguous) copy and the rest is padding.
-fn unfold_row<T: Float>(plane: &[T], g: &WindowGeometry, tap: usize, first: usize, dst: &mut [T]) {
-    let rank = g.in_dims.len();
-    let last = rank - 1;
-    // Input coordinate of this tap minus the window's output coordinate times stride, per axis.
-    let mut offset: SmallVec<[isize; 6]> = SmallVec::from_elem(0, rank);
-    let mut rem = tap;
-    for axis in (0..rank).rev() {
-        let k = rem % g.kernel[axis];
-        rem /= g.kernel[axis];
-        offset[axis] = (k * g.dilations[axis]) as isize - g.pads_begin[axis] as isize;
-    }
-
-    // Along the last axis, output x reads input x * s + off; valid x form one range [lo, hi).
-    let (ow, iw, s, off) = (
-        g.out_dims[last],
-        g.in_dims[last] as isize,
-        g.strides[last],
-        offset[last],
-    );
-    let lo = if off >= 0 {
-        0
-    } else {
-        off.unsigned_abs().div_ceil(s)
-    }
-    .min(ow);
-    let hi = if iw <= off {
-        0
-    } else {
-        ((iw - off) as usize).div_ceil(s)
-    }
-    .clamp(lo, ow);
-
-    if rank <= 2 && g.strides.iter().all(|&s| s == 1) && ow == iw as usize {
-        let (in_rows, out_rows, dy) = if rank == 2 {
-            (g.in_dims[0], g.out_dims[0], offset[0])
-        } else {
-            (1, 1, 0)
-        };
-        unfold_row_same_width(plane, ow, in_rows, out_rows, dy, off, lo..hi, first, dst);
-        return;
-    }
-
-    // Plain slices: indexing a SmallVec re-checks inline vs heap on every access.
-    let (in_dims, out_dims, strides) =
-        (&g.in_dims[..last], &g.out_dims[..last], &g.strides[..last]);
-    let offset = &offset[..last];
-
-    // Walk runs with an odometer over the outer output axes: no division per run.
-    let mut x0 = first % ow;
-    let mut outer_dims: Dims = Dims::from_elem(0, last);
-    let outer = &mut outer_dims[..];
-    let mut run = first / ow;
-    for axis in (0..last).rev() {
-        outer[axis] = run % out_dims[axis];
-        run /= out_dims[axis];
-    }
-
-    let mut done = 0;
-    while done < dst.len() {
-        let len = (ow - x0).min(dst.len() - done);
-        let segment = &mut dst[done..done + len];
-        // Input row (plane offset / iw) under the outer coordinates, unless it is padding.
-        let (mut row, mut stride, mut inside) = (0usize, 1usize, true);
-        for axis in (0..last).rev() {
-            let i = (outer[axis] * strides[axis]) as isize + offset[axis];
-            if i < 0 || i >= in_dims[axis] as isize {
-                inside = false;
-                break;
-            }
-            row += i as usize * stride;
-            stride *= in_dims[axis];
+multiversion! {
+    /// One im2col row: what kernel tap `tap` sees at output positions `first..first + dst.len()`
+    /// of one input plane. Positions are walked as segments of runs along the last axis, where
+    /// the in-bounds part is a strided (usually contiguous) copy and the rest is padding.
+    fn unfold_row<T: Float>(
+        plane: &[T],
+        g: &WindowGeometry,
+        tap: usize,
+        first: usize,
+        dst: &mut [T],
+    ) {
+        let rank = g.in_dims.len();
+        let last = rank - 1;
+        // Input coordinate of this tap minus the window's output coordinate times stride, per axis.
+        let mut offset: SmallVec<[isize; 6]> = SmallVec::from_elem(0, rank);
+        let mut rem = tap;
+        for axis in (0..rank).rev() {
+            let k = rem % g.kernel[axis];
+            rem /= g.kernel[axis];
+            offset[axis] = (k * g.dilations[axis]) as isize - g.pads_begin[axis] as isize;
         }
-        if inside {
-            // Valid x within this segment: [a, b).
-            let (a, b) = (lo.clamp(x0, x0 + len), hi.clamp(x0, x0 + len));
-            // The pad parts are a few elements at most: skip the calls when empty.
-            if a > x0 {
-                segment[..a - x0].fill(T::ZERO);
+
+        // Along the last axis, output x reads input x * s + off; valid x form one range [lo, hi).
+        let (ow, iw, s, off) = (
+            g.out_dims[last],
+            g.in_dims[last] as isize,
+            g.strides[last],
+            offset[last],
+        );
+        let lo = if off >= 0 {
+            0
+        } else {
+            off.unsigned_abs().div_ceil(s)
+        }
+        .min(ow);
+        let hi = if iw <= off {
+            0
+        } else {
+            ((iw - off) as usize).div_ceil(s)
+        }
+        .clamp(lo, ow);
+
+        if rank <= 2 && g.strides.iter().all(|&s| s == 1) && ow == iw as usize {
+            let (in_rows, out_rows, dy) = if rank == 2 {
+                (g.in_dims[0], g.out_dims[0], offset[0])
+            } else {
+                (1, 1, 0)
+            };
+            unfold_row_same_width(plane, ow, in_rows, out_rows, dy, off, lo..hi, first, dst);
+            return;
+        }
+
+        // Plain slices: indexing a SmallVec re-checks inline vs heap on every access.
+        let (in_dims, out_dims, strides) =
+            (&g.in_dims[..last], &g.out_dims[..last], &g.strides[..last]);
+        let offset = &offset[..last];
+
+        // Walk runs with an odometer over the outer output axes: no division per run.
+        let mut x0 = first % ow;
+        let mut outer_dims: Dims = Dims::from_elem(0, last);
+        let outer = &mut outer_dims[..];
+        let mut run = first / ow;
+        for axis in (0..last).rev() {
+            outer[axis] = run % out_dims[axis];
+            run /= out_dims[axis];
+        }
+
+        let mut done = 0;
+        while done < dst.len() {
+            let len = (ow - x0).min(dst.len() - done);
+            let segment = &mut dst[done..done + len];
+            // Input row (plane offset / iw) under the outer coordinates, unless it is padding.
+            let (mut row, mut stride, mut inside) = (0usize, 1usize, true);
+            for axis in (0..last).rev() {
+                let i = (outer[axis] * strides[axis]) as isize + offset[axis];
+                if i < 0 || i >= in_dims[axis] as isize {
+                    inside = false;
+                    break;
+                }
+                row += i as usize * stride;
+                stride *= in_dims[axis];
             }
-            if b < x0 + len {
-                segment[b - x0..].fill(T::ZERO);
-            }
-            // An empty valid range (padding wider than the input: lo is clamped down to the
-            // output width, below the first valid x) leaves the segment all padding, and
-            // `start` would be negative.
-            if a < b {
-                // Input index of output x = a; non-negative because a >= lo here.
-                let start = ((row * iw as usize + a * s) as isize + off) as usize;
-                let valid = &mut segment[a - x0..b - x0];
-                if s == 1 {
-                    valid.copy_from_slice(&plane[start..start + valid.len()]);
-                } else {
-                    for (j, v) in valid.iter_mut().enumerate() {
-                        *v = plane[start + j * s];
+            if inside {
+                // Valid x within this segment: [a, b).
+                let (a, b) = (lo.clamp(x0, x0 + len), hi.clamp(x0, x0 + len));
+                // The pad parts are a few elements at most: skip the calls when empty.
+                if a > x0 {
+                    segment[..a - x0].fill(T::ZERO);
+                }
+                if b < x0 + len {
+                    segment[b - x0..].fill(T::ZERO);
+                }
+                // An empty valid range (padding wider than the input: lo is clamped down to the
+                // output width, below the first valid x) leaves the segment all padding, and
+                // `start` would be negative.
+                if a < b {
+                    // Input index of output x = a; non-negative because a >= lo here.
+                    let start = ((row * iw as usize + a * s) as isize + off) as usize;
+                    let valid = &mut segment[a - x0..b - x0];
+                    if s == 1 {
+                        valid.copy_from_slice(&plane[start..start + valid.len()]);
+                    } else {
+                        // One bounds check for the run, then a gather the compiler vectorizes
+                        // (stride 2, the common case, as a deinterleave of pairs).
+                        let src = &plane[start..start + (valid.len() - 1) * s + 1];
+                        if s == 2 {
+                            for (v, pair) in valid.iter_mut().zip(src.chunks(2)) {
+                                *v = pair[0];
+                            }
+                        } else {
+                            for (v, &x) in valid.iter_mut().zip(src.iter().step_by(s)) {
+                                *v = x;
+                            }
+                        }
                     }
                 }
+            } else {
+                segment.fill(T::ZERO);
             }
-        } else {
-            segment.fill(T::ZERO);
+            done += len;
+            x0 = 0;
+            advance_index(outer, out_dims);
         }
-        done += len;
-        x0 = 0;
-        advance_index(outer, out_dims);
     }
 }
 
