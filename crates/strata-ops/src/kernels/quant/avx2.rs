@@ -88,7 +88,7 @@ pub(super) unsafe fn load_q8(y: &Q8Block) -> __m256i {
 /// lanes of scaled integer sums accumulated block after block with fused multiply-adds, summed
 /// at the end, plus the offsets summed in f32.
 macro_rules! row_dot {
-    ($(#[$doc:meta])* $name:ident, $name4:ident, $bytes:expr, $dot:ident,
+    ($(#[$doc:meta])* $name:ident, $name4:ident, $rows4:ident, $bytes:expr, $dot:ident,
      |$b:ident| $prep:block) => {
         $(#[$doc])*
         /// # Safety
@@ -133,12 +133,38 @@ macro_rules! row_dot {
             }
             std::array::from_fn(|r| hsum(acc[r]) + offset[r])
         }
+
+        /// The dot of four weight rows with one activation row (a matrix-vector product's
+        /// rows four at a time): four independent accumulator chains share each activation
+        /// block, and each row's operations are the one-row form's, in its order.
+        ///
+        /// # Safety
+        /// The CPU must have AVX2, FMA and F16C.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub unsafe fn $rows4(rows: [&[u8]; 4], ys: &[Q8Block]) -> [f32; 4] {
+            let mut acc = [_mm256_setzero_ps(); 4];
+            let mut offset = [0.0f32; 4];
+            let blocks = rows.iter().map(|r| r.len() / $bytes).fold(ys.len(), usize::min);
+            for (i, y) in ys.iter().enumerate().take(blocks) {
+                // SAFETY: `y` is a live block.
+                let yq = unsafe { load_q8(y) };
+                for r in 0..4 {
+                    let $b = &rows[r][i * $bytes..(i + 1) * $bytes];
+                    // SAFETY: `$b` is one whole block, so every load in the body stays inside.
+                    let (x, d, m): (__m256i, f32, f32) = unsafe { $prep };
+                    let q = $dot(x, yq);
+                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * y.d), q, acc[r]);
+                    offset[r] += m * y.s;
+                }
+            }
+            std::array::from_fn(|r| hsum(acc[r]) + offset[r])
+        }
     };
 }
 
 row_dot!(
     /// q4_0 weights: (nibble - 8) · d.
-    q4_0, q4_0_x4, Q4_0_BYTES, dot_i8_i8, |b| {
+    q4_0, q4_0_x4, q4_0_rows4, Q4_0_BYTES, dot_i8_i8, |b| {
         let x = _mm256_sub_epi8(nibbles(b.as_ptr().add(2)), _mm256_set1_epi8(8));
         (x, f16_at(b, 0), 0.0)
     }
@@ -146,14 +172,14 @@ row_dot!(
 
 row_dot!(
     /// q4_1 weights: nibble · d + m.
-    q4_1, q4_1_x4, Q4_1_BYTES, dot_u8_i8, |b| {
+    q4_1, q4_1_x4, q4_1_rows4, Q4_1_BYTES, dot_u8_i8, |b| {
         (nibbles(b.as_ptr().add(4)), f16_at(b, 0), f16_at(b, 2))
     }
 );
 
 row_dot!(
     /// q5_0 weights: (5-bit value - 16) · d.
-    q5_0, q5_0_x4, Q5_0_BYTES, dot_i8_i8, |b| {
+    q5_0, q5_0_x4, q5_0_rows4, Q5_0_BYTES, dot_i8_i8, |b| {
         let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
         let x = _mm256_or_si256(nibbles(b.as_ptr().add(6)), fifth_bits(qh));
         (_mm256_sub_epi8(x, _mm256_set1_epi8(16)), f16_at(b, 0), 0.0)
@@ -162,7 +188,7 @@ row_dot!(
 
 row_dot!(
     /// q5_1 weights: 5-bit value · d + m.
-    q5_1, q5_1_x4, Q5_1_BYTES, dot_u8_i8, |b| {
+    q5_1, q5_1_x4, q5_1_rows4, Q5_1_BYTES, dot_u8_i8, |b| {
         let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
         let x = _mm256_or_si256(nibbles(b.as_ptr().add(8)), fifth_bits(qh));
         (x, f16_at(b, 0), f16_at(b, 2))
@@ -171,7 +197,7 @@ row_dot!(
 
 row_dot!(
     /// q8_0 weights: q · d.
-    q8_0, q8_0_x4, Q8_0_BYTES, dot_i8_i8, |b| {
+    q8_0, q8_0_x4, q8_0_rows4, Q8_0_BYTES, dot_i8_i8, |b| {
         (_mm256_loadu_si256(b.as_ptr().add(2).cast()), f16_at(b, 0), 0.0)
     }
 );

@@ -27,6 +27,7 @@ mod q8;
 mod tests;
 
 use std::cell::RefCell;
+use std::ops::Range;
 
 use strata_core::dtype::block::{block_dequantizer, dequantize_row};
 use strata_core::{DType, QUANT_BLOCK};
@@ -202,6 +203,27 @@ fn int_dot_kernel4(dtype: DType, isa: Isa) -> Option<RowDot4> {
     None
 }
 
+/// Four weight rows dotted with one activation row, each result equal to the one-row
+/// [`RowDot`]'s.
+type RowsDot4 = unsafe fn([&[u8]; 4], &[Q8Block]) -> [f32; 4];
+
+/// The four-weight-row integer dot for `dtype` on `isa`, where there is one.
+fn int_dot_rows4(dtype: DType, isa: Isa) -> Option<RowsDot4> {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 {
+        return Some(match dtype {
+            DType::Q4_0 => avx2::q4_0_rows4,
+            DType::Q4_1 => avx2::q4_1_rows4,
+            DType::Q5_0 => avx2::q5_0_rows4,
+            DType::Q5_1 => avx2::q5_1_rows4,
+            DType::Q8_0 => avx2::q8_0_rows4,
+            _ => return None,
+        });
+    }
+    let _ = (dtype, isa);
+    None
+}
+
 /// The integer row dot for `dtype` on `isa` (`None` for types without one).
 fn int_dot_kernel(dtype: DType, isa: Isa) -> Option<RowDot> {
     #[cfg(target_arch = "x86_64")]
@@ -300,7 +322,8 @@ pub fn quant_matmul_with(
             quantize_activations(x, xq);
             let xq = &*xq;
             let dot4 = int_dot_kernel4(w.dtype, isa);
-            for_rows(n, k, threads, |j| {
+            let rows4 = int_dot_rows4(w.dtype, isa).filter(|_| m < 4);
+            let row_products = |j: usize| {
                 let row = w.row(j);
                 let mut i = 0;
                 if let Some(dot4) = dot4 {
@@ -324,6 +347,29 @@ pub fn quant_matmul_with(
                     // SAFETY: (i, j) is inside y (checked lengths) and row j belongs to this
                     // task only.
                     unsafe { out.write(i * n + j, v) };
+                }
+            };
+            for_row_ranges(n, k, threads, |range| {
+                let mut j = range.start;
+                // Fewer than four activation rows (decode): weight rows four at a time.
+                if let Some(rows4) = rows4 {
+                    while j + 4 <= range.end {
+                        let rows = std::array::from_fn(|r| w.row(j + r));
+                        for i in 0..m {
+                            // SAFETY: `rows4` is the kernel for `isa`, which is available; the
+                            // rows and the activation row are whole blocks of the same count.
+                            let v = unsafe { rows4(rows, &xq[i * blocks..(i + 1) * blocks]) };
+                            for (r, v) in v.into_iter().enumerate() {
+                                // SAFETY: (i, j + r) is inside y and rows j..j + 4 belong to
+                                // this task only.
+                                unsafe { out.write(i * n + j + r, v) };
+                            }
+                        }
+                        j += 4;
+                    }
+                }
+                for j in j..range.end {
+                    row_products(j);
                 }
             });
         }
@@ -366,15 +412,22 @@ fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
 /// Runs `row(j)` for every output row `j < n`, split over up to `threads` pool threads when the
 /// matrix is large enough to pay for it.
 fn for_rows(n: usize, k: usize, threads: usize, row: impl Fn(usize) + Sync) {
+    for_row_ranges(n, k, threads, |range| range.for_each(&row));
+}
+
+/// Runs `rows(range)` over ranges of output rows covering `0..n` once, split over up to
+/// `threads` pool threads when the matrix is large enough to pay for it.
+fn for_row_ranges(n: usize, k: usize, threads: usize, rows: impl Fn(Range<usize>) + Sync) {
     let tasks = threads.min(crate::parallel::threads()).max(1);
     if tasks == 1 || n * k < PARALLEL_MIN_WEIGHTS {
-        (0..n).for_each(row);
+        rows(0..n);
         return;
     }
-    // A few chunks per thread, so a slow thread does not hold up the product.
-    let chunk = n.div_ceil(tasks * 4).max(1);
+    // A few chunks per thread, so a slow thread does not hold up the product; whole groups of
+    // four rows, the matrix-vector kernels' step.
+    let chunk = n.div_ceil(tasks * 4).next_multiple_of(4).max(4);
     crate::parallel::for_each_index(n.div_ceil(chunk), |c| {
-        (c * chunk..((c + 1) * chunk).min(n)).for_each(&row);
+        rows(c * chunk..((c + 1) * chunk).min(n));
     });
 }
 

@@ -171,6 +171,37 @@ fn four_row_integer_dots_equal_one_row_dots() {
     }
 }
 
+/// The four-weight-row dots (decode's matrix-vector step) give bit for bit the one-row dot's
+/// numbers for each row.
+#[test]
+fn four_weight_row_dots_equal_one_row_dots() {
+    for dtype in GGUF_WEIGHT_TYPES {
+        let (Some(dot), Some(rows4)) = (
+            int_dot_kernel(dtype, Isa::detect()),
+            int_dot_rows4(dtype, Isa::detect()),
+        ) else {
+            continue;
+        };
+        let (n, k) = (8, 320);
+        let bytes = random_blocks(dtype, n * k, 13 + dtype as u64, 0.02).unwrap();
+        let w = QuantMatrix::new(dtype, n, k, &bytes).unwrap();
+        let blocks = k / 32;
+        let x = activations(k, 17);
+        let mut xq = vec![Q8Block::default(); blocks];
+        quantize_activations(&x, &mut xq);
+        for j0 in [0, 4] {
+            let rows = std::array::from_fn(|r| w.row(j0 + r));
+            // SAFETY: both kernels are for the detected ISA; whole blocks of equal counts.
+            let four = unsafe { rows4(rows, &xq) };
+            for (r, &v) in four.iter().enumerate() {
+                // SAFETY: as above.
+                let one = unsafe { dot(w.row(j0 + r), &xq) };
+                assert_eq!(v.to_bits(), one.to_bits(), "{dtype} weight row {}", j0 + r);
+            }
+        }
+    }
+}
+
 /// A random `n × k` 4-bit matrix in [`Q4Weights`]' layout, and its f32 values computed
 /// directly from the unpacked integers.
 struct Q4Case {
