@@ -1,9 +1,9 @@
-//! The transformer fusions (decomposed LayerNorm and RMS norm, GELU in its erf and tanh forms,
-//! Add + LayerNorm, MatMul + bias + GELU/residual) on models written with our own builder at
-//! opsets 13–21, in the orders and forms exporters use: each fuses, and gives the unfused
-//! graph's outputs within rtol 1e-5. Near misses (another axis, epsilon after the Sqrt, a cube
-//! for the square, gamma of another shape, an intermediate read twice) are left unfused and
-//! still correct.
+//! The transformer fusions (decomposed LayerNorm and RMS norm, GELU in its erf, tanh and sigmoid
+//! (QuickGelu) forms, Add + LayerNorm, MatMul + bias + GELU/residual) on models written with our
+//! own builder at opsets 13–21, in the orders and forms exporters use: each fuses, and gives the
+//! unfused graph's outputs within rtol 1e-5. Near misses (another axis, epsilon after the Sqrt, a
+//! cube for the square, gamma of another shape, an intermediate read twice, a sigmoid gating
+//! another tensor) are left unfused and still correct.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -341,6 +341,12 @@ enum GeluForm {
     TanhPow,
     /// `h · (1 + 0.044715 · h²)` inside
     TanhFactored,
+    /// `h · sigmoid(1.702 · h)` (QuickGelu)
+    QuickGelu,
+    /// `sigmoid(h · 1.702) · h`
+    QuickGeluSwapped,
+    /// `h · sigmoid(h)` (SiLU: QuickGelu with alpha 1)
+    Silu,
     // Near misses:
     /// `erf(h / 2)`
     ErfWrongScale,
@@ -348,13 +354,21 @@ enum GeluForm {
     ErfSecondReader,
     /// 0.044715 · h²: not the cube.
     TanhSquare,
+    /// `x · sigmoid(1.702 · h)`: the gate of one tensor times another.
+    SigmoidGatesOther,
+    /// `1.702 · h` is also a graph output.
+    SigmoidScaleSecondReader,
 }
 
 impl GeluForm {
     fn misses(self) -> bool {
         matches!(
             self,
-            GeluForm::ErfWrongScale | GeluForm::ErfSecondReader | GeluForm::TanhSquare
+            GeluForm::ErfWrongScale
+                | GeluForm::ErfSecondReader
+                | GeluForm::TanhSquare
+                | GeluForm::SigmoidGatesOther
+                | GeluForm::SigmoidScaleSecondReader
         )
     }
 }
@@ -430,6 +444,31 @@ fn gelu_model(opset: i64, form: GeluForm) -> (ModelBuilder, Vec<&'static str>) {
                 .node("Mul", &["h", "f"], &["inner"], Attrs::new());
             late_half(tanh_gate(m, "inner"))
         }
+        GeluForm::QuickGelu => scalar(m, "a", 1.702)
+            .node("Mul", &["a", "h"], &["ah"], Attrs::new())
+            .node("Sigmoid", &["ah"], &["sg"], Attrs::new())
+            .node("Mul", &["h", "sg"], &["y"], Attrs::new()),
+        GeluForm::QuickGeluSwapped => scalar(m, "a", 1.702)
+            .node("Mul", &["h", "a"], &["ah"], Attrs::new())
+            .node("Sigmoid", &["ah"], &["sg"], Attrs::new())
+            .node("Mul", &["sg", "h"], &["y"], Attrs::new()),
+        GeluForm::Silu => m.node("Sigmoid", &["h"], &["sg"], Attrs::new()).node(
+            "Mul",
+            &["h", "sg"],
+            &["y"],
+            Attrs::new(),
+        ),
+        GeluForm::SigmoidGatesOther => scalar(m, "a", 1.702)
+            .node("Mul", &["a", "h"], &["ah"], Attrs::new())
+            .node("Sigmoid", &["ah"], &["sg"], Attrs::new())
+            .node("Mul", &["x", "sg"], &["y"], Attrs::new()),
+        GeluForm::SigmoidScaleSecondReader => {
+            outputs.push("ah");
+            scalar(m, "a", 1.702)
+                .node("Mul", &["a", "h"], &["ah"], Attrs::new())
+                .node("Sigmoid", &["ah"], &["sg"], Attrs::new())
+                .node("Mul", &["h", "sg"], &["y"], Attrs::new())
+        }
         GeluForm::TanhSquare => {
             let m = c(m)
                 .node("Mul", &["h", "h"], &["h2"], Attrs::new())
@@ -452,6 +491,9 @@ fn gelu_forms_fuse_into_the_matmul_epilogue() {
             TanhMuls,
             TanhPow,
             TanhFactored,
+            QuickGelu,
+            QuickGeluSwapped,
+            Silu,
         ] {
             let (m, outputs) = gelu_model(opset, form);
             let (counts, kinds) = fused_vs_unfused(m, &outputs);
@@ -459,10 +501,10 @@ fn gelu_forms_fuse_into_the_matmul_epilogue() {
             // MatMul, bias and GELU: one node.
             assert_eq!(counts.get("MatMul"), Some(&1), "{what}");
             assert_eq!(counts.values().sum::<usize>(), 1, "{what}");
-            let gelu = if matches!(form, ErfDivLate | ErfMulHalfFirst | ErfHalfGate) {
-                "Gelu"
-            } else {
-                "FastGelu"
+            let gelu = match form {
+                ErfDivLate | ErfMulHalfFirst | ErfHalfGate => "Gelu",
+                QuickGelu | QuickGeluSwapped | Silu => "QuickGelu",
+                _ => "FastGelu",
             };
             assert!(kinds.contains(&gelu.to_string()), "{what}");
             assert!(kinds.contains(&"MatMul".to_string()), "{what}");
@@ -476,6 +518,8 @@ fn near_miss_gelus_stay_unfused_and_correct() {
         GeluForm::ErfWrongScale,
         GeluForm::ErfSecondReader,
         GeluForm::TanhSquare,
+        GeluForm::SigmoidGatesOther,
+        GeluForm::SigmoidScaleSecondReader,
     ] {
         assert!(form.misses());
         let (m, outputs) = gelu_model(17, form);
@@ -483,7 +527,9 @@ fn near_miss_gelus_stay_unfused_and_correct() {
         let what = format!("{form:?}: {counts:?} {kinds:?}");
         assert!(!kinds.iter().any(|k| k.contains("Gelu")), "{what}");
         assert!(
-            counts.contains_key("Erf") || counts.contains_key("Tanh"),
+            ["Erf", "Tanh", "Sigmoid"]
+                .iter()
+                .any(|k| counts.contains_key(*k)),
             "{what}"
         );
         // The bias still fuses into the MatMul.

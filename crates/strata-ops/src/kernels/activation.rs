@@ -28,6 +28,8 @@ pub enum Activation {
     Gelu,
     /// GELU's tanh approximation, `0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))`.
     GeluTanh,
+    /// `x · sigmoid(alpha · x)` (com.microsoft QuickGelu; SiLU with `alpha = 1`).
+    QuickGelu { alpha: f32 },
 }
 
 impl Activation {
@@ -47,6 +49,7 @@ impl Activation {
             Activation::Tanh => x.tanh(),
             Activation::Gelu => gelu_erf(x),
             Activation::GeluTanh => gelu_tanh(x),
+            Activation::QuickGelu { alpha } => x * sigmoid(T::from_f32(alpha) * x),
         }
     }
 
@@ -107,6 +110,13 @@ multiversion! {
             Activation::HardSwish => values.iter_mut().for_each(|v| *v = hard_swish(*v + bias)),
             Activation::Tanh => values.iter_mut().for_each(|v| *v = (*v + bias).tanh()),
             Activation::Gelu | Activation::GeluTanh => gelu_in_blocks(act, values, None, bias),
+            Activation::QuickGelu { alpha } => {
+                let alpha = T::from_f32(alpha);
+                values.iter_mut().for_each(|v| {
+                    let x = *v + bias;
+                    *v = x * sigmoid(alpha * x)
+                })
+            }
         }
     }
 }
@@ -279,6 +289,16 @@ mod tests {
         assert!((Activation::HardSwish.apply(1.0f32) - 2.0 / 3.0).abs() < 1e-7);
         assert_eq!(Activation::HardSwish.apply(4.0f32), 4.0);
         assert!((Activation::Tanh.apply(0.5f32) - 0.5f32.tanh()).abs() < 1e-7);
+        let quick = Activation::QuickGelu { alpha: 1.702 };
+        for x in [-30.0f32, -2.0, 0.0, 0.5, 3.0, 100.0] {
+            // f32 rounding of alpha·x is amplified by |alpha·x| in the exponential's tail.
+            let want = f64::from(x) / (1.0 + (-f64::from(1.702f32) * f64::from(x)).exp());
+            let got = quick.apply(x);
+            assert!(
+                (f64::from(got) - want).abs() <= 1e-5 * want.abs() + 1e-30,
+                "{x}: {got}"
+            );
+        }
     }
 
     #[test]
@@ -296,6 +316,7 @@ mod tests {
             Activation::Clip { min: 0.0, max: 1.0 },
             Activation::Tanh,
             Activation::HardSwish,
+            Activation::QuickGelu { alpha: 1.702 },
         ];
         for act in acts {
             let mut v = [-1.0f32, 0.5, 2.0, -0.25];

@@ -445,17 +445,25 @@ row_kernel! {
     }
 }
 
-/// `exp(x)`, flushed to 0 below the smallest normal f32. Masked scores (x of -1e4 and less)
-/// would otherwise give subnormals, which the sums and the P·V product then run through at a
-/// fraction of the speed; what is dropped is below 1.2e-38 of the row's largest term.
+/// Below this, e^x is under the smallest normal f32 (e^-87.34 is 1.18e-38).
+const EXP_FLUSH_BELOW: f32 = -87.3;
+
+/// `exp(x)`, 0 where it would be below the smallest normal f32. Scores far below the row's
+/// maximum (masked ones, or the wide spread of a model with random weights) would otherwise
+/// make subnormals: both inside `exp` (its final scaling) and in the sums and the P·V product,
+/// where each costs a microcode assist (about 100× a normal multiply). The argument is clamped
+/// first, so `exp` itself never computes one. What is dropped is below 1.2e-38 of the row's
+/// largest term. NaN passes through (both comparisons are false). Written as a bit mask, not a
+/// branch, so the compiler computes `exp` for every lane and keeps the loops vectorized.
 #[inline(always)]
 fn exp_flushed(x: f32) -> f32 {
-    let e = fast_math::exp(x);
-    if e < f32::MIN_POSITIVE {
-        0.0
+    let clamped = if x < EXP_FLUSH_BELOW {
+        EXP_FLUSH_BELOW
     } else {
-        e
-    }
+        x
+    };
+    let keep = if x < EXP_FLUSH_BELOW { 0 } else { u32::MAX };
+    f32::from_bits(fast_math::exp(clamped).to_bits() & keep)
 }
 
 row_kernel! {
@@ -636,6 +644,67 @@ mod tests {
             let plain = Sdpa { steps: &[], ..p };
             close(&run(&plain, 2), &reference(&plain));
         }
+    }
+
+    #[test]
+    fn exp_flushes_below_the_normal_range_and_keeps_nan() {
+        // Just above the cut: a normal number close to e^x; below it (and far below): exactly 0,
+        // never a subnormal.
+        for x in [-87.29f32, -80.0, -20.0, 0.0] {
+            let e = exp_flushed(x);
+            assert!(e.is_normal(), "{x}: {e}");
+            assert!(
+                (f64::from(e) / f64::from(x).exp() - 1.0).abs() < 1e-5,
+                "{x}: {e}"
+            );
+        }
+        for x in [-87.31f32, -87.4, -100.0, -1e4, f32::MIN, f32::NEG_INFINITY] {
+            assert_eq!(exp_flushed(x).to_bits(), 0, "{x}");
+        }
+        assert!(exp_flushed(f32::NAN).is_nan());
+        // The vectorized row form agrees with the scalar one, lane by lane and in the tail.
+        let mut row: Vec<f32> = (0..19).map(|i| -10.0 * i as f32).collect();
+        let want: Vec<f32> = row.iter().map(|&x| exp_flushed(x - 5.0)).collect();
+        let sum = exp_shifted(&mut row, 5.0);
+        assert_eq!(row, want);
+        assert!((sum - want.iter().sum::<f32>()).abs() <= 1e-6 * sum);
+        assert_eq!(row[9..].iter().filter(|&&x| x == 0.0).count(), 10);
+    }
+
+    #[test]
+    fn scores_far_apart_give_the_plain_result() {
+        // Q and K large enough that many of each row's exps fall below the f32 normal range
+        // (scores spread over hundreds; more would drown the check in f32 rounding of Q·K).
+        let (b, h, s, d) = (1, 2, 40, 16);
+        let dims = [b, h, s, d];
+        let big = |seed| -> Vec<f32> {
+            random(b * h * s * d, seed)
+                .iter()
+                .map(|x| x * 6.0)
+                .collect()
+        };
+        let (q, k, v) = (big(11), big(12), random(b * h * s * d, 13));
+        let dot = |i: usize, j: usize| -> f32 { (0..d).map(|x| q[i * d + x] * k[j * d + x]).sum() };
+        let row: Vec<f32> = (0..s).map(|j| dot(0, j)).collect();
+        let (lo, hi) = row
+            .iter()
+            .fold((f32::MAX, f32::MIN), |(l, h), &x| (l.min(x), h.max(x)));
+        assert!(hi - lo > -EXP_FLUSH_BELOW, "spread {lo}..{hi}");
+        let view = |data| View4 {
+            data,
+            dims,
+            strides: contiguous(dims),
+        };
+        let p = Sdpa {
+            q: view(&q),
+            k: view(&k),
+            v: view(&v),
+            scale: 1.0,
+            steps: &[],
+            causal: false,
+            zero_empty_rows: false,
+        };
+        close(&run(&p, 2), &reference(&p));
     }
 
     #[test]

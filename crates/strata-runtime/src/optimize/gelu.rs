@@ -1,16 +1,20 @@
-//! GELU written out as element-wise ops becomes one com.microsoft `Gelu` (erf form) or
-//! `FastGelu` (tanh form) node, which a MatMul before it then takes as a GEMM epilogue.
+//! GELU written out as element-wise ops becomes one com.microsoft `Gelu` (erf form),
+//! `FastGelu` (tanh form) or `QuickGelu` (sigmoid form) node, which a MatMul before it then
+//! takes as a GEMM epilogue.
 //!
 //! Forms matched, with the gate `g` computed from `x`:
 //! - erf: `g = 1 + erf(x / √2)` (or `x · (1/√2)`, either operand order);
 //! - tanh: `g = 1 + tanh(√(2/π) · (x + 0.044715 · x³))`, the cube as `Pow(x, 3)` or two Muls,
 //!   or the inner term as `x · (1 + 0.044715 · x²)`;
 //!
-//! then `y = x · g · 0.5` in any association (`(x·g)·0.5`, `(x·0.5)·g`, `x·(g·0.5)`). Every
-//! intermediate must be read only inside the pattern, and constants must match to a relative
-//! 1e-3 (1e-4 for √2).
+//! then `y = x · g · 0.5` in any association (`(x·g)·0.5`, `(x·0.5)·g`, `x·(g·0.5)`);
+//! - sigmoid: `y = x · sigmoid(α · x)` (QuickGelu, α = 1.702 as CLIP exports it; any finite scalar
+//!   constant α, either operand order; `x · sigmoid(x)`, SiLU, is α = 1).
+//!
+//! Every intermediate must be read only inside the pattern, and constants must match to a
+//! relative 1e-3 (1e-4 for √2).
 
-use strata_ops::Attributes;
+use strata_ops::{Attr, Attributes};
 
 use crate::optimize::epilogue::{value_facts, Fusion};
 use crate::optimize::fuse::remove_nodes;
@@ -23,10 +27,11 @@ const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
 const CUBIC: f64 = 0.044715;
 
 /// Which GELU a match computes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 enum Form {
     Erf,
     Tanh,
+    Sigmoid { alpha: f32 },
 }
 
 /// One match: the input, the nodes it spans (the last writes the result) and its form.
@@ -51,6 +56,7 @@ pub fn fuse_gelu(graph: &mut Graph, threads: usize) -> Result<Vec<Fusion>> {
             let m = match graph.nodes[node].op.op_type() {
                 "Erf" => match_erf(&view, node),
                 "Tanh" => match_tanh(&view, node),
+                "Sigmoid" => match_sigmoid(&view, node),
                 _ => None,
             };
             if let Some(m) = m {
@@ -66,11 +72,15 @@ pub fn fuse_gelu(graph: &mut Graph, threads: usize) -> Result<Vec<Fusion>> {
         }
         let last = *m.nodes.last().expect("a match spans nodes");
         let output = graph.nodes[last].outputs[0];
-        let op_type = match m.form {
-            Form::Erf => "Gelu",
-            Form::Tanh => "FastGelu",
+        let (op_type, attrs) = match m.form {
+            Form::Erf => ("Gelu", Attributes::new("Gelu")),
+            Form::Tanh => ("FastGelu", Attributes::new("FastGelu")),
+            Form::Sigmoid { alpha } => (
+                "QuickGelu",
+                Attributes::new("QuickGelu").with("alpha", Attr::Float(alpha)),
+            ),
         };
-        let op = operator(op_type, "com.microsoft", 1, Attributes::new(op_type), 1, 1)?;
+        let op = operator(op_type, "com.microsoft", 1, attrs, 1, 1)?;
         let absorbed = m.nodes.iter().map(|&n| describe(graph, n)).collect();
         let name = graph.nodes[last].name.clone();
         replace(
@@ -153,6 +163,45 @@ fn match_tanh(v: &View<'_>, tanh: usize) -> Option<Match> {
         x,
         nodes,
         form: Form::Tanh,
+    })
+}
+
+/// `y = x · sigmoid(α · x)` around the Sigmoid node `sigmoid` (α a finite scalar constant, 1
+/// when the Sigmoid reads x itself). The result must have x's dims: a constant that broadcasts
+/// x wider is not this pattern.
+fn match_sigmoid(v: &View<'_>, sigmoid: usize) -> Option<Match> {
+    let arg = v.graph.nodes[sigmoid].inputs.first().copied().flatten()?;
+    let s = v.out(sigmoid);
+    let last = v.sole_reader(s, "Mul")?;
+    let x = v.other(last, s)?;
+    let mut nodes = Vec::new();
+    let alpha = if arg == x {
+        1.0
+    } else {
+        let scale = v.producer(arg, "Mul")?;
+        let (a, b) = v.pair(scale)?;
+        let c = if a == x {
+            b
+        } else if b == x {
+            a
+        } else {
+            return None;
+        };
+        if !v.read_only_by(arg, &[sigmoid]) {
+            return None;
+        }
+        nodes.push(scale);
+        v.scalar(c)? as f32
+    };
+    let (xf, yf) = (v.fact(x)?, v.fact(v.out(last))?);
+    if !alpha.is_finite() || !xf.dtype.is_float() || xf.dims != yf.dims || xf.dtype != yf.dtype {
+        return None;
+    }
+    nodes.extend([sigmoid, last]);
+    Some(Match {
+        x,
+        nodes,
+        form: Form::Sigmoid { alpha },
     })
 }
 

@@ -50,7 +50,7 @@ impl BiasedActivation {
     }
 }
 
-/// Without a bias, the erf and tanh forms are activations a producer's epilogue applies.
+/// Without a bias, every form is an activation a producer's epilogue applies.
 impl FusableActivation for BiasedActivation {
     fn activation(&self, inputs: &[&Fact]) -> Option<Activation> {
         let x = inputs.first()?;
@@ -61,7 +61,7 @@ impl FusableActivation for BiasedActivation {
         match self.form {
             GeluForm::Erf => Some(Activation::Gelu),
             GeluForm::Tanh => Some(Activation::GeluTanh),
-            GeluForm::Sigmoid { .. } => None,
+            GeluForm::Sigmoid { alpha } => Some(Activation::QuickGelu { alpha }),
         }
     }
 }
@@ -73,8 +73,7 @@ impl Operator for BiasedActivation {
 
     fn capabilities(&self) -> OpCapabilities<'_> {
         OpCapabilities {
-            activation: (!matches!(self.form, GeluForm::Sigmoid { .. }))
-                .then_some(self as &dyn FusableActivation),
+            activation: Some(self as &dyn FusableActivation),
             ..OpCapabilities::default()
         }
     }
