@@ -94,7 +94,10 @@ fn graph(bias_scale_factor: f32) -> Graph {
     g
 }
 
-fn run(g: Graph, optimize: bool) -> (Vec<f32>, Vec<f32>, usize) {
+/// The two outputs, how many groups ran quantized, and the plan's operators.
+type Run = (Vec<f32>, Vec<f32>, usize, String);
+
+fn run(g: Graph, optimize: bool) -> Run {
     let mut config = PlanConfig::default().with_threads(1);
     config.optimize = optimize;
     let plan = InferencePlan::build(g, config).unwrap();
@@ -106,15 +109,16 @@ fn run(g: Graph, optimize: bool) -> (Vec<f32>, Vec<f32>, usize) {
     ctx.execute().unwrap();
     let y = ctx.output("y_d").unwrap().to_vec::<f32>().unwrap();
     let c = ctx.output("c_d").unwrap().to_vec::<f32>().unwrap();
-    (y, c, plan.optimize_report().quantized)
+    let ops = format!("{:?}", plan.op_counts());
+    (y, c, plan.optimize_report().quantized, ops)
 }
 
 #[test]
 fn qdq_average_pool_concat_and_gemm_run_as_integer_operators_within_quantization_steps() {
-    let (y, c, quantized) = run(graph(1.0), true);
+    let (y, c, quantized, ops) = run(graph(1.0), true);
     // AveragePool, Concat, Flatten (on the 8-bit tensor) and Gemm.
-    assert_eq!(quantized, 4);
-    let (want_y, want_c, none) = run(graph(1.0), false);
+    assert_eq!(quantized, 4, "{ops}");
+    let (want_y, want_c, none, _) = run(graph(1.0), false);
     assert_eq!(none, 0);
     // Each path rounds once per QuantizeLinear, the integer one from exact sums: one step.
     for (a, b) in c.iter().zip(&want_c) {
@@ -130,9 +134,9 @@ fn qdq_average_pool_concat_and_gemm_run_as_integer_operators_within_quantization
 
 #[test]
 fn a_gemm_bias_at_another_scale_keeps_the_float_gemm() {
-    let (y, _, quantized) = run(graph(2.0), true);
-    assert_eq!(quantized, 3, "AveragePool, Concat and Flatten only");
-    let (want_y, _, _) = run(graph(2.0), false);
+    let (y, _, quantized, ops) = run(graph(2.0), true);
+    assert_eq!(quantized, 3, "AveragePool, Concat and Flatten only: {ops}");
+    let (want_y, _, _, _) = run(graph(2.0), false);
     for (a, b) in y.iter().zip(&want_y) {
         assert!((a - b).abs() <= 3.0 * YS, "gemm {a} vs {b}");
     }
