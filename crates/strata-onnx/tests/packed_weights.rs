@@ -100,3 +100,93 @@ fn a_weight_something_else_reads_is_kept() {
     let copy = ctx.output("w_copy").unwrap().to_vec::<f32>().unwrap();
     assert_eq!(copy, values(M * C * 9, 0.5));
 }
+
+/// `y = MatMulNBits(x, B, scales, zero_points)` (K 64, N 8, blocks of 32) with B, its scales and
+/// zero points constants, or graph inputs when `weights_as_inputs`.
+fn nbits_model(
+    bits: usize,
+    weights_as_inputs: bool,
+) -> (ModelBuilder, Vec<(&'static str, Tensor)>) {
+    const K: usize = 64;
+    const N: usize = 8;
+    const BLOCK: usize = 32;
+    let blocks = K / BLOCK;
+    let b: Vec<u8> = (0..N * blocks * BLOCK * bits / 8)
+        .map(|i| (i.wrapping_mul(2654435761) >> 7) as u8)
+        .collect();
+    let scales: Vec<f32> = (0..N * blocks).map(|i| 0.01 + i as f32 * 1e-3).collect();
+    let zp_row = (blocks * bits).div_ceil(8);
+    let zp: Vec<u8> = (0..N * zp_row).map(|i| (i * 37 % 251) as u8).collect();
+    let weights = vec![
+        (
+            "b",
+            Tensor::from_slice(&b, &[N, blocks, BLOCK * bits / 8]).unwrap(),
+        ),
+        (
+            "scales",
+            Tensor::from_slice(&scales, &[N * blocks]).unwrap(),
+        ),
+        ("zp", Tensor::from_slice(&zp, &[N * zp_row]).unwrap()),
+    ];
+    let mut m = ModelBuilder::new("nbits")
+        .opset(17)
+        .opset_domain("com.microsoft", 1)
+        .input("x", DType::F32, &known(&[M, K]));
+    for (name, t) in &weights {
+        m = if weights_as_inputs {
+            let dims: Vec<usize> = t.dims().to_vec();
+            m.input(name, t.dtype(), &known(&dims))
+        } else {
+            m.initializer(name, t)
+        };
+    }
+    let attrs = Attrs::new()
+        .int("K", K as i64)
+        .int("N", N as i64)
+        .int("bits", bits as i64)
+        .int("block_size", BLOCK as i64);
+    m = m
+        .domain_node(
+            "nbits",
+            "com.microsoft",
+            "MatMulNBits",
+            &["x", "b", "scales", "zp"],
+            &["y"],
+            attrs,
+        )
+        .output("y", DType::F32, &known(&[M, N]));
+    let x = Tensor::from_slice(&values(M * K, 2.5), &[M, K]).unwrap();
+    let mut inputs = vec![("x", x)];
+    if weights_as_inputs {
+        inputs.extend(weights);
+    }
+    (m, inputs)
+}
+
+#[test]
+fn matmul_nbits_frees_its_original_weights_and_runs_match_the_weights_as_inputs() {
+    for bits in [2usize, 4, 8] {
+        let (model, inputs) = nbits_model(bits, false);
+        let packed = load(&model, &format!("nbits{bits}"));
+        let weights = packed.weight_bytes();
+        assert_eq!(
+            weights.get(&DType::U8).copied().unwrap_or(0),
+            0,
+            "{bits}-bit B and zero points freed"
+        );
+        assert_eq!(f32_weight_bytes(&packed), 0, "{bits}-bit scales freed");
+        let (model, with_weights) = nbits_model(bits, true);
+        let reference = load(&model, &format!("nbits{bits}_input"));
+        let expected = run(&reference, &with_weights);
+        let got = run(&packed, &inputs);
+        assert_eq!(got.len(), expected.len());
+        for (g, e) in got.iter().zip(&expected) {
+            assert!(
+                (g - e).abs() <= 1e-4 * e.abs().max(1.0),
+                "{bits}-bit: {got:?} vs {expected:?}"
+            );
+        }
+        // A second run reads the kernel's own copy again.
+        assert_eq!(run(&packed, &inputs), got);
+    }
+}

@@ -221,6 +221,12 @@ pub trait HasQLinearForm: Send + Sync {
     /// The QLinear operator with this operator's attributes, or `None` when this instance has
     /// no such form (an activation fused in, say).
     fn qlinear(&self) -> Option<Box<dyn Operator>>;
+
+    /// The axis of the weight (input 1) that per-channel weight scales may run along in the
+    /// QLinear form; `None` for per-tensor weights only.
+    fn weight_channel_axis(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// The parameters of a QuantizeLinear or DequantizeLinear node that decide how its scale maps

@@ -7,7 +7,9 @@
 //! | Conv (weights per tensor or per output channel, optional int32 bias through a DequantizeLinear) | QLinearConv |
 //! | MatMul (B per tensor or per column) | QLinearMatMul |
 //! | Add, Mul | com.microsoft QLinearAdd, QLinearMul |
-//! | GlobalAveragePool | com.microsoft QLinearGlobalAveragePool |
+//! | GlobalAveragePool, AveragePool | com.microsoft QLinearGlobalAveragePool, QLinearAveragePool |
+//! | Gemm (alpha, beta 1; B per tensor or per column; optional int32 bias at a_scale · b_scale) | com.microsoft QGemm |
+//! | Concat (every input per tensor) | com.microsoft QLinearConcat |
 //! | MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Identity (same Q and DQ parameters) | the same op on the 8-bit tensor |
 //!
 //! A node is rewritten only when every data input comes from a DequantizeLinear of an 8-bit
@@ -22,7 +24,7 @@ use std::sync::Arc;
 use strata_core::{DType, Tensor};
 use strata_ops::{build_operator, Attributes, OpContext, Operator};
 
-use crate::graph::{NodeId, ValueSource};
+use crate::graph::{Node, NodeId, ValueSource};
 use crate::{Graph, Result, ValueId};
 
 /// A constant input of a Q/DQ node.
@@ -174,6 +176,15 @@ fn rewrite(graph: &Graph, i: usize, output: (ValueId, ValueId, DType)) -> Option
             }
             (microsoft("QLinearGlobalAveragePool")?, vec![x])
         }
+        "AveragePool" => {
+            let x = data(0).filter(scalar)?;
+            if x.dtype != out_dtype {
+                return None;
+            }
+            (node.op.capabilities().qlinear?.qlinear()?, vec![x])
+        }
+        "Gemm" => return gemm(graph, node, output),
+        "Concat" => return concat(graph, node, output),
         _ => return None,
     };
     let mut inputs: Vec<Option<ValueId>> = data_inputs.iter().flat_map(triple).collect();
@@ -193,6 +204,91 @@ fn rewrite(graph: &Graph, i: usize, output: (ValueId, ValueId, DType)) -> Option
         return None;
     }
     Some((op, inputs))
+}
+
+/// Gemm → com.microsoft QGemm: inputs (A, a_scale, a_zero, B, b_scale, b_zero, C, y_scale,
+/// y_zero). A per tensor; B per tensor or per column (along N); C, if any, an int32 constant at
+/// `a_scale · b_scale` with zero point 0, as the quantizer writes it.
+fn gemm(graph: &Graph, node: &Node, output: (ValueId, ValueId, DType)) -> Option<Replacement> {
+    let form = node.op.capabilities().qlinear?;
+    let input = |k: usize| node.inputs.get(k).copied().flatten();
+    let data = |k: usize| dequantized(graph, input(k)?).filter(|d| d.dtype != DType::I32);
+    let (a, b) = (data(0).filter(|d| d.scales == 1)?, data(1)?);
+    if b.scales != 1 {
+        let axis = form.weight_channel_axis()?;
+        let rank = graph.values[b.x.0].fact.rank();
+        if rank != 2 || normalized(b.axis, rank)? != axis {
+            return None;
+        }
+    }
+    let bias = match input(2) {
+        None => None,
+        Some(c) => {
+            let c = dequantized(graph, c).filter(|c| c.dtype == DType::I32)?;
+            bias_at_product_scale(graph, &c, &a, &b)?;
+            Some(c.x)
+        }
+    };
+    if node.inputs.len() > 3 {
+        return None;
+    }
+    let (out_scale, out_zero, _) = output;
+    let inputs = vec![
+        Some(a.x),
+        Some(a.scale),
+        Some(a.zero),
+        Some(b.x),
+        Some(b.scale),
+        Some(b.zero),
+        bias,
+        Some(out_scale),
+        Some(out_zero),
+    ];
+    Some((form.qlinear()?, inputs))
+}
+
+/// `axis` of a rank-`rank` tensor as an index.
+fn normalized(axis: i64, rank: usize) -> Option<usize> {
+    let r = rank as i64;
+    (-r..r).contains(&axis).then(|| axis.rem_euclid(r) as usize)
+}
+
+/// Whether an int32 bias is quantized at `a_scale · b_scale` (per element of a per-column b)
+/// with zero points 0: then adding it to the integer product is exactly the float bias.
+fn bias_at_product_scale(
+    graph: &Graph,
+    c: &Dequantized,
+    a: &Dequantized,
+    b: &Dequantized,
+) -> Option<()> {
+    let zero = constant(graph, Some(c.zero))?.to_vec::<i32>().ok()?;
+    let scale = constant(graph, Some(c.scale))?.to_vec::<f32>().ok()?;
+    let a_scale = constant(graph, Some(a.scale))?.to_vec::<f32>().ok()?;
+    let b_scale = constant(graph, Some(b.scale))?.to_vec::<f32>().ok()?;
+    if zero.iter().any(|&z| z != 0) || (scale.len() != 1 && scale.len() != b_scale.len()) {
+        return None;
+    }
+    let close = |x: f32, y: f32| (x - y).abs() <= 1e-5 * y.abs().max(f32::MIN_POSITIVE);
+    let ok = (0..scale.len().max(b_scale.len())).all(|j| {
+        let s = scale[j.min(scale.len() - 1)];
+        close(s, a_scale[0] * b_scale[j.min(b_scale.len() - 1)])
+    });
+    ok.then_some(())
+}
+
+/// Concat → com.microsoft QLinearConcat: inputs (y_scale, y_zero, then (X, scale, zero) per
+/// input); each input is per tensor and of the output's 8-bit type.
+fn concat(graph: &Graph, node: &Node, output: (ValueId, ValueId, DType)) -> Option<Replacement> {
+    let (out_scale, out_zero, out_dtype) = output;
+    let mut inputs = vec![Some(out_scale), Some(out_zero)];
+    for value in &node.inputs {
+        let d = dequantized(graph, (*value)?)?;
+        if d.dtype != out_dtype || d.scales != 1 {
+            return None;
+        }
+        inputs.extend([Some(d.x), Some(d.scale), Some(d.zero)]);
+    }
+    Some((node.op.capabilities().qlinear?.qlinear()?, inputs))
 }
 
 /// Ops that only select or move elements: between a DequantizeLinear and a QuantizeLinear of

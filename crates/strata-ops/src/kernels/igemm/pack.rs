@@ -157,6 +157,13 @@ impl<'a> MatrixA<'a> {
     }
 }
 
+impl MatrixA<'_> {
+    /// `(rs, cs)`: element `(i, k)` is at `i * rs + k * cs`.
+    pub fn strides(&self) -> (usize, usize) {
+        (self.rs, self.cs)
+    }
+}
+
 impl PackA for MatrixA<'_> {
     fn rows(&self) -> usize {
         self.m
@@ -173,7 +180,9 @@ impl PackA for MatrixA<'_> {
     fn pack_tile(&self, i0: usize, rows: usize, mr: usize, dst: &mut [u8], sums: &mut [i32]) {
         dst.fill(0);
         sums.fill(0);
-        if self.cs == 1 || self.rs == 0 {
+        if self.cs == 1 && self.rs != 0 && mr <= MAX_FAST_MR {
+            pack_contiguous_depth(self, i0, rows, mr, dst, sums);
+        } else if self.cs == 1 || self.rs == 0 {
             for (i, sum) in sums.iter_mut().enumerate().take(rows) {
                 let base = (i0 + i) * self.rs;
                 for k in 0..self.k {
@@ -182,6 +191,8 @@ impl PackA for MatrixA<'_> {
                     *sum += i32::from(v);
                 }
             }
+        } else if self.rs == 1 && mr <= MAX_FAST_MR {
+            pack_contiguous_rows(self, i0, rows, mr, dst, sums);
         } else {
             // Column-strided (a transposed or channel-major source): walk the rows of a tile
             // together so each strided read serves neighbouring bytes.
@@ -194,6 +205,134 @@ impl PackA for MatrixA<'_> {
                 }
             }
         }
+    }
+}
+
+/// Tile heights [`pack_contiguous_rows`] handles.
+const MAX_FAST_MR: usize = 8;
+
+/// [`MatrixA::pack_tile`] for a source whose tile rows are adjacent bytes (`rs == 1`: a
+/// channel-major convolution input, where A's rows are pixels and its columns channels): each
+/// depth's `rows` bytes are one slice, copied into their slots without per-element indexing,
+/// and the row sums come from the packed tile in one vectorizable pass. `dst` and `sums` are
+/// zeroed by the caller.
+fn pack_contiguous_rows(
+    a: &MatrixA<'_>,
+    i0: usize,
+    rows: usize,
+    mr: usize,
+    dst: &mut [u8],
+    sums: &mut [i32],
+) {
+    let bytes = a.data.bytes();
+    let flip = if a.data.is_signed() { 0x80 } else { 0 };
+    let base = i0;
+    #[cfg(target_arch = "x86_64")]
+    let done = if rows == 8 && mr == 8 {
+        pack_eight_rows_sse2(bytes, base, a.cs, a.k, flip, dst)
+    } else {
+        0
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let done = 0;
+    for (g, out) in dst.chunks_exact_mut(mr * 4).enumerate().skip(done) {
+        for t in 0..4 {
+            let k = g * 4 + t;
+            if k >= a.k {
+                break;
+            }
+            let start = base + k * a.cs;
+            let src = &bytes[start..start + rows];
+            for (slot, &v) in out.chunks_exact_mut(4).zip(src) {
+                slot[t] = v ^ flip;
+            }
+        }
+    }
+    tile_row_sums(dst, rows, mr, sums);
+}
+
+/// The whole groups of four depths of an 8-row tile whose rows are adjacent bytes, packed with
+/// SSE2 (x86_64's baseline): the four 8-byte depth runs of a group are interleaved byte-wise
+/// into the group's 32 slots. Returns how many groups it packed (none when the last run would
+/// read past `bytes`).
+#[cfg(target_arch = "x86_64")]
+fn pack_eight_rows_sse2(
+    bytes: &[u8],
+    base: usize,
+    cs: usize,
+    k: usize,
+    flip: u8,
+    dst: &mut [u8],
+) -> usize {
+    use std::arch::x86_64::*;
+    let groups = k / 4;
+    let fits = groups == 0
+        || (4 * groups - 1)
+            .checked_mul(cs)
+            .and_then(|v| v.checked_add(base + 8))
+            .is_some_and(|end| end <= bytes.len());
+    if !fits || dst.len() < groups * 32 {
+        return 0;
+    }
+    // SAFETY: SSE2 is part of x86_64. Every load reads the 8 bytes at base + k·cs for k <
+    // 4·groups, inside `bytes` (checked above); every store writes 16 bytes inside the first
+    // groups · 32 bytes of `dst` (checked above). Loads and stores are unaligned.
+    unsafe {
+        let f = _mm_set1_epi8(flip as i8);
+        let src = bytes.as_ptr();
+        let out = dst.as_mut_ptr();
+        for g in 0..groups {
+            let load = |t: usize| _mm_loadl_epi64(src.add(base + (4 * g + t) * cs).cast());
+            let ab = _mm_unpacklo_epi8(load(0), load(1));
+            let cd = _mm_unpacklo_epi8(load(2), load(3));
+            // Rows 0..4 then 4..8, each as its four depths' bytes.
+            let lo = _mm_xor_si128(_mm_unpacklo_epi16(ab, cd), f);
+            let hi = _mm_xor_si128(_mm_unpackhi_epi16(ab, cd), f);
+            _mm_storeu_si128(out.add(g * 32).cast(), lo);
+            _mm_storeu_si128(out.add(g * 32 + 16).cast(), hi);
+        }
+    }
+    groups
+}
+
+/// [`MatrixA::pack_tile`] for a source whose rows are contiguous (`cs == 1`, a row-major A):
+/// each row's groups of four bytes are copied whole into their slots. `dst` and `sums` are
+/// zeroed by the caller.
+fn pack_contiguous_depth(
+    a: &MatrixA<'_>,
+    i0: usize,
+    rows: usize,
+    mr: usize,
+    dst: &mut [u8],
+    sums: &mut [i32],
+) {
+    let bytes = a.data.bytes();
+    let flip = if a.data.is_signed() { 0x80 } else { 0 };
+    for i in 0..rows {
+        let start = (i0 + i) * a.rs;
+        let src = &bytes[start..start + a.k];
+        for (group, out) in src.chunks(4).zip(dst.chunks_exact_mut(mr * 4)) {
+            for (d, &v) in out[i * 4..i * 4 + group.len()].iter_mut().zip(group) {
+                *d = v ^ flip;
+            }
+        }
+    }
+    tile_row_sums(dst, rows, mr, sums);
+}
+
+/// The sums of the first `rows` rows of a packed tile.
+fn tile_row_sums(dst: &[u8], rows: usize, mr: usize, sums: &mut [i32]) {
+    // Per-slot sums over the depth groups (at most 255 · groups each, no overflow for any
+    // realistic depth: u32), then each row's four slots.
+    let mut acc = [0u32; MAX_FAST_MR * 4];
+    let acc = &mut acc[..mr * 4];
+    for group in dst.chunks_exact(mr * 4) {
+        for (s, &v) in acc.iter_mut().zip(group) {
+            *s += u32::from(v);
+        }
+    }
+    for (sum, slots) in sums.iter_mut().zip(acc.chunks_exact(4)).take(rows) {
+        *sum = slots.iter().sum::<u32>() as i32;
     }
 }
 

@@ -75,9 +75,13 @@ fn int32_products_match_the_reference_for_every_sign_size_and_zero_point() {
                 let za = values(&mut rng, if m % 2 == 0 { m } else { 1 }, a_signed);
                 let zb = values(&mut rng, if n % 2 == 1 { n } else { 1 }, b_signed);
                 let (au, ai, bu, bi) = (to_u8(&a), to_i8(&a), to_u8(&b), to_i8(&b));
-                let a_mat = MatrixA::new(slice(a_signed, &au, &ai), m, k, (k, 1)).unwrap();
+                // A also stored column by column (a channel-major convolution input).
+                let a_t: Vec<i32> = (0..m * k).map(|x| a[(x % m) * k + x / m]).collect();
+                let (atu, ati) = (to_u8(&a_t), to_i8(&a_t));
+                let row_major = MatrixA::new(slice(a_signed, &au, &ai), m, k, (k, 1)).unwrap();
+                let col_major = MatrixA::new(slice(a_signed, &atu, &ati), m, k, (1, m)).unwrap();
                 let packed = PackedB::new(slice(b_signed, &bu, &bi), k, n, (n, 1)).unwrap();
-                for threads in [1, 2] {
+                for (threads, a_mat) in [(1, row_major), (2, row_major), (1, col_major)] {
                     let mut c = vec![0i32; m * n];
                     let out = OutMat {
                         dest: Dest::I32(&mut c),
@@ -97,7 +101,10 @@ fn int32_products_match_the_reference_for_every_sign_size_and_zero_point() {
                     assert_eq!(
                         c,
                         reference(&a, &za, &b, &zb, (m, k, n)),
-                        "{isa:?} {m}x{k}x{n} signed ({a_signed}, {b_signed}) threads {threads}"
+                        "{isa:?} {m}x{k}x{n} signed ({a_signed}, {b_signed}) threads {threads} \
+                         A strides ({}, {})",
+                        a_mat.strides().0,
+                        a_mat.strides().1
                     );
                 }
             }

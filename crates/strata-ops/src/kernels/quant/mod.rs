@@ -1,6 +1,7 @@
 //! Products with block-quantized weights read in place (L2): `y = x · Wᵀ` for `W` of `n` rows
 //! of `k` inputs in any GGUF weight type, and embedding lookup from quantized tables. Shared by
-//! GGUF language models and the ONNX 4-bit/8-bit weight-only operators.
+//! GGUF language models and the ONNX 2/4/8-bit weight-only operators (MatMulNBits: 2- and
+//! 4-bit weights in the 4-bit group layout of `q4f`, 8-bit ones in `q8f`).
 //!
 //! Two strategies, both parallel over output rows on the current intra-op pool:
 //! - [`Strategy::IntDot`] (legacy formats q4_0 … q8_0): the activations are quantized once to
@@ -23,6 +24,7 @@ mod q4f;
 #[cfg(target_arch = "x86_64")]
 mod q4f_avx2;
 mod q8;
+mod q8f;
 #[cfg(test)]
 mod tests;
 
@@ -36,6 +38,7 @@ pub use embedding::embedding_lookup;
 pub use portable::RowDot;
 pub use q4f::{pack_group, q4_matmul, q4_matmul_with, Compute, Q4Weights, Q4Zeros, GROUP_BYTES};
 pub use q8::{quantize_activations, Q8Block};
+pub use q8f::{q8_matmul, Q8Weights, Q8Zeros};
 
 use super::error::{KernelError, KernelResult};
 

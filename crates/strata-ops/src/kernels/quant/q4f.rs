@@ -37,7 +37,7 @@ pub const GROUP_BYTES: usize = QUANT_BLOCK / 2;
 
 /// Activation rows from which the f32 product dequantizes panels for the GEMM microkernels
 /// instead of dotting each weight row with each activation row.
-const PANEL_MIN_ROWS: usize = 4;
+pub(super) const PANEL_MIN_ROWS: usize = 4;
 
 /// Below this many weight elements a product stays on the calling thread.
 const PARALLEL_MIN_WEIGHTS: usize = 1 << 15;
@@ -281,7 +281,7 @@ pub fn q4_matmul_with(
 /// Splits output rows `0..n` into contiguous ranges, `per_thread` per thread and each a
 /// multiple of `align` rows (except the last), and runs `task(j0, j1)` for each on the pool.
 /// With one range per thread each thread always gets the same rows.
-fn split_rows(
+pub(super) fn split_rows(
     n: usize,
     k: usize,
     threads: usize,
@@ -338,7 +338,22 @@ fn panel_product(
     y: &mut [f32],
     threads: usize,
 ) -> KernelResult<()> {
-    let (n, k) = (w.n, w.k);
+    panel_product_with(w.n, w.k, x, m, y, threads, |j, out| {
+        dequantize_row(isa, w, j, out)
+    })
+}
+
+/// [`panel_product`] for any weights `n × k` whose row `j` `dequantize(j, out)` writes into
+/// `out` (`k` values).
+pub(super) fn panel_product_with(
+    n: usize,
+    k: usize,
+    x: &[f32],
+    m: usize,
+    y: &mut [f32],
+    threads: usize,
+    dequantize: impl Fn(usize, &mut [f32]) + Sync,
+) -> KernelResult<()> {
     let out = OutPtr(y.as_mut_ptr());
     let failed = std::sync::Mutex::new(None);
     split_rows(n, k, threads, (16, 1), |j0, j1| {
@@ -356,7 +371,7 @@ fn panel_product(
                     }
                     // Row r of the panel is weight row j + r: column r of B = Wᵀ.
                     for r in 0..rows {
-                        dequantize_row(isa, w, j + r, &mut panel[r * k..(r + 1) * k]);
+                        dequantize(j + r, &mut panel[r * k..(r + 1) * k]);
                     }
                     let c = &mut res[..m * rows];
                     let done = gemm(

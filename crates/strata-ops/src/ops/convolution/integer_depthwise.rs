@@ -1,9 +1,12 @@
 //! Depthwise integer convolution (one input and one output channel per group), direct: each
-//! channel's centered input is copied once into a zero-padded i32 plane, split by column phase
-//! for strided kernels so every tap reads a contiguous run, and each tap adds `plane · weight`
-//! to a row of i32 sums in a loop the compiler vectorizes (compiled for AVX-512 and AVX2 too).
-//! The sums are requantized (or stored) through the GEMM's write-back. Channels are spread over
-//! the intra-op pool.
+//! channel's centered input is copied once into a zero-padded i32 plane whose rows are split by
+//! the vertical stride's phase, so that for every tap the whole output plane — computed at the
+//! plane's row pitch and at every column, the columns between strided outputs and past the
+//! output width dropped afterwards — reads one contiguous run. Each tap is then one long
+//! `sums += run · weight` loop the compiler vectorizes (compiled for AVX-512 and AVX2 too),
+//! whatever the output width: 7-wide planes vectorize as well as 112-wide ones, and the plane
+//! is filled by contiguous row copies. The sums are requantized (or stored) through the GEMM's
+//! write-back. Channels are spread over the intra-op pool.
 
 use std::cell::RefCell;
 
@@ -37,9 +40,28 @@ impl DepthwiseGeometry {
         )
     }
 
-    /// Columns of one phase of the padded plane.
-    fn phase_width(&self) -> usize {
-        self.padded().1.div_ceil(self.stride.1.max(1))
+    /// Rows of one row phase of the padded plane.
+    fn phase_rows(&self) -> usize {
+        self.padded().0.div_ceil(self.stride.0.max(1))
+    }
+
+    /// Where padded position `(py, pc)` lives in the plane: row phase `py % sh`, then row
+    /// `py / sh` of the padded width, column `pc`.
+    fn at(&self, py: usize, pc: usize) -> usize {
+        let sh = self.stride.0.max(1);
+        ((py % sh) * self.phase_rows() + py / sh) * self.padded().1 + pc
+    }
+
+    /// Elements of the whole phase-split plane.
+    fn plane_len(&self) -> usize {
+        self.stride.0.max(1) * self.phase_rows() * self.padded().1
+    }
+
+    /// Sums computed per tap: output rows at the plane's row pitch, each at every column up to
+    /// the last strided output.
+    fn pitched_len(&self) -> usize {
+        let (oh, ow) = self.out_hw;
+        (oh.max(1) - 1) * self.padded().1 + (ow.max(1) - 1) * self.stride.1.max(1) + 1
     }
 }
 
@@ -90,9 +112,22 @@ pub(crate) fn depthwise(
     if pixels == 0 || planes == 0 {
         return;
     }
-    let (ph, _) = g.padded();
-    let plane_len = ph * g.phase_width() * g.stride.1.max(1);
+    let plane_len = g.plane_len();
     let taps = g.kernel.0 * g.kernel.1;
+    if taps > MAX_TAPS {
+        unreachable!("kernels over {MAX_TAPS} taps take the GEMM path");
+    }
+    // Where each tap's run starts in the plane: output (oy, ox) reads padded position
+    // (oy·sh + ky·dh, ox·sw + kx·dw), at start(ky, kx) + oy · pitch + ox · sw.
+    let mut starts = [0usize; MAX_TAPS];
+    for ky in 0..g.kernel.0 {
+        for kx in 0..g.kernel.1 {
+            starts[ky * g.kernel.1 + kx] = g.at(ky * g.dilation.0, kx * g.dilation.1);
+        }
+    }
+    let starts = &starts[..taps];
+    let (pitch, sw) = (g.padded().1, g.stride.1.max(1));
+    let pitched = g.pitched_len();
     let one = |index: usize, out: Dest<'_>| {
         let c = index % g.channels;
         let n = index / g.channels;
@@ -103,26 +138,36 @@ pub(crate) fn depthwise(
         };
         let (h, wd) = g.in_hw;
         let base = (n * g.channels + c) * h * wd;
-        with_buffers(plane_len, pixels, |plane, sums| {
+        with_buffers(plane_len, pitched, |plane, sums| {
             match x {
                 IntSlice::U8(s) => fill_plane(g, &s[base..base + h * wd], x_zero, plane),
                 IntSlice::I8(s) => fill_plane(g, &s[base..base + h * wd], x_zero, plane),
             }
-            let mut weights = [0i32; 64];
-            let weights: &mut [i32] = if taps <= 64 {
-                &mut weights[..taps]
-            } else {
-                unreachable!("kernels over 64 taps take the GEMM path")
-            };
+            let mut weights = [0i32; MAX_TAPS];
+            let weights = &mut weights[..taps];
             for (t, wt) in weights.iter_mut().enumerate() {
                 *wt = match w {
                     IntSlice::U8(s) => i32::from(s[c * taps + t]) - zw,
                     IntSlice::I8(s) => i32::from(s[c * taps + t]) - zw,
                 };
             }
-            accumulate((), g, plane, weights, sums);
+            accumulate((), plane, starts, weights, sums);
+            // Keep the strided outputs: (oy, ox) moves from oy · pitch + ox · sw to oy · ow +
+            // ox, never past a value still to be read.
+            let (oh, ow) = g.out_hw;
+            if sw == 1 {
+                for oy in 1..oh {
+                    sums.copy_within(oy * pitch..oy * pitch + ow, oy * ow);
+                }
+            } else {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        sums[oy * ow + ox] = sums[oy * pitch + ox * sw];
+                    }
+                }
+            }
             let mut out = out;
-            write_line(sums, c, epilogue, &mut out, 0);
+            write_line(&sums[..pixels], c, epilogue, &mut out, 0);
         });
     };
     // Small convolutions stay on the calling thread. Otherwise each pool thread takes a fixed
@@ -184,74 +229,53 @@ impl<T> SharedPlanes<T> {
     }
 }
 
-/// Copies one channel's centered input into `plane`: phase `r` of the padded plane (its
-/// columns `r, r + sw, ...`) at `r * rows * phase_width`, zero where the window is padding.
+/// Copies one channel's centered input into `plane` (laid out by [`DepthwiseGeometry::at`]),
+/// zero where the window is padding.
 fn fill_plane<X: Copy + Into<i32>>(g: &DepthwiseGeometry, x: &[X], x_zero: i32, plane: &mut [i32]) {
     let (h, w) = g.in_hw;
     let (rows, cols) = g.padded();
     let (pt, pl) = g.pad;
-    let sw = g.stride.1.max(1);
-    let qw = g.phase_width();
+    let (sh, rows_p) = (g.stride.0.max(1), g.phase_rows());
+    let run = w.min(cols.saturating_sub(pl));
     plane.fill(0);
-    for py in 0..rows {
-        let iy = py.wrapping_sub(pt);
-        if iy >= h {
-            continue;
-        }
-        let src = &x[iy * w..(iy + 1) * w];
-        let end = (pl + w).min(cols);
-        for r in 0..sw {
-            let dst = &mut plane[(r * rows + py) * qw..(r * rows + py + 1) * qw];
-            // Phase columns q whose padded column q * sw + r lies in pl..end.
-            let q0 = pl.saturating_sub(r).div_ceil(sw);
-            let q1 = end.saturating_sub(r).div_ceil(sw).min(qw);
-            if q0 >= q1 {
+    for ry in 0..sh {
+        for rr in 0..rows_p {
+            let py = rr * sh + ry;
+            let iy = py.wrapping_sub(pt);
+            if py >= rows || iy >= h || run == 0 {
                 continue;
             }
-            let first = q0 * sw + r - pl;
-            if sw == 1 {
-                for (d, &v) in dst[q0..q1].iter_mut().zip(&src[first..]) {
-                    *d = v.into() - x_zero;
-                }
-            } else {
-                let run = src[first..].iter().step_by(sw);
-                for (d, &v) in dst[q0..q1].iter_mut().zip(run) {
-                    *d = v.into() - x_zero;
-                }
+            let start = (ry * rows_p + rr) * cols + pl;
+            for (d, &v) in plane[start..start + run].iter_mut().zip(&x[iy * w..]) {
+                *d = v.into() - x_zero;
             }
         }
     }
 }
 
+/// Taps a depthwise kernel may have.
+const MAX_TAPS: usize = 64;
+
 crate::kernels::simd::multiversion! {
-    /// `sums[oy][ox] = Σ_taps plane[oy·sh + ky·dh][ox·sw + kx·dw] · w[ky][kx]` (`T` is
-    /// unused: the macro wants a type parameter).
+    /// `sums[i] = Σ_t plane[starts[t] + i] · weights[t]` over the first `sums.len()` sums (`T`
+    /// is unused: the macro wants a type parameter).
     fn accumulate<T: Copy>(
         _unit: T,
-        g: &DepthwiseGeometry,
         plane: &[i32],
+        starts: &[usize],
         weights: &[i32],
         sums: &mut [i32],
     ) {
-        let ((oh, ow), (kh, kw)) = (g.out_hw, g.kernel);
-        let ((sh, sw), (dh, dw)) = (g.stride, g.dilation);
-        let sw = sw.max(1);
-        let (rows, _) = g.padded();
-        let qw = g.phase_width();
-        for oy in 0..oh {
-            let row = &mut sums[oy * ow..(oy + 1) * ow];
-            row.fill(0);
-            for ky in 0..kh {
-                let py = oy * sh + ky * dh;
-                for kx in 0..kw {
-                    let wt = weights[ky * kw + kx];
-                    let shift = kx * dw;
-                    let (r, q) = (shift % sw, shift / sw);
-                    let start = (r * rows + py) * qw + q;
-                    let src = &plane[start..start + ow];
-                    for (s, &v) in row.iter_mut().zip(src) {
-                        *s = s.wrapping_add(v.wrapping_mul(wt));
-                    }
+        let len = sums.len();
+        for (t, (&start, &wt)) in starts.iter().zip(weights).enumerate() {
+            let src = &plane[start..start + len];
+            if t == 0 {
+                for (s, &v) in sums.iter_mut().zip(src) {
+                    *s = v.wrapping_mul(wt);
+                }
+            } else {
+                for (s, &v) in sums.iter_mut().zip(src) {
+                    *s = s.wrapping_add(v.wrapping_mul(wt));
                 }
             }
         }

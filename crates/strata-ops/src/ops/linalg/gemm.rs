@@ -78,6 +78,28 @@ impl Gemm {
     }
 }
 
+/// Gemm on 8-bit operands (`alpha` and `beta` 1, no fused activation): com.microsoft QGemm.
+/// The caller checks that C, if any, is int32 at `a_scale · b_scale`.
+impl crate::HasQLinearForm for Gemm {
+    fn qlinear(&self) -> Option<Box<dyn Operator>> {
+        if self.post != Activation::None || self.alpha != 1.0 || self.beta != 1.0 {
+            return None;
+        }
+        Some(Box::new(
+            crate::ops::quantization::microsoft::qgemm::QGemm::with_attrs(
+                self.alpha,
+                self.trans_a,
+                self.trans_b,
+            ),
+        ))
+    }
+
+    fn weight_channel_axis(&self) -> Option<usize> {
+        // Per-column scales of B run along N.
+        Some(if self.trans_b { 0 } else { 1 })
+    }
+}
+
 impl Operator for Gemm {
     fn op_type(&self) -> &str {
         "Gemm"
@@ -111,6 +133,7 @@ impl Operator for Gemm {
     fn capabilities(&self) -> OpCapabilities<'_> {
         OpCapabilities {
             epilogue: Some(self),
+            qlinear: Some(self),
             ..OpCapabilities::default()
         }
     }

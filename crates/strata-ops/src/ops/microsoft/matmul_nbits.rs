@@ -1,12 +1,14 @@
 //! com.microsoft MatMulNBits: `Y = A · Bᵀ (+ bias)` with B quantized to 2, 4 or 8 bits in blocks
-//! along K (layout in `nbits_layout.rs`). 4-bit weights that are plan-time constants (always, in
-//! models from onnxruntime's quantizer) are repacked once into the block layout the GGUF
-//! kernels share (`kernels::quant::Q4Weights`, persistent memory about the size of B) and run
+//! along K (layout in `nbits_layout.rs`). 4-bit and 2-bit weights that are plan-time constants
+//! (always, in models from onnxruntime's quantizer) are repacked once into the 4-bit block
+//! layout the GGUF kernels share (`kernels::quant::Q4Weights`, persistent memory about the size
+//! of 4-bit B; a 2-bit value fits a nibble) and run
 //! there in f32 on weights dequantized on the fly, exact up to f32 rounding (onnxruntime's
 //! levels 0–3; it computes the fp16/bf16 levels in f32 on CPU too). Level 4 can run on 8-bit
 //! activations and integer dots as onnxruntime does ([`LEVEL4_INT8`], off for now). Constant
-//! 2- and 8-bit weights are dequantized once into an f32 `K × N` matrix and run as one f32
-//! GEMM; non-constant weights are dequantized into scratch each run. `g_idx` (act-order group
+//! 8-bit weights are kept as bytes (`kernels::quant::Q8Weights`, a quarter of the f32 matrix)
+//! and run the same way; non-constant weights are dequantized into scratch each run and
+//! multiplied by the f32 GEMM. `g_idx` (act-order group
 //! indices, deprecated by onnxruntime) is refused.
 
 use strata_core::{DType, Device, MemoryKind, Tensor};
@@ -14,10 +16,14 @@ use strata_core::{DType, Device, MemoryKind, Tensor};
 use super::access::{contiguous, contiguous_mut};
 use super::nbits_layout::{NBitsLayout, RepackedZeros, ZeroPoints};
 use crate::kernels::gemm;
-use crate::kernels::quant::{q4_matmul, Compute, Q4Weights, Q4Zeros};
+use crate::kernels::quant::{
+    q4_matmul, q8_matmul, Compute, Q4Weights, Q4Zeros, Q8Weights, Q8Zeros,
+};
 use crate::support::inputs::{optional, required};
 use crate::support::scratch::{carve, scratch_as};
-use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{
+    Dim, Fact, Kernel, KernelCapabilities, KernelIo, OpContext, OpError, OpResult, Operator,
+};
 
 const OP: &str = "MatMulNBits";
 
@@ -168,29 +174,12 @@ impl Operator for MatMulNBits {
     ) -> OpResult<Box<dyn Kernel>> {
         self.check_inputs(inputs)?;
         crate::support::kernel_choice::cpu_only(OP, inputs[0].dtype, device)?;
-        let l = self.layout;
         let weights = if !Self::constant_weights(inputs) {
             Weights::RunTime
         } else {
             let value = |i: usize| inputs[i].value.clone().expect("checked constant");
             let zp = optional(inputs, 3).map(|z| z.value.clone().expect("checked constant"));
-            if l.bits == 4 {
-                self.repack(&value(1), &value(2), zp.as_ref())?
-            } else {
-                let w =
-                    Tensor::empty(&[l.k, l.n], DType::F32, Device::Cpu, MemoryKind::Persistent)?;
-                {
-                    let mut ww = w.write::<f32>()?;
-                    dequantize(
-                        &l,
-                        &value(1),
-                        &value(2),
-                        zp.as_ref(),
-                        contiguous_mut(OP, "weights", &mut ww)?,
-                    )?;
-                }
-                Weights::F32(w)
-            }
+            self.repack(&value(1), &value(2), zp.as_ref())?
         };
         Ok(Box::new(MatMulNBitsKernel {
             layout: self.layout,
@@ -200,23 +189,30 @@ impl Operator for MatMulNBits {
 }
 
 impl MatMulNBits {
-    /// Repacks constant 4-bit weights for the block kernels, in persistent memory.
+    /// Repacks constant weights for the block kernels (2- and 4-bit: `Q4Weights`, 8-bit:
+    /// `Q8Weights`), in persistent memory.
     fn repack(&self, b: &Tensor, scales: &Tensor, zp: Option<&Tensor>) -> OpResult<Weights> {
         let l = self.layout;
         let persistent = |len: usize, dtype: DType| {
             Tensor::empty(&[len], dtype, Device::Cpu, MemoryKind::Persistent)
         };
-        let qs = persistent(Q4Weights::qs_len(l.n, l.k), DType::U8)?;
+        let qs_len = if l.bits == 8 {
+            l.n * l.k
+        } else {
+            Q4Weights::qs_len(l.n, l.k)
+        };
+        let qs = persistent(qs_len, DType::U8)?;
         let zeros = {
             let mut qw = qs.write::<u8>()?;
             with_zero_points(zp, |zero| {
                 let (br, sr) = (b.read::<u8>()?, scales.read::<f32>()?);
-                l.repack_q4(
-                    contiguous(OP, "B", &br)?,
-                    contiguous(OP, "scales", &sr)?,
-                    &zero,
-                    contiguous_mut(OP, "packed B", &mut qw)?,
-                )
+                let (b, s) = (contiguous(OP, "B", &br)?, contiguous(OP, "scales", &sr)?);
+                let qs = contiguous_mut(OP, "packed B", &mut qw)?;
+                if l.bits == 8 {
+                    l.repack_q8(b, s, &zero, qs)
+                } else {
+                    l.repack_q4(b, s, &zero, qs)
+                }
             })?
         };
         let s = persistent(l.blocks(), DType::F32)?;
@@ -237,6 +233,13 @@ impl MatMulNBits {
                 MemoryKind::Persistent,
             )?),
         };
+        if l.bits == 8 {
+            return Ok(Weights::Q8 {
+                qs,
+                scales: s,
+                zeros,
+            });
+        }
         // Level 4 asks for 8-bit activations; integer dots need integer zero points.
         let compute = if LEVEL4_INT8
             && self.accuracy_level == 4
@@ -273,6 +276,25 @@ fn with_zero_points<R>(
     }
 }
 
+/// Read guards of repacked zero points: bytes or floats (both `None` when absent).
+#[allow(clippy::type_complexity)]
+fn read_zeros(
+    zeros: Option<&Tensor>,
+) -> OpResult<(
+    Option<strata_core::ReadGuard<'_, u8>>,
+    Option<strata_core::ReadGuard<'_, f32>>,
+)> {
+    let u8s = zeros
+        .filter(|z| z.dtype() == DType::U8)
+        .map(|z| z.read::<u8>())
+        .transpose()?;
+    let f32s = zeros
+        .filter(|z| z.dtype() == DType::F32)
+        .map(|z| z.read::<f32>())
+        .transpose()?;
+    Ok((u8s, f32s))
+}
+
 /// Dequantizes B (with its scales and optional zero points) into `w`.
 fn dequantize(
     l: &NBitsLayout,
@@ -296,15 +318,20 @@ fn dequantize(
 #[derive(Debug)]
 #[allow(clippy::large_enum_variant)]
 enum Weights {
-    /// Constant 4-bit weights repacked for `kernels::quant` (zero points: U8, F32 or absent).
+    /// Constant 2- or 4-bit weights repacked for `kernels::quant` (zero points: U8, F32 or
+    /// absent).
     Q4 {
         qs: Tensor,
         scales: Tensor,
         zeros: Option<Tensor>,
         compute: Compute,
     },
-    /// Constant 2- or 8-bit weights dequantized to `K × N` f32.
-    F32(Tensor),
+    /// Constant 8-bit weights for `kernels::quant::Q8Weights` (zero points: U8, F32 or absent).
+    Q8 {
+        qs: Tensor,
+        scales: Tensor,
+        zeros: Option<Tensor>,
+    },
     /// Non-constant weights, dequantized into scratch each run.
     RunTime,
 }
@@ -316,6 +343,18 @@ struct MatMulNBitsKernel {
 }
 
 impl Kernel for MatMulNBitsKernel {
+    fn capabilities(&self) -> KernelCapabilities<'_> {
+        // Constant weights live in the kernel's own copy (repacked blocks with their scales
+        // and zero points): the originals are never read again.
+        KernelCapabilities {
+            packed_inputs: match self.weights {
+                Weights::RunTime => &[],
+                Weights::Q4 { .. } | Weights::Q8 { .. } => &[1, 2, 3],
+            },
+            ..KernelCapabilities::default()
+        }
+    }
+
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
         let l = &self.layout;
         let (k, n) = (l.k, l.n);
@@ -337,72 +376,73 @@ impl Kernel for MatMulNBitsKernel {
                 format!("Y has {} elements, need {}", y.len(), m * n),
             ));
         }
-        if let Weights::Q4 {
-            qs,
-            scales,
-            zeros,
-            compute,
-        } = &self.weights
-        {
-            let (qr, sr) = (qs.read::<u8>()?, scales.read::<f32>()?);
-            let zr_u8 = zeros
-                .as_ref()
-                .filter(|z| z.dtype() == DType::U8)
-                .map(|z| z.read::<u8>())
-                .transpose()?;
-            let zr_f32 = zeros
-                .as_ref()
-                .filter(|z| z.dtype() == DType::F32)
-                .map(|z| z.read::<f32>())
-                .transpose()?;
-            let zero = match (&zr_u8, &zr_f32) {
-                (Some(z), _) => Q4Zeros::Int(contiguous(OP, "zero points", z)?),
-                (_, Some(z)) => Q4Zeros::Float(contiguous(OP, "zero points", z)?),
-                _ => Q4Zeros::Default,
-            };
-            let w = Q4Weights::new(
-                n,
-                k,
-                l.block_size,
-                contiguous(OP, "packed B", &qr)?,
-                contiguous(OP, "scales", &sr)?,
-                zero,
-            )?;
-            q4_matmul(&w, *compute, a, m, y, io.threads)?;
-        } else {
-            let planned = match &self.weights {
-                Weights::F32(w) => Some(w.read::<f32>()?),
-                _ => None,
-            };
-            let mut scratch = io.scratch.map(|s| s.write_bytes(OP)).transpose()?;
-            let w: &[f32] = match (&planned, &mut scratch) {
-                (Some(w), _) => contiguous(OP, "weights", w)?,
-                (None, Some(s)) => {
-                    let mut rest = scratch_as::<f32>(OP, s.bytes())?;
-                    let buf = carve(OP, &mut rest, k * n)?;
-                    let zp = Some(io.input(3)).filter(|z| z.is_defined());
-                    dequantize(l, io.input(1), io.input(2), zp, buf)?;
-                    buf
-                }
-                (None, None) => {
-                    return Err(OpError::kernel(OP, "non-constant weights need scratch"))
-                }
-            };
-            let row = |cols: usize| (cols as isize, 1isize);
-            gemm(
-                m,
-                n,
-                k,
-                a,
-                row(k),
-                w,
-                row(n),
-                y,
-                row(n),
-                1.0,
-                0.0,
-                io.threads,
-            )?;
+        match &self.weights {
+            Weights::Q4 {
+                qs,
+                scales,
+                zeros,
+                compute,
+            } => {
+                let (qr, sr) = (qs.read::<u8>()?, scales.read::<f32>()?);
+                let (zr_u8, zr_f32) = read_zeros(zeros.as_ref())?;
+                let zero = match (&zr_u8, &zr_f32) {
+                    (Some(z), _) => Q4Zeros::Int(contiguous(OP, "zero points", z)?),
+                    (_, Some(z)) => Q4Zeros::Float(contiguous(OP, "zero points", z)?),
+                    _ => Q4Zeros::Default,
+                };
+                let w = Q4Weights::new(
+                    n,
+                    k,
+                    l.block_size,
+                    contiguous(OP, "packed B", &qr)?,
+                    contiguous(OP, "scales", &sr)?,
+                    zero,
+                )?;
+                q4_matmul(&w, *compute, a, m, y, io.threads)?;
+            }
+            Weights::Q8 { qs, scales, zeros } => {
+                let (qr, sr) = (qs.read::<u8>()?, scales.read::<f32>()?);
+                let (zr_u8, zr_f32) = read_zeros(zeros.as_ref())?;
+                let zero = match (&zr_u8, &zr_f32) {
+                    (Some(z), _) => Q8Zeros::Int(contiguous(OP, "zero points", z)?),
+                    (_, Some(z)) => Q8Zeros::Float(contiguous(OP, "zero points", z)?),
+                    _ => Q8Zeros::Default,
+                };
+                let w = Q8Weights::new(
+                    n,
+                    k,
+                    l.block_size,
+                    contiguous(OP, "packed B", &qr)?,
+                    contiguous(OP, "scales", &sr)?,
+                    zero,
+                )?;
+                q8_matmul(&w, a, m, y, io.threads)?;
+            }
+            Weights::RunTime => {
+                let mut scratch = io.scratch.map(|s| s.write_bytes(OP)).transpose()?;
+                let Some(s) = scratch.as_mut() else {
+                    return Err(OpError::kernel(OP, "non-constant weights need scratch"));
+                };
+                let mut rest = scratch_as::<f32>(OP, s.bytes())?;
+                let w = carve(OP, &mut rest, k * n)?;
+                let zp = Some(io.input(3)).filter(|z| z.is_defined());
+                dequantize(l, io.input(1), io.input(2), zp, w)?;
+                let row = |cols: usize| (cols as isize, 1isize);
+                gemm(
+                    m,
+                    n,
+                    k,
+                    a,
+                    row(k),
+                    w,
+                    row(n),
+                    y,
+                    row(n),
+                    1.0,
+                    0.0,
+                    io.threads,
+                )?;
+            }
         }
         let bias_t = io.input(5);
         if bias_t.is_defined() {
@@ -608,7 +648,7 @@ mod tests {
                                             // activations: half a step (1/254 of |x|max) per |w|.
                                             let int8 = super::LEVEL4_INT8
                                                 && level == 4
-                                                && bits == 4
+                                                && bits <= 4
                                                 && zeros < 2
                                                 && constant;
                                             let bound = if int8 {

@@ -168,7 +168,9 @@ impl NBitsLayout {
     }
 }
 
-/// Zero points repacked for [`crate::kernels::quant::Q4Weights`]: one per block, row after row.
+/// Zero points repacked for [`crate::kernels::quant::Q4Weights`] and
+/// [`crate::kernels::quant::Q8Weights`]: one per block, row after row (`Default`: the
+/// kernels' own default, 8 for 4-bit and 128 for 8-bit weights).
 pub(crate) enum RepackedZeros {
     Default,
     Int(Vec<u8>),
@@ -176,10 +178,12 @@ pub(crate) enum RepackedZeros {
 }
 
 impl NBitsLayout {
-    /// Repacks 4-bit B into the shared 32-element group layout of the block kernels
-    /// (`kernels::quant::Q4Weights`): `qs` of `Q4Weights::qs_len(N, K)` bytes. The scales keep
-    /// their layout (one per block, row after row); packed zero points are unpacked to one
-    /// byte per block. Lengths must pass [`NBitsLayout::check`].
+    /// Repacks 4-bit (or 2-bit: each value fits a nibble) B into the shared 32-element group
+    /// layout of the block kernels (`kernels::quant::Q4Weights`): `qs` of
+    /// `Q4Weights::qs_len(N, K)` bytes. The scales keep their layout (one per block, row after
+    /// row); packed zero points are unpacked to one byte per block (2-bit without zero points:
+    /// 2 for every block, the kernels' default being 4-bit's 8). Lengths must pass
+    /// [`NBitsLayout::check`].
     pub(crate) fn repack_q4(
         &self,
         b: &[u8],
@@ -189,7 +193,7 @@ impl NBitsLayout {
     ) -> OpResult<RepackedZeros> {
         use crate::kernels::quant::{pack_group, Q4Weights, GROUP_BYTES};
         self.check(b.len(), scales.len(), zp)?;
-        if self.bits != 4 || qs.len() != Q4Weights::qs_len(self.n, self.k) {
+        if !matches!(self.bits, 2 | 4) || qs.len() != Q4Weights::qs_len(self.n, self.k) {
             return Err(OpError::kernel(
                 OP,
                 format!("cannot repack {}-bit B into {} bytes", self.bits, qs.len()),
@@ -212,8 +216,40 @@ impl NBitsLayout {
                 dst.copy_from_slice(&pack_group(group));
             }
         }
+        Ok(self.repacked_zeros(zp))
+    }
+}
+
+impl NBitsLayout {
+    /// Copies 8-bit B into the layout of `kernels::quant::Q8Weights`: each row's `K` bytes
+    /// (the padding of a partial last block dropped), `qs` of `N · K` bytes; zero points as
+    /// [`NBitsLayout::repack_q4`] gives them. Lengths must pass [`NBitsLayout::check`].
+    pub(crate) fn repack_q8(
+        &self,
+        b: &[u8],
+        scales: &[f32],
+        zp: &ZeroPoints<'_>,
+        qs: &mut [u8],
+    ) -> OpResult<RepackedZeros> {
+        self.check(b.len(), scales.len(), zp)?;
+        if self.bits != 8 || qs.len() != self.n * self.k {
+            return Err(OpError::kernel(
+                OP,
+                format!("cannot repack {}-bit B into {} bytes", self.bits, qs.len()),
+            ));
+        }
+        let row_bytes = self.n_blocks * self.blob;
+        for (src, dst) in b.chunks_exact(row_bytes).zip(qs.chunks_exact_mut(self.k)) {
+            dst.copy_from_slice(&src[..self.k]);
+        }
+        Ok(self.repacked_zeros(zp))
+    }
+
+    /// Zero points one per block, row after row (unpacked from B's layout when packed).
+    fn repacked_zeros(&self, zp: &ZeroPoints<'_>) -> RepackedZeros {
         let zp_row = self.zero_point_row_bytes();
-        Ok(match *zp {
+        match *zp {
+            ZeroPoints::Default if self.bits == 2 => RepackedZeros::Int(vec![2; self.blocks()]),
             ZeroPoints::Default => RepackedZeros::Default,
             ZeroPoints::Float(z) => RepackedZeros::Float(z.to_vec()),
             ZeroPoints::Packed(z) => RepackedZeros::Int(
@@ -224,7 +260,7 @@ impl NBitsLayout {
                     })
                     .collect(),
             ),
-        })
+        }
     }
 }
 

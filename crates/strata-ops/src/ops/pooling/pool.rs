@@ -14,7 +14,9 @@ use crate::ops::pooling::pool_kernel::{
     average_pool, lp_pool, max_pool, pool_output_dims, PoolParams, StorageOrder,
 };
 use crate::support::inputs::required;
-use crate::{Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{
+    Attr, Attributes, Dim, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PoolKind {
@@ -105,6 +107,45 @@ impl Pool {
     }
 }
 
+/// AveragePool without dilations runs on 8-bit tensors as com.microsoft QLinearAveragePool.
+impl crate::HasQLinearForm for Pool {
+    fn qlinear(&self) -> Option<Box<dyn Operator>> {
+        let dilated = self
+            .dilations
+            .as_ref()
+            .is_some_and(|d| d.iter().any(|&d| d != 1));
+        if self.kind != PoolKind::Average || dilated {
+            return None;
+        }
+        let ints = |v: &[usize]| Attr::Ints(v.iter().map(|&x| x as i64).collect());
+        let mut attrs = Attributes::new("QLinearAveragePool")
+            .with("kernel_shape", ints(&self.kernel_shape))
+            .with("auto_pad", Attr::String(self.auto_pad.clone()))
+            .with("ceil_mode", Attr::Int(i64::from(self.ceil_mode)))
+            .with(
+                "count_include_pad",
+                Attr::Int(i64::from(self.count_include_pad)),
+            );
+        if let Some(s) = &self.strides {
+            attrs.insert("strides", ints(s));
+        }
+        if let Some(p) = &self.pads {
+            attrs.insert("pads", ints(p));
+        }
+        crate::ops::quantization::microsoft::qlinear_average_pool::QLinearAveragePool::build(
+            &OpContext {
+                op_type: "QLinearAveragePool",
+                domain: "com.microsoft",
+                opset: 1,
+                attrs: &attrs,
+                num_inputs: 5,
+                num_outputs: 1,
+            },
+        )
+        .ok()
+    }
+}
+
 fn pool_name(kind: PoolKind) -> &'static str {
     match kind {
         PoolKind::Max => "MaxPool",
@@ -116,6 +157,13 @@ fn pool_name(kind: PoolKind) -> &'static str {
 impl Operator for Pool {
     fn op_type(&self) -> &str {
         pool_name(self.kind)
+    }
+
+    fn capabilities(&self) -> crate::OpCapabilities<'_> {
+        crate::OpCapabilities {
+            qlinear: Some(self),
+            ..crate::OpCapabilities::default()
+        }
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {

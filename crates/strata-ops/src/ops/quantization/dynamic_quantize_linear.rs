@@ -77,8 +77,10 @@ fn lanes(xs: &[f32]) -> (f32, f32) {
     let tail = chunks.remainder();
     for chunk in chunks {
         for ((l, h), &v) in lo.iter_mut().zip(hi.iter_mut()).zip(chunk) {
-            *l = l.min(v);
-            *h = h.max(v);
+            // Compare-and-select (one min/max instruction each) skips a NaN `v` just as
+            // `f32::min`/`max` do, without their NaN fix-up code.
+            *l = if v < *l { v } else { *l };
+            *h = if v > *h { v } else { *h };
         }
     }
     let fold = |init: (f32, f32), v: &[f32], w: &[f32]| {

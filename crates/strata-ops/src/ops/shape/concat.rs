@@ -23,9 +23,27 @@ impl Concat {
     }
 }
 
+/// Concat of 8-bit tensors, each brought to the output's scale: com.microsoft QLinearConcat.
+impl crate::HasQLinearForm for Concat {
+    fn qlinear(&self) -> Option<Box<dyn Operator>> {
+        Some(Box::new(
+            crate::ops::quantization::microsoft::qlinear_concat::QLinearConcat::with_axis(
+                self.axis,
+            ),
+        ))
+    }
+}
+
 impl Operator for Concat {
     fn op_type(&self) -> &str {
         "Concat"
+    }
+
+    fn capabilities(&self) -> crate::OpCapabilities<'_> {
+        crate::OpCapabilities {
+            qlinear: Some(self),
+            ..crate::OpCapabilities::default()
+        }
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {

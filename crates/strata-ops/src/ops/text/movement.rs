@@ -185,6 +185,15 @@ impl Operator for TextMovement {
         self.inner.op_type()
     }
 
+    fn capabilities(&self) -> crate::OpCapabilities<'_> {
+        // The numeric op's QLinear form (Concat: QLinearConcat) stays visible to the QDQ
+        // pass; its inputs are then 8-bit tensors, never text.
+        crate::OpCapabilities {
+            qlinear: self.inner.capabilities().qlinear,
+            ..crate::OpCapabilities::default()
+        }
+    }
+
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
         let dtypes: Vec<Option<DType>> = inputs
             .iter()

@@ -47,6 +47,16 @@ impl QGemm {
         }))
     }
 
+    /// The operator with these attributes (B not packed yet).
+    pub fn with_attrs(alpha: f32, trans_a: bool, trans_b: bool) -> QGemm {
+        QGemm {
+            alpha,
+            trans_a,
+            trans_b,
+            packed: None,
+        }
+    }
+
     /// (M, K, N) from A's and B's dims.
     fn mkn(&self, a: &[usize], b: &[usize]) -> OpResult<(usize, usize, usize)> {
         let (&[a0, a1], &[b0, b1]) = (a, b) else {

@@ -25,6 +25,11 @@ impl QLinearConcat {
         }))
     }
 
+    /// The operator concatenating along `axis`.
+    pub fn with_axis(axis: i64) -> QLinearConcat {
+        QLinearConcat { axis }
+    }
+
     fn data_count(count: usize) -> OpResult<usize> {
         if count < 5 || !(count - 2).is_multiple_of(3) {
             return Err(OpError::shape(
