@@ -363,18 +363,37 @@ fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
     portable::dot_f32(a, b)
 }
 
+/// Output rows run between two polls of the run's stop token: a decode product over a large
+/// vocabulary takes milliseconds, so a cancelled or late run must not wait for all of it.
+const POLL_ROWS: usize = 256;
+
 /// Runs `row(j)` for every output row `j < n`, split over up to `threads` pool threads when the
-/// matrix is large enough to pay for it.
+/// matrix is large enough to pay for it. Every [`POLL_ROWS`] rows (and every chunk) it polls
+/// the run's stop token and, once the run should stop, skips the rows left: the run then ends
+/// with the cancelled or timed-out error at its next check, so the partial output is never
+/// handed out.
 fn for_rows(n: usize, k: usize, threads: usize, row: impl Fn(usize) + Sync) {
+    // Taken here: the pool's workers have no run control installed.
+    let stop = crate::run_control::stop_token();
+    let run = |j0: usize, j1: usize| {
+        for (block, start) in (j0..j1).step_by(POLL_ROWS).enumerate() {
+            if stop.should_stop_at(block) {
+                return;
+            }
+            (start..(start + POLL_ROWS).min(j1)).for_each(&row);
+        }
+    };
     let tasks = threads.min(crate::parallel::threads()).max(1);
     if tasks == 1 || n * k < PARALLEL_MIN_WEIGHTS {
-        (0..n).for_each(row);
+        run(0, n);
         return;
     }
     // A few chunks per thread, so a slow thread does not hold up the product.
     let chunk = n.div_ceil(tasks * 4).max(1);
     crate::parallel::for_each_index(n.div_ceil(chunk), |c| {
-        (c * chunk..((c + 1) * chunk).min(n)).for_each(&row);
+        if !stop.should_stop_at(c) {
+            run(c * chunk, ((c + 1) * chunk).min(n));
+        }
     });
 }
 
