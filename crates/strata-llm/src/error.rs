@@ -44,6 +44,16 @@ pub enum LlmError {
 }
 
 impl LlmError {
+    /// Whether a run stopped because its session was cancelled ([`crate::Session::cancel_flag`]).
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, LlmError::Runtime(e) if e.is_cancelled())
+    }
+
+    /// Whether a run stopped at its session's timeout ([`crate::Session::set_timeout`]).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, LlmError::Runtime(e) if e.is_timeout())
+    }
+
     pub(crate) fn metadata(key: &str, reason: impl Into<String>) -> Self {
         LlmError::BadMetadata {
             key: key.to_string(),

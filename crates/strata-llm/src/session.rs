@@ -5,8 +5,10 @@
 //! logits are copied into a buffer the session owns.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use strata_core::Tensor;
+use strata_ops::run_control::CancelFlag;
 use strata_runtime::ExecutionContext;
 
 use crate::error::{LlmError, Result};
@@ -43,6 +45,20 @@ impl Session {
             len: 0,
             model,
         })
+    }
+
+    /// A flag that stops this session's current (or next) `prefill` or `step` from any thread:
+    /// the products and attention poll it between blocks of rows, and the call fails with an
+    /// error for which [`LlmError::is_cancelled`] holds. The stopped call's positions are not
+    /// kept: the session holds what it held before it.
+    pub fn cancel_flag(&self) -> CancelFlag {
+        self.ctx.cancel_flag()
+    }
+
+    /// Each later `prefill` or `step` fails ([`LlmError::is_timeout`]) once one run of the model
+    /// (a prompt chunk or a step) has taken longer than `timeout`; `None` removes the limit.
+    pub fn set_timeout(&mut self, timeout: Option<Duration>) {
+        self.ctx.set_timeout(timeout);
     }
 
     pub fn model(&self) -> &Arc<LanguageModel> {

@@ -134,6 +134,31 @@ fn a_full_context_and_bad_ids_are_typed_errors() {
     assert!(n <= 6, "{n} tokens from a context of 8 after 3");
 }
 
+/// A cancelled or late call is a typed error that keeps nothing: the session goes on from what
+/// it held before, with the logits a session that never saw the call gives.
+#[test]
+fn cancelled_and_timed_out_calls_are_typed_errors_and_keep_nothing() {
+    let mut t = Tiny::new("llama", DType::Q8_0);
+    t.context = 64;
+    let model = model(&t, 2);
+    let mut plain = model.session().unwrap();
+    let want = plain.prefill(&[1, 2, 3, 4]).unwrap().to_vec();
+
+    let mut session = model.session().unwrap();
+    session.prefill(&[1, 2]).unwrap();
+    session.cancel_flag().cancel();
+    let err = session.step(3).unwrap_err();
+    assert!(err.is_cancelled() && !err.is_timeout(), "{err}");
+    assert_eq!(session.len(), 2);
+    // The flag is lowered once a run has stopped at it.
+    session.set_timeout(Some(std::time::Duration::from_nanos(1)));
+    let err = session.prefill(&[3, 4]).unwrap_err();
+    assert!(err.is_timeout() && !err.is_cancelled(), "{err}");
+    assert_eq!(session.len(), 2);
+    session.set_timeout(None);
+    assert_eq!(session.prefill(&[3, 4]).unwrap(), &want[..]);
+}
+
 #[test]
 fn malformed_models_are_typed_errors_naming_the_key_or_tensor() {
     let t = Tiny::new("llama", DType::F32);

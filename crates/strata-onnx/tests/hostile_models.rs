@@ -158,6 +158,16 @@ fn impossible_sizes_from_values_are_size_or_memory_errors() {
                 || message.contains("memory limit exceeded"),
             "{op}: {message}"
         );
+        // Under a limit the allocator is never asked: found by the `onnx_load` fuzzer, whose
+        // sanitizer allocator aborted on HannWindow's 2^40 host values under a 1 GiB limit.
+        let config = PlanConfig::default()
+            .with_threads(1)
+            .with_memory_limit(1 << 30);
+        let message = outcome(&b, config).unwrap_or_else(|| panic!("{op}: ran"));
+        assert!(
+            message.contains("size overflow") || message.contains("memory limit exceeded"),
+            "{op} under a 1 GiB limit: {message}"
+        );
     }
 }
 

@@ -412,25 +412,43 @@ fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
     portable::dot_f32(a, b)
 }
 
-/// Runs `row(j)` for every output row `j < n`, split over up to `threads` pool threads when the
-/// matrix is large enough to pay for it.
+/// Output rows run between two polls of the run's stop token: a decode product over a large
+/// vocabulary takes milliseconds, so a cancelled or late run must not wait for all of it.
+const POLL_ROWS: usize = 256;
+
+/// Runs `row(j)` for every output row `j < n`, as [`for_row_ranges`] (threads, stop token).
 fn for_rows(n: usize, k: usize, threads: usize, row: impl Fn(usize) + Sync) {
     for_row_ranges(n, k, threads, |range| range.for_each(&row));
 }
 
 /// Runs `rows(range)` over ranges of output rows covering `0..n` once, split over up to
-/// `threads` pool threads when the matrix is large enough to pay for it.
+/// `threads` pool threads when the matrix is large enough to pay for it. Ranges are at most
+/// [`POLL_ROWS`] rows; before each (and each chunk) it polls the run's stop token and, once the
+/// run should stop, skips the rows left: the run then ends with the cancelled or timed-out
+/// error at its next check, so the partial output is never handed out.
 fn for_row_ranges(n: usize, k: usize, threads: usize, rows: impl Fn(Range<usize>) + Sync) {
+    // Taken here: the pool's workers have no run control installed.
+    let stop = crate::run_control::stop_token();
+    let run = |j0: usize, j1: usize| {
+        for (block, start) in (j0..j1).step_by(POLL_ROWS).enumerate() {
+            if stop.should_stop_at(block) {
+                return;
+            }
+            rows(start..(start + POLL_ROWS).min(j1));
+        }
+    };
     let tasks = threads.min(crate::parallel::threads()).max(1);
     if tasks == 1 || n * k < PARALLEL_MIN_WEIGHTS {
-        rows(0..n);
+        run(0, n);
         return;
     }
     // A few chunks per thread, so a slow thread does not hold up the product; whole groups of
     // four rows, the matrix-vector kernels' step.
     let chunk = n.div_ceil(tasks * 4).next_multiple_of(4).max(4);
     crate::parallel::for_each_index(n.div_ceil(chunk), |c| {
-        rows(c * chunk..((c + 1) * chunk).min(n));
+        if !stop.should_stop_at(c) {
+            run(c * chunk, ((c + 1) * chunk).min(n));
+        }
     });
 }
 

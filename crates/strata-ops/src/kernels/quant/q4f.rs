@@ -288,6 +288,19 @@ pub(super) fn split_rows(
     (align, per_thread): (usize, usize),
     task: impl Fn(usize, usize) + Sync,
 ) {
+    // Each range runs in pieces of `step` rows (whole panels), polling the run's stop token
+    // before each and skipping the rest once the run should stop (it then fails at its next
+    // check). Taken here: the pool's workers have no run control installed.
+    let stop = crate::run_control::stop_token();
+    let step = PANEL_ROWS.next_multiple_of(align);
+    let task = |j0: usize, j1: usize| {
+        for (block, start) in (j0..j1).step_by(step).enumerate() {
+            if stop.should_stop_at(block) {
+                return;
+            }
+            task(start, (start + step).min(j1));
+        }
+    };
     let tasks = threads.min(crate::parallel::threads()).max(1);
     if tasks == 1 || n * k < PARALLEL_MIN_WEIGHTS {
         task(0, n);

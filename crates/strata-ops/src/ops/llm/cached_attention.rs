@@ -253,8 +253,15 @@ impl UsesContextState for CachedAttentionKernel {
         let out_ptr = OutPtr(out.as_mut_ptr());
         let cache = &*cache;
         let isa = Isa::detect();
+        // Polled before every query row of every head (a long prompt attends over thousands of
+        // positions per row); taken here, as the pool's workers have no run control. Rows left
+        // once the run should stop are skipped, and the run fails at its next check.
+        let stop = crate::run_control::stop_token();
         let head = |(h, scores): (usize, &mut [f32])| {
             for t in 0..seq {
+                if stop.should_stop_at(t) {
+                    return;
+                }
                 let row = &q[t * qw + h * a.head_dim..t * qw + (h + 1) * a.head_dim];
                 // SAFETY: head h of row t is written by this task only (tasks split heads), and
                 // the range lies inside the output (seq × heads·head_dim, checked above).
