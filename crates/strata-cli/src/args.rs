@@ -166,6 +166,10 @@ pub struct GenerateArgs {
     /// Most memory the model may use (weights, KV cache, run-time allocations), e.g. 512M, 4G.
     #[arg(long, value_name = "SIZE", value_parser = strata_core::parse_memory_size)]
     pub memory_limit: Option<usize>,
+    /// Fail with a "timed out" error when one run of the model (a prompt chunk or one generated
+    /// token) takes longer than SECONDS.
+    #[arg(long, value_name = "SECONDS", value_parser = positive_seconds)]
+    pub timeout: Option<std::time::Duration>,
     /// Print one JSON object (ids, text, speeds, KV cache bytes) instead of streaming text.
     #[arg(long)]
     pub json: bool,

@@ -44,6 +44,7 @@ pub fn generate(args: &GenerateArgs) -> Result<(), String> {
         stop_strings: args.stop.clone(),
     };
     let mut session = model.session().map_err(fail)?;
+    session.set_timeout(args.timeout);
     let mut generation = model
         .generate(&mut session, &prompt_ids, &generate_options)
         .map_err(fail)?;

@@ -120,3 +120,25 @@ fn an_endless_loop_ends_at_the_timeout() {
     assert!(stderr.contains("timed out"), "{stderr}");
     assert!(started.elapsed() < std::time::Duration::from_secs(120));
 }
+
+/// `generate --timeout` bounds each run of a language model (here far below one prefill).
+#[test]
+fn generation_ends_at_the_timeout() {
+    let model = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+    );
+    let out = strata(&[
+        "generate",
+        model,
+        "--prompt",
+        "The capital of France is",
+        "--max-tokens",
+        "4",
+        "--timeout",
+        "0.000001",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("timed out"), "{stderr}");
+}
