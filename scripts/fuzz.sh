@@ -55,10 +55,15 @@ if [ ! -d "$corpus" ]; then
 fi
 
 # -timeout: a run over 10 s is a hang finding; -rss_limit_mb: a runaway allocation is a finding.
+# -fork=1 with -ignore_*: a finding is saved to fuzz/artifacts/TARGET and the fuzzing goes on, so
+# a long run is not stopped by its first crash. allocator_may_return_null: an impossible
+# allocation is a null pointer (strata's typed out-of-memory error), not an ASan abort.
 # GGUF seeds are tens of KB: let inputs grow to that size.
 max_len=()
 [ "$target" = gguf ] && max_len=(-max_len=131072)
 mkdir -p "fuzz/artifacts/$target"
+ASAN_OPTIONS=${ASAN_OPTIONS:-allocator_may_return_null=1} \
 nice -n 19 cargo +nightly fuzz run "$target" "$corpus" -- \
     -max_total_time=$((minutes * 60)) -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
-    "${max_len[@]}"
+    -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
+    -artifact_prefix="fuzz/artifacts/$target/" "${max_len[@]}"
