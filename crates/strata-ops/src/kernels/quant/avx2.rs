@@ -81,6 +81,9 @@ pub(super) unsafe fn load_q8(y: &Q8Block) -> __m256i {
     unsafe { _mm256_loadu_si256(y.qs.as_ptr().cast()) }
 }
 
+/// Blocks ahead of the current one that the four-weight-row dots prefetch.
+const PREFETCH_BLOCKS: usize = 8;
+
 /// Generates a row dot and its four-row form: `$bytes` per block, `$prep(block)` gives the
 /// block's (quantized values as bytes, scale, offset) and `$dot` multiplies those bytes with an
 /// activation block's (`dot_u8_i8` or `dot_i8_i8`). Per (weight row, activation row) both forms
@@ -149,6 +152,9 @@ macro_rules! row_dot {
                 // SAFETY: `y` is a live block.
                 let yq = unsafe { load_q8(y) };
                 for r in 0..4 {
+                    // The weights stream from memory: ask for a later block of each row now.
+                    let ahead = rows[r].as_ptr().wrapping_add((i + PREFETCH_BLOCKS) * $bytes);
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
                     let $b = &rows[r][i * $bytes..(i + 1) * $bytes];
                     // SAFETY: `$b` is one whole block, so every load in the body stays inside.
                     let (x, d, m): (__m256i, f32, f32) = unsafe { $prep };
