@@ -35,8 +35,9 @@ const BAND_OUTPUTS: usize = 256;
 const PARALLEL_MIN_MULADDS: usize = 1 << 16;
 
 /// Whether the blocked kernel takes this depthwise convolution: 2-D, one output channel per
-/// input channel, at most [`MAX_TAPS`] taps, and a plane small enough that the plane kernel's
-/// row vectors are mostly empty or its per-plane setup dominates.
+/// input channel, enough channels to fill most of a block, at most [`MAX_TAPS`] taps. Any plane
+/// size: it measured faster than the plane kernel on every MobileNetV2 layer, 7x7 (5.7x) to
+/// 112x112 (1.3x).
 pub(crate) fn pays(w: &WindowGeometry, in_channels: usize, out_channels: usize) -> bool {
     w.in_dims.len() == 2
         && in_channels == out_channels
