@@ -488,6 +488,11 @@ fn pool_rows<T: Copy>(
                     }
                     for ox in (0..interior.start).chain(interior.end..ow) {
                         let span = axis_span(g, last, ox);
+                        if span.hi <= span.lo {
+                            // All padding (pads wider than the kernel): no tap, and no first
+                            // input index (it would lie before the row).
+                            continue;
+                        }
                         // Taps lo..hi of this window are inside the row by construction.
                         let first = ox * stride + span.lo * dilation - pad;
                         let mut value = out_row[ox];
@@ -929,6 +934,39 @@ mod tests {
         assert_close_within(&y[..5], &[2.52, 3.6, 4.8, 4.08, 3.24], 1e-4, "include pad");
         average_pool_f32(&iota(25), &[1, 1, 5, 5], &p, false, &mut y).unwrap();
         assert_close_within(&y[..3], &[7.0, 7.5, 8.0], 1e-4, "exclude pad");
+    }
+
+    /// Pads wider than the kernel along the last axis leave windows with no tap inside the row
+    /// (a fuzz finding: the first input index of such a window underflowed). Such windows are
+    /// all padding, as the reference says.
+    #[test]
+    fn windows_entirely_in_the_padding_match_reference() {
+        let dims = [1, 2, 3, 7, 5];
+        let p = PoolParams {
+            kernel: vec![2, 2, 2],
+            strides: vec![2, 2, 2],
+            pads_begin: vec![1, 1, 4],
+            pads_end: vec![1, 1, 1],
+            ..PoolParams::default()
+        };
+        let input: Vec<f32> = (0..dims.iter().product::<usize>())
+            .map(|v| v as f32)
+            .collect();
+        let out_dims = pool_output_dims(&dims, &p).unwrap();
+        let len = out_dims.iter().product();
+        let (expected, _) = naive(&input, &dims, &p, Kind::Max, &out_dims);
+        let mut out = vec![0.0; len];
+        max_pool_f32(&input, &dims, &p, &mut out, None, StorageOrder::RowMajor).unwrap();
+        assert_close_within(&out, &expected, 0.0, "max");
+        let (expected, _) = naive(
+            &input,
+            &dims,
+            &p,
+            Kind::Avg { include_pad: true },
+            &out_dims,
+        );
+        average_pool_f32(&input, &dims, &p, true, &mut out).unwrap();
+        assert_close_within(&out, &expected, 1e-6, "average");
     }
 
     #[test]
