@@ -29,12 +29,14 @@ pub(super) unsafe fn band_outputs(
     start: &[f32; LANES],
     out: &mut [f32],
 ) {
+    // SAFETY: `start` is an array of LANES (16) f32, one unaligned vector load.
+    let start = unsafe { _mm512_loadu_ps(start.as_ptr()) };
     let args = Group {
         buf: buf.as_ptr(),
         step: shape.col_step,
         wt,
         tap_at,
-        start: _mm512_loadu_ps(start.as_ptr()),
+        start,
     };
     for oy in 0..shape.rows {
         let row_corner = oy * shape.row_step;
