@@ -19,7 +19,7 @@ use std::ops::Range;
 use bytemuck::Pod;
 
 use super::super::float::Float;
-use super::microkernel::{Microkernel, Tile};
+use super::microkernel::{Microkernel, Prefetch, Tile};
 use super::pack::{with_pack_buffers, MatRef};
 use crate::parallel;
 
@@ -239,6 +239,26 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                             m: mr,
                             n: K::NR.min(jc + nc - jr),
                         };
+                        // The first pass over a prepacked operand streams it from memory: while
+                        // the first row sliver walks B's slivers, fetch the next B sliver; while
+                        // each row sliver's first tile runs, fetch the next A sliver.
+                        let prefetch = match (p.packed_a, p.packed_b) {
+                            (_, Some(all)) if ir == rows.start && jr + K::NR < jc + nc => {
+                                Prefetch {
+                                    ptr: all
+                                        .as_ptr()
+                                        .wrapping_add((jr / K::NR + 1) * p.k * K::NR + pc * K::NR),
+                                    step: K::NR,
+                                }
+                            }
+                            (Some(all), _) if index == 0 && ir + K::MR < rows.end => Prefetch {
+                                ptr: all
+                                    .as_ptr()
+                                    .wrapping_add((ir / K::MR + 1) * p.k * K::MR + pc * K::MR),
+                                step: K::MR,
+                            },
+                            _ => Prefetch::none(sliver_a.as_ptr(), K::MR),
+                        };
                         // SAFETY: `sliver_a` holds kc * MR packed elements (one sliver, since
                         // mr <= MR) and `sliver_b` NR elements at every multiple of its stride
                         // below kc (slicing checked both); the tile's
@@ -253,6 +273,7 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                                 &tile,
                                 p.alpha,
                                 beta,
+                                prefetch,
                             )
                         };
                     }

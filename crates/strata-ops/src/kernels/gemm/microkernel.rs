@@ -19,6 +19,23 @@ pub struct Tile<T> {
     pub n: usize,
 }
 
+/// Memory a microkernel touches ahead of use while it computes a tile: `k` steps of `step`
+/// elements from `ptr`, one step per step of its own loop (the next sliver of a prepacked
+/// operand, streamed from memory the first time it is read). Prefetching never faults, so
+/// `ptr` needs no validity; [`Prefetch::none`] points it at the tile's own A sliver.
+#[derive(Clone, Copy, Debug)]
+pub struct Prefetch<T> {
+    pub ptr: *const T,
+    pub step: usize,
+}
+
+impl<T> Prefetch<T> {
+    /// Nothing ahead: re-touches the A sliver the kernel reads anyway (L1 hits).
+    pub fn none(a: *const T, mr: usize) -> Self {
+        Prefetch { ptr: a, step: mr }
+    }
+}
+
 /// A register-blocked microkernel plus its blocking sizes. Implementors are zero-sized markers.
 pub trait Microkernel<T: Float>: Copy + Send + Sync + 'static {
     /// Rows of the register tile (the packed A sliver's width).
@@ -62,7 +79,17 @@ pub trait Microkernel<T: Float>: Copy + Send + Sync + 'static {
     /// - every element `(i, j)` of `c` (`i < c.m <= MR`, `j < c.n <= NR`) is valid for writes,
     ///   and for reads unless `beta == 0`, and no other thread accesses it during the call;
     /// - the CPU supports the instructions the kernel uses (checked by whoever picked it).
-    unsafe fn run(k: usize, a: *const T, b: (*const T, usize), c: &Tile<T>, alpha: T, beta: T);
+    ///
+    /// `prefetch` may be anything: kernels that prefetch only hint the cache with it.
+    unsafe fn run(
+        k: usize,
+        a: *const T,
+        b: (*const T, usize),
+        c: &Tile<T>,
+        alpha: T,
+        beta: T,
+        prefetch: Prefetch<T>,
+    );
 }
 
 /// Writes `alpha * acc + beta * C` over the valid part of a tile, one element at a time (edge
@@ -136,6 +163,7 @@ impl<T: Float, const MR: usize, const NR: usize> Microkernel<T> for Portable<MR,
         c: &Tile<T>,
         alpha: T,
         beta: T,
+        _prefetch: Prefetch<T>,
     ) {
         // SAFETY: the caller guarantees `a` holds `k * MR` readable elements; packed buffers
         // are initialized (the packers write every element, padding included).

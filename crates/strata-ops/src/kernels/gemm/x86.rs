@@ -10,7 +10,7 @@
 
 use std::arch::x86_64::*;
 
-use super::microkernel::{store_tile, Microkernel, Tile};
+use super::microkernel::{store_tile, Microkernel, Prefetch, Tile};
 use super::pack::{pack_block, MatRef};
 
 /// Generates a microkernel marker type `$name<MR>` over element `$t` whose register tile is `MR`
@@ -72,11 +72,12 @@ macro_rules! simd_microkernel {
                     c: &Tile<$t>,
                     alpha: $t,
                     beta: $t,
+                    prefetch: Prefetch<$t>,
                 ) {
                     // SAFETY: the caller upholds `Microkernel::run`'s contract, which is
                     // `kernel`'s: buffer extents, exclusive access to the tile, and the CPU
                     // features (this type is only chosen after run-time detection).
-                    unsafe { kernel::<MR>(k, a, b, c, alpha, beta) }
+                    unsafe { kernel::<MR>(k, a, b, c, alpha, beta, prefetch) }
                 }
             }
 
@@ -92,10 +93,18 @@ macro_rules! simd_microkernel {
                 c: &Tile<$t>,
                 alpha: $t,
                 beta: $t,
+                prefetch: Prefetch<$t>,
             ) {
                 let mut acc = [[$zero(); VECTORS]; MR];
                 let (mut a, mut b) = (a, b);
+                // The last byte of a prefetch step: a second line when a step spans two.
+                let step_end = (prefetch.step * std::mem::size_of::<$t>()).max(1) - 1;
+                let mut ahead = prefetch.ptr.cast::<i8>();
                 for _ in 0..k {
+                    // Hints only (never faults): the next sliver of a prepacked operand.
+                    _mm_prefetch::<_MM_HINT_T0>(ahead);
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(step_end));
+                    ahead = ahead.wrapping_add(prefetch.step * std::mem::size_of::<$t>());
                     let mut row = [$zero(); VECTORS];
                     for (v, lane) in row.iter_mut().enumerate() {
                         // SAFETY: `b` points at a row of NR elements of B (one of the `k` rows
