@@ -7,6 +7,10 @@
 //! (contiguous, vectorized), then each output takes `kw` elements of it — `kh + kw` steps per
 //! output instead of `kh * kw`.
 
+use std::any::TypeId;
+
+use bytemuck::Pod;
+
 use crate::kernels::error::KernelResult;
 use crate::kernels::gemm::with_pack_buffers;
 use crate::kernels::phase_planes::{fill_phase_planes, Axis, FlatGeometry, BLOCK, MAX_TAPS};
@@ -80,6 +84,14 @@ fn window(o: usize, stride: usize, pad: usize, kernel: usize, input: usize) -> (
 }
 
 fn plane_max<T: MaxPoolElement>(g: &WindowGeometry, x: &[T], y: &mut [T]) {
+    #[cfg(target_arch = "x86_64")]
+    if let (Some(x), Some(y)) = (as_f32(x), as_f32_mut(y)) {
+        if super::max_pool_avx512::supports(g) {
+            super::max_pool_avx512::plane_max(g, x, y);
+            lowest_where_no_input(g, y);
+            return;
+        }
+    }
     let (rows, cols) = (Axis::of(g, 0), Axis::of(g, 1));
     if let Some(flat) = FlatGeometry::of(rows, cols) {
         with_pack_buffers::<T, _>(flat.buffer_len, flat.virtual_len, |buffer, virtual_y| {
@@ -183,6 +195,14 @@ multiversion! {
     }
 }
 
+fn as_f32<T: Pod>(s: &[T]) -> Option<&[f32]> {
+    (TypeId::of::<T>() == TypeId::of::<f32>()).then(|| bytemuck::cast_slice(s))
+}
+
+fn as_f32_mut<T: Pod>(s: &mut [T]) -> Option<&mut [f32]> {
+    (TypeId::of::<T>() == TypeId::of::<f32>()).then(|| bytemuck::cast_slice_mut(s))
+}
+
 /// Outputs whose window lies wholly in the padding (rows or columns at the ends) hold no input:
 /// they are `T::LOWEST`, not the `BOTTOM` the flat fold leaves.
 fn lowest_where_no_input<T: MaxPoolElement>(g: &WindowGeometry, y: &mut [T]) {
@@ -267,16 +287,17 @@ mod tests {
     use super::*;
     use crate::support::rng::Rng;
 
-    /// The separable kernel against the per-row reference walk of `max_pool`, on random 2-D
+    /// The separable kernels against the per-row reference walk of `max_pool`, on random 2-D
     /// geometries (pads, strides, ceil_mode, windows in the padding), with NaNs, on 1 and 2
-    /// threads: the same bits.
+    /// threads: the same bits. f32 takes the AVX-512 kernel where the CPU has it (strides 1
+    /// and 2), f64 the phase-plane and row paths.
     #[test]
     fn separable_max_pool_matches_the_reference_walk() {
         let mut rng = Rng::new(0x9a01);
         for case in 0..300 {
             let kernel = vec![rng.range(1, 4), rng.range(1, 4)];
             let p = PoolParams {
-                strides: vec![rng.range(1, 3), rng.range(1, 3)],
+                strides: vec![rng.range(1, 4), rng.range(1, 4)],
                 pads_begin: vec![rng.below(kernel[0]), rng.below(kernel[1])],
                 pads_end: vec![rng.below(kernel[0]), rng.below(kernel[1])],
                 ceil_mode: rng.below(2) == 0,
@@ -287,7 +308,7 @@ mod tests {
                 rng.range(1, 2),
                 rng.range(1, 40),
                 rng.range(p.kernel[0], 20),
-                rng.range(p.kernel[1], 20),
+                rng.range(p.kernel[1], 70),
             ];
             let mut input = rng.vec(dims.iter().product());
             if case % 5 == 0 {
@@ -317,6 +338,24 @@ mod tests {
                     .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
                 assert!(same, "case {case}: {dims:?} {p:?} {threads}t");
             }
+            let input: Vec<f64> = input.iter().map(|&v| v as f64).collect();
+            let mut expected = vec![0.0f64; out_len];
+            max_pool(
+                &input,
+                &dims,
+                &p,
+                &mut expected,
+                None,
+                StorageOrder::RowMajor,
+            )
+            .unwrap();
+            let mut got = vec![f64::NAN; out_len];
+            max_pool_threaded(&input, &dims, &p, &mut got, 1).unwrap();
+            let same = got
+                .iter()
+                .zip(&expected)
+                .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
+            assert!(same, "case {case} (f64): {dims:?} {p:?}");
         }
     }
 
