@@ -423,11 +423,78 @@ unsafe fn write_tile_scaled<T: Finish>(
             unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), p.add((i0 + i) * rs + j0), cols) };
         }
     } else {
+        #[cfg(target_arch = "x86_64")]
+        if std::mem::size_of::<T>() == 1 && rows == MAX_TILE_ROWS && rs == 1 {
+            // SAFETY: T is u8 or i8 (the only one-byte `Finish` types), so the tile is plain
+            // bytes; columns j0..j0 + cols of rows i0..i0 + 8 lie in C (caller's contract).
+            unsafe { store_columns_sse2(&out, cols, p.cast::<u8>().add(i0 + j0 * cs), cs) };
+            return;
+        }
         for jj in 0..cols {
             let base = i0 * rs + (j0 + jj) * cs;
             for (i, row) in out.iter().enumerate().take(rows) {
                 // SAFETY: as above, element (i0 + i, j0 + jj).
                 unsafe { *p.add(base + i * rs) = row[jj] };
+            }
+        }
+    }
+}
+
+/// Stores the first `cols` columns of an 8-row tile of bytes as 8-byte runs `cs` apart (a
+/// channel-major output, where a tile column is one channel's 8 consecutive pixels): the tile
+/// is transposed 16 columns at a time with SSE2 (x86_64's baseline) byte, word and dword
+/// interleaves.
+///
+/// # Safety
+/// `T` must be one byte wide; `dst + j · cs .. + 8` must be writable for every `j < cols`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn store_columns_sse2<T>(
+    tile: &[[T; super::NR]; MAX_TILE_ROWS],
+    cols: usize,
+    dst: *mut u8,
+    cs: usize,
+) {
+    use std::arch::x86_64::*;
+    let bytes = tile.as_ptr().cast::<u8>();
+    for half in 0..cols.div_ceil(16) {
+        // SAFETY: each row holds NR = 32 one-byte values, so bytes 16·half..16·half + 16 of
+        // row r are inside the tile; SSE2 is part of x86_64.
+        let r: [__m128i; 8] = std::array::from_fn(|row| unsafe {
+            _mm_loadu_si128(bytes.add(row * super::NR + 16 * half).cast())
+        });
+        let pairs = [(r[0], r[1]), (r[2], r[3]), (r[4], r[5]), (r[6], r[7])];
+        // Byte interleave: rows (2p, 2p+1), columns 0..8 (lo) and 8..16 (hi).
+        let lo8: [__m128i; 4] = std::array::from_fn(|x| _mm_unpacklo_epi8(pairs[x].0, pairs[x].1));
+        let hi8: [__m128i; 4] = std::array::from_fn(|x| _mm_unpackhi_epi8(pairs[x].0, pairs[x].1));
+        for (part, v8) in [lo8, hi8].into_iter().enumerate() {
+            // Rows 0..4 and 4..8 of columns 4·c..4·c + 4 (c = 0, 1 within this part).
+            let top = [
+                _mm_unpacklo_epi16(v8[0], v8[1]),
+                _mm_unpackhi_epi16(v8[0], v8[1]),
+            ];
+            let bottom = [
+                _mm_unpacklo_epi16(v8[2], v8[3]),
+                _mm_unpackhi_epi16(v8[2], v8[3]),
+            ];
+            for c in 0..2 {
+                // Two columns each: all 8 rows of column 2·c' in the low, 2·c' + 1 in the high.
+                let cols2 = [
+                    _mm_unpacklo_epi32(top[c], bottom[c]),
+                    _mm_unpackhi_epi32(top[c], bottom[c]),
+                ];
+                for (e, v) in cols2.into_iter().enumerate() {
+                    let j = 16 * half + 8 * part + 4 * c + 2 * e;
+                    if j < cols {
+                        // SAFETY: column j's 8 bytes are writable (caller's contract).
+                        unsafe { _mm_storel_epi64(dst.add(j * cs).cast(), v) };
+                    }
+                    if j + 1 < cols {
+                        // SAFETY: as above, column j + 1.
+                        unsafe {
+                            _mm_storel_epi64(dst.add((j + 1) * cs).cast(), _mm_unpackhi_epi64(v, v))
+                        };
+                    }
+                }
             }
         }
     }

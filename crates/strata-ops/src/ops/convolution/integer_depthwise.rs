@@ -266,16 +266,20 @@ crate::kernels::simd::multiversion! {
         weights: &[i32],
         sums: &mut [i32],
     ) {
-        let len = sums.len();
-        for (t, (&start, &wt)) in starts.iter().zip(weights).enumerate() {
-            let src = &plane[start..start + len];
-            if t == 0 {
-                for (s, &v) in sums.iter_mut().zip(src) {
-                    *s = v.wrapping_mul(wt);
-                }
-            } else {
-                for (s, &v) in sums.iter_mut().zip(src) {
-                    *s = s.wrapping_add(v.wrapping_mul(wt));
+        // A strip of sums at a time, so it stays in L1 while every tap adds to it.
+        const STRIP: usize = 1024;
+        for (strip, sums) in sums.chunks_mut(STRIP).enumerate() {
+            let (offset, len) = (strip * STRIP, sums.len());
+            for (t, (&start, &wt)) in starts.iter().zip(weights).enumerate() {
+                let src = &plane[start + offset..start + offset + len];
+                if t == 0 {
+                    for (s, &v) in sums.iter_mut().zip(src) {
+                        *s = v.wrapping_mul(wt);
+                    }
+                } else {
+                    for (s, &v) in sums.iter_mut().zip(src) {
+                        *s = s.wrapping_add(v.wrapping_mul(wt));
+                    }
                 }
             }
         }
