@@ -171,7 +171,9 @@ pub fn dtype_from_py(spec: &Bound<'_, PyAny>) -> PyResult<DType> {
         )
     };
     if let Ok(text) = spec.cast::<PyString>() {
-        if let Ok(dtype) = text.to_cow()?.parse::<DType>() {
+        let text = text.to_cow()?;
+        // ml_dtypes' names (`"float8_e4m3fn"`) too: numpy does not know them as strings.
+        if let Some(dtype) = text.parse::<DType>().ok().or_else(|| dtype_named(&text)) {
             return Ok(dtype);
         }
     }

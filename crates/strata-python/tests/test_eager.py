@@ -558,6 +558,18 @@ def test_to_dtype():
     assert t.bfloat16().dtype.name == "bfloat16"
 
 
+def test_ml_dtypes_by_name():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    a = np.array([0.5, -1.0, 448.0], np.float32)
+    t = strata.from_numpy(a)
+    for name in ["float8_e4m3fn", "float8_e5m2", "bfloat16"]:
+        for spec in [name, getattr(ml_dtypes, name)]:
+            converted = t.to(spec)
+            assert converted.dtype == np.dtype(getattr(ml_dtypes, name))
+            np.testing.assert_array_equal(converted.numpy(), a.astype(getattr(ml_dtypes, name)))
+            close(converted.float(), a.astype(getattr(ml_dtypes, name)).astype(np.float32))
+
+
 def test_clamp():
     a = rand(3, 4, low=-3, high=3)
     t = strata.from_numpy(a)
@@ -662,6 +674,8 @@ def test_shape_mismatch_is_a_value_error_naming_the_op():
         strata.cat([])
     with pytest.raises(ValueError, match="conv2d"):
         strata.zeros(3, 3).conv2d(strata.zeros(1, 1, 1, 1))
+    with pytest.raises(ValueError, match="groups"):
+        strata.zeros(1, 2, 3, 3).conv2d(strata.zeros(1, 2, 1, 1), groups=0)
 
 
 def test_bad_dtypes_are_type_errors_naming_the_op():

@@ -53,6 +53,11 @@ fn conv(
     dilation: Option<&Bound<'_, PyAny>>,
     groups: usize,
 ) -> PyResult<PyTensor> {
+    if groups == 0 {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "conv2d: groups must be at least 1",
+        ));
+    }
     let args = Conv2d {
         stride: opt_pair("stride", stride, 1)?,
         padding: opt_pair("padding", padding, 0)?,

@@ -24,6 +24,7 @@ fn dims(dim: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<isize>> {
 }
 
 type ReduceFn = fn(&Tensor, &[isize], bool) -> OpResult<Tensor>;
+type ArgFn = fn(&Tensor, Option<isize>, bool) -> OpResult<Tensor>;
 
 fn reduce(
     py: Python<'_>,
@@ -44,10 +45,7 @@ fn extreme(
     keepdim: bool,
     largest: bool,
 ) -> PyResult<Py<PyAny>> {
-    let (values, arg): (
-        ReduceFn,
-        fn(&Tensor, Option<isize>, bool) -> OpResult<Tensor>,
-    ) = if largest {
+    let (values, arg): (ReduceFn, ArgFn) = if largest {
         (EagerReduce::amax, EagerReduce::argmax)
     } else {
         (EagerReduce::amin, EagerReduce::argmin)

@@ -99,11 +99,11 @@ impl PyTensor {
     }
 
     fn __neg__(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        unary(py, &self.inner, |t| EagerUnary::neg(t))
+        unary(py, &self.inner, EagerUnary::neg)
     }
 
     fn __abs__(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        unary(py, &self.inner, |t| EagerUnary::abs(t))
+        unary(py, &self.inner, EagerUnary::abs)
     }
 
     /// `relu` in place; returns self (the version goes up by one, not in inference mode).
