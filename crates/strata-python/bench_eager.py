@@ -20,9 +20,10 @@ def cases():
     one_a, one_b = np.array([1.5], np.float32), np.array([2.5], np.float32)
     m = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
     v = np.random.default_rng(1).standard_normal((4, 1000)).astype(np.float32)
-    s = {"a": strata.from_numpy(one_a), "b": strata.from_numpy(one_b),
-         "m": strata.from_numpy(m), "v": strata.from_numpy(v)}
-    n = {"a": one_a, "b": one_b, "m": m, "v": v}
+    zero = np.zeros(1, np.float32)  # added in place, so that repeats do not overflow
+    s = {"a": strata.from_numpy(one_a), "b": strata.from_numpy(one_b), "z": strata.from_numpy(zero),
+         "c": strata.from_numpy(one_a), "m": strata.from_numpy(m), "v": strata.from_numpy(v)}
+    n = {"a": one_a, "b": one_b, "z": zero, "c": one_a.copy(), "m": m, "v": v}
 
     def np_softmax(x):
         e = np.exp(x - x.max(axis=-1, keepdims=True))
@@ -31,7 +32,7 @@ def cases():
     return [
         ("a + b, 1 element", lambda: s["a"] + s["b"], lambda: n["a"] + n["b"]),
         ("a + 1.0, 1 element", lambda: s["a"] + 1.0, lambda: n["a"] + 1.0),
-        ("a.add_(b), 1 element", lambda: s["a"].add_(s["b"]), lambda: np.add(n["a"], n["b"], out=n["a"])),
+        ("c.add_(z), 1 element", lambda: s["c"].add_(s["z"]), lambda: np.add(n["c"], n["z"], out=n["c"])),
         ("a.exp(), 1 element", lambda: s["a"].exp(), lambda: np.exp(n["a"])),
         ("m @ m, 64x64", lambda: s["m"] @ s["m"], lambda: n["m"] @ n["m"]),
         ("v.softmax(-1), 4x1000", lambda: s["v"].softmax(-1), lambda: np_softmax(n["v"])),

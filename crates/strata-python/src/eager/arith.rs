@@ -8,8 +8,8 @@ use strata_core::Tensor;
 use strata_ops::prelude::*;
 use strata_ops::OpResult;
 
+use crate::eager::gil::{large, run};
 use crate::eager::operand::Operand;
-use crate::eager::{large, run};
 use crate::tensor::PyTensor;
 
 type BinaryFn = fn(&Tensor, &Tensor) -> OpResult<Tensor>;
@@ -23,7 +23,7 @@ pub(crate) fn binary(
     other: &Operand<'_>,
     reflected: bool,
 ) -> PyResult<PyTensor> {
-    let release = large(a) || other.numel() >= super::RELEASE_FROM;
+    let release = large(a) || other.numel() >= crate::eager::gil::RELEASE_FROM;
     let b = run(py, false, || other.tensor_against(a))?;
     let b: &Tensor = &b;
     let out = run(py, release, || if reflected { op(b, a) } else { op(a, b) })?;

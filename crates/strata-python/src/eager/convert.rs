@@ -6,7 +6,7 @@ use strata_core::DType;
 use strata_ops::prelude::*;
 
 use crate::convert::dtype_from_py;
-use crate::eager::{large, run};
+use crate::eager::gil::{large, run};
 use crate::tensor::PyTensor;
 
 /// `t` as `dtype`: itself when it already is (as PyTorch's `to`), else a converted copy.

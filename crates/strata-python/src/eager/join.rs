@@ -3,7 +3,7 @@
 use pyo3::prelude::*;
 use strata_core::Tensor;
 
-use crate::eager::run;
+use crate::eager::gil::run;
 use crate::tensor::{tensor_list, PyTensor};
 
 fn join(
@@ -14,7 +14,8 @@ fn join(
 ) -> PyResult<PyTensor> {
     let tensors = tensor_list(tensors)?;
     let refs: Vec<&Tensor> = tensors.iter().collect();
-    let release = tensors.iter().map(Tensor::numel).sum::<usize>() >= super::RELEASE_FROM;
+    let release =
+        tensors.iter().map(Tensor::numel).sum::<usize>() >= crate::eager::gil::RELEASE_FROM;
     run(py, release, || op(&refs, dim)).map(PyTensor::from)
 }
 

@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use strata_core::Tensor;
 use strata_ops::prelude::*;
 
-use crate::eager::run;
+use crate::eager::gil::run;
 use crate::tensor::PyTensor;
 
 /// `[a, b]` from an int (both) or a pair of ints (PyTorch's `stride=2` / `stride=(2, 1)`).

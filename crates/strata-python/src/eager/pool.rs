@@ -4,8 +4,8 @@
 use pyo3::prelude::*;
 use strata_ops::prelude::*;
 
+use crate::eager::gil::{large, run};
 use crate::eager::linalg::{opt_pair, pair};
-use crate::eager::{large, run};
 use crate::tensor::PyTensor;
 
 fn window(

@@ -8,7 +8,7 @@ use strata_core::Tensor;
 use strata_ops::prelude::*;
 use strata_ops::OpResult;
 
-use crate::eager::{large, run};
+use crate::eager::gil::{large, run};
 use crate::tensor::PyTensor;
 
 /// `dim` as the list the eager ops take (empty: every dim).

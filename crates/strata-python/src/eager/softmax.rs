@@ -3,7 +3,7 @@
 use pyo3::prelude::*;
 use strata_ops::prelude::*;
 
-use crate::eager::{large, run};
+use crate::eager::gil::{large, run};
 use crate::tensor::PyTensor;
 
 #[pymethods]
