@@ -8,6 +8,7 @@
 mod convert;
 mod eager;
 mod errors;
+mod index;
 mod llm;
 mod model;
 mod pool;

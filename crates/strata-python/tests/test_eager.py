@@ -111,6 +111,43 @@ def test_views():
         t.reshape(5, -1)
 
 
+@pytest.mark.parametrize(
+    "key",
+    [
+        0,
+        -1,
+        (1, 2),
+        (slice(None), 1),
+        (slice(1, None), slice(None, None, 2)),
+        (Ellipsis, slice(None, None, -1)),
+        (None, 0),
+        (0, Ellipsis, None),
+        (slice(-2, None), slice(None, -1), slice(3, 0, -2)),
+        (slice(5, 9),),
+        np.int64(1),
+    ],
+)
+def test_basic_indexing_matches_numpy(key):
+    a = rand(3, 4, 5)
+    close(strata.from_numpy(a)[key], a[key])
+
+
+def test_indexing_gives_views_and_refuses_the_rest():
+    t = strata.zeros(2, 3)
+    row = t[1]
+    row.add_(1.0)
+    close(t, np.array([[0, 0, 0], [1, 1, 1]], np.float32))
+    assert row.version == t.version
+    for bad in [(0, 0, 0), 5, (slice(None), -4)]:
+        with pytest.raises(IndexError):
+            t[bad]
+    for bad in [strata.tensor([0]), [0, 1], True, 1.5]:
+        with pytest.raises(TypeError, match="index_select"):
+            t[bad]
+    with pytest.raises(ValueError):
+        t[::0]
+
+
 def test_views_share_memory_and_version_clone_does_not():
     t = strata.zeros(2, 3)
     v = t.reshape(6)
