@@ -184,6 +184,23 @@ impl PyTensor {
         self.inner.version()
     }
 
+    /// Where the memory is: `"cpu"`.
+    #[getter]
+    fn device(&self) -> String {
+        self.inner.device().to_string()
+    }
+
+    /// This tensor (eager tensors made from Python live on the CPU).
+    fn cpu(slf: &Bound<'_, Self>) -> PyResult<Py<PyTensor>> {
+        match slf.get().inner.device() {
+            strata_core::Device::Cpu => Ok(slf.clone().unbind()),
+            other => Err(errors::raise(
+                errors::Kind::NotImplemented,
+                format!("cpu: copying a tensor from {other} is not supported"),
+            )),
+        }
+    }
+
     #[getter]
     fn ndim(&self) -> usize {
         self.inner.rank()

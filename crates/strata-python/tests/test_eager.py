@@ -593,6 +593,7 @@ def test_to_dtype():
     close(t.bool(), a.astype(bool))
     close(strata.tensor([1, 0]).float(), np.array([1.0, 0.0], np.float32))
     assert t.bfloat16().dtype.name == "bfloat16"
+    assert t.device == "cpu" and t.to("cpu") is t and t.cpu() is t
 
 
 def test_ml_dtypes_by_name():

@@ -2,7 +2,7 @@
 //! `long()`, `bool()`) and bounds (`clamp`/`clip`, `clamp_` in place).
 
 use pyo3::prelude::*;
-use strata_core::DType;
+use strata_core::{DType, Device};
 use strata_ops::prelude::*;
 
 use crate::convert::dtype_from_py;
@@ -39,13 +39,21 @@ dtype_shortcuts!(float => F32, double => F64, half => F16, bfloat16 => BF16, int
 #[pymethods]
 impl PyTensor {
     /// This tensor converted to `dtype` (numpy's names and types, or strata's), through the Cast
-    /// kernel; itself when it already has that dtype and `copy` is False.
+    /// kernel; itself when it already has that dtype and `copy` is False (or for `"cpu"`).
     #[pyo3(signature = (dtype, copy = false))]
     fn to<'py>(
         slf: &Bound<'py, Self>,
         dtype: &Bound<'_, PyAny>,
         copy: bool,
     ) -> PyResult<Bound<'py, Self>> {
+        // `t.to("cpu")`, as PyTorch scripts write it: already there.
+        if let Ok(text) = dtype.extract::<String>() {
+            if matches!(text.parse::<Device>(), Ok(Device::Cpu))
+                && slf.get().inner.device() == Device::Cpu
+            {
+                return Ok(slf.clone());
+            }
+        }
         to(slf, dtype_from_py(dtype)?, copy)
     }
 
