@@ -784,3 +784,31 @@ def test_ops_run_concurrently_from_threads():
         th.join()
     for r in results:
         np.testing.assert_allclose(r, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_releases_the_gil():
+    # Another Python thread runs while this one is inside a long matmul. Holding the GIL, the
+    # call would let it run only around its start (a switch interval, 5 ms), not in its later part.
+    import time
+
+    a = strata.from_numpy(rand(1536, 1536))
+    a @ a  # warm up
+    stop = threading.Event()
+    stamps = []
+
+    def spin():
+        while not stop.is_set():
+            stamps.append(time.perf_counter())
+
+    th = threading.Thread(target=spin)
+    th.start()
+    time.sleep(0.01)
+    start = time.perf_counter()
+    a @ a
+    end = time.perf_counter()
+    stop.set()
+    th.join()
+    if end - start < 0.02:
+        pytest.skip(f"the matmul took {end - start:.4f} s: too short to tell")
+    late = [t for t in stamps if start + 0.4 * (end - start) < t < end]
+    assert late, (end - start, len(stamps))
