@@ -253,6 +253,26 @@ def test_integer_arithmetic_is_exact():
     close(ta * tb, a * b)
 
 
+@pytest.mark.parametrize("dtype, rtol", [("float64", 1e-12), ("float16", 2e-3)])
+def test_other_float_dtypes_keep_their_dtype(dtype, rtol):
+    a = rand(3, 4, low=0.5, high=2.0).astype(dtype)
+    b = rand(4, 2, low=0.5, high=2.0).astype(dtype)
+    ta, tb = strata.from_numpy(a), strata.from_numpy(b)
+    x = a.astype(np.float64)
+
+    def ref(values):
+        return np.asarray(values).astype(dtype)
+
+    close(ta + ta, ref(x + x), rtol=rtol)
+    close(ta * 3, ref(x * 3), rtol=rtol)
+    close(ta.exp(), ref(np.exp(x)), rtol=rtol)
+    close(ta.sum(dim=1), ref(x.sum(axis=1)), rtol=rtol)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    close(ta.softmax(-1), ref(e / e.sum(axis=-1, keepdims=True)), rtol=rtol, atol=1e-3 if dtype == "float16" else 1e-12)
+    close(ta @ tb, ref(x @ b.astype(np.float64)), rtol=rtol * 4)
+    close(ta.clamp(0.75, 1.5), ref(np.clip(x, 0.75, 1.5)), rtol=rtol)
+
+
 # ---- comparisons --------------------------------------------------------------------------
 
 
