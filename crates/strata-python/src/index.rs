@@ -1,13 +1,15 @@
 //! Basic indexing of `strata.Tensor` (`t[0]`, `t[:, 1:3]`, `t[..., ::-1]`, `t[None]`): views
 //! sharing the tensor's memory and version counter, as numpy's and PyTorch's basic indexing
-//! gives. Indexing by tensors or lists is refused with a pointer to `index_select`, `gather` and
-//! `strata.where`.
+//! gives; assignment through them (`t[0] = 1.0`, `t[:, :2] = other`, broadcast and converted to
+//! the tensor's dtype; one version bump). Indexing by tensors or lists is refused with a pointer
+//! to `index_select`, `gather` and `strata.where`.
 
 use pyo3::exceptions::{PyIndexError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyEllipsis, PySlice, PyTuple};
 use strata_core::Tensor;
 
+use crate::eager::operand::Operand;
 use crate::errors;
 use crate::tensor::PyTensor;
 
@@ -122,17 +124,45 @@ fn view(t: &Tensor, items: &[Item]) -> PyResult<Tensor> {
     Ok(out)
 }
 
+fn items(key: &Bound<'_, PyAny>) -> PyResult<Vec<Item>> {
+    match key.cast::<PyTuple>() {
+        Ok(tuple) => tuple.iter().map(|v| item(&v)).collect(),
+        Err(_) => Ok(vec![item(key)?]),
+    }
+}
+
+/// `value` (a tensor or a number) in `target`'s dtype, broadcast to its dims, and not sharing
+/// its memory (reading and writing one block at once is a borrow conflict).
+fn source(target: &Tensor, value: &Operand<'_>) -> strata_ops::OpResult<Tensor> {
+    use strata_ops::prelude::EagerConvert;
+    let src = match value {
+        Operand::Tensor(t) if t.dtype() == target.dtype() => (*t).clone(),
+        Operand::Tensor(t) => t.to_dtype(target.dtype())?,
+        Operand::Scalar(s) => s.to_tensor(target.dtype())?,
+    };
+    let src = src.expand(target.dims())?;
+    if src.shares_storage(target) {
+        Ok(src
+            .contiguous()?
+            .detached(src.device(), src.memory_kind())?)
+    } else {
+        Ok(src)
+    }
+}
+
 #[pymethods]
 impl PyTensor {
     /// Basic indexing: a view (shares memory and the version counter).
     fn __getitem__(&self, key: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        let items = match key.cast::<PyTuple>() {
-            Ok(tuple) => tuple
-                .iter()
-                .map(|v| item(&v))
-                .collect::<PyResult<Vec<_>>>()?,
-            Err(_) => vec![item(key)?],
-        };
-        view(&self.inner, &items).map(PyTensor::from)
+        view(&self.inner, &items(key)?).map(PyTensor::from)
+    }
+
+    /// `t[key] = value`: writes `value` (a tensor or a number; broadcast, converted to this
+    /// tensor's dtype) into the view `key` picks.
+    fn __setitem__(&self, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let target = view(&self.inner, &items(key)?)?;
+        let value = Operand::required("setitem", value)?;
+        let src = source(&target, &value).map_err(|e| errors::eager(&e))?;
+        target.copy_from(&src).map_err(|e| errors::core(&e))
     }
 }

@@ -148,6 +148,40 @@ def test_indexing_gives_views_and_refuses_the_rest():
         t[::0]
 
 
+def test_item_assignment_matches_numpy():
+    a = rand(3, 4)
+    t = strata.from_numpy(a.copy())
+    expected = a.copy()
+    before = t.version
+    writes = [
+        (0, 1.5),
+        ((1, slice(1, 3)), np.array([5.0, 6.0], np.float32)),
+        ((slice(None), -1), "column 0"),
+        ((slice(None, None, 2), Ellipsis), np.array([[2.0], [3.0]], np.float32)),
+        ((2, 0), 7),
+    ]
+    for key, value in writes:
+        if isinstance(value, str):  # a view of the tensor itself
+            t[key] = t[:, 0]
+            expected[key] = expected[:, 0]
+        else:
+            t[key] = strata.from_numpy(value) if isinstance(value, np.ndarray) else value
+            expected[key] = value
+        close(t, expected)
+    assert t.version == before + len(writes)
+    i = strata.tensor([1, 2, 3])
+    i[0] = 2.7  # converted to the tensor's dtype, as in PyTorch
+    close(i, np.array([2, 2, 3]))
+    with strata.inference_mode():
+        v = t.version
+        t[0, 0] = 0.0
+        assert t.version == v
+    with pytest.raises(strata.ShapeError):
+        t[0] = strata.zeros(5)
+    with pytest.raises(TypeError):
+        t[0] = "x"
+
+
 def test_views_share_memory_and_version_clone_does_not():
     t = strata.zeros(2, 3)
     v = t.reshape(6)

@@ -11,7 +11,7 @@ mod gil;
 mod join;
 mod linalg;
 mod mode;
-mod operand;
+pub(crate) mod operand;
 mod pool;
 mod reduce;
 mod select;
