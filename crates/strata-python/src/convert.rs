@@ -1,16 +1,17 @@
-//! numpy arrays in, numpy arrays out. A feed must already have the input's dtype (as in
-//! onnxruntime); Python lists and scalars are first made arrays of that dtype. Strided arrays are
-//! copied in logical order. Strings travel as object arrays of `str`.
+//! numpy arrays in, numpy arrays out, for session feeds and outputs and for eager tensors. A feed
+//! must already have the input's dtype (as in onnxruntime); Python lists and scalars are first
+//! made arrays of that dtype. Strided arrays are copied in logical order. Strings travel as object
+//! arrays of `str`.
 
 use numpy::ndarray::{ArrayViewD, IxDyn};
 use numpy::{
-    dtype, Element, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray,
+    Element, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray,
     PyUntypedArrayMethods, ToPyArray,
 };
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PyString};
-use strata_core::{DType, Device, MemoryKind, Tensor};
+use strata_core::{DType, Device, Element as TensorElement, MemoryKind, ReadGuard, Tensor};
 use strata_runtime::{IoInfo, OutputView};
 
 use crate::errors::{raise, Kind};
@@ -61,12 +62,23 @@ pub fn onnx_type_name(dtype: DType) -> String {
 
 /// The tensor for `value` fed to `input`.
 pub fn feed_to_tensor(value: &Bound<'_, PyAny>, input: &IoInfo) -> PyResult<Tensor> {
-    let array = as_array(value, input)?;
-    match input.dtype {
-        DType::String => strings_to_tensor(&array, input),
-        dtype if is_byte_coded(dtype) => byte_coded_to_tensor(&array, input),
+    let label = format!("input {:?}", input.name);
+    let array = as_array(value, input.dtype, &label)?;
+    array_to_tensor(&array, input.dtype, &label)
+}
+
+/// A copy of `array` as a tensor of `dtype`; the array must already have that dtype. Errors
+/// start with `label` (`input "x"`, `tensor`).
+pub fn array_to_tensor(
+    array: &Bound<'_, PyUntypedArray>,
+    dtype: DType,
+    label: &str,
+) -> PyResult<Tensor> {
+    match dtype {
+        DType::String => strings_to_tensor(array, label),
+        dtype if is_byte_coded(dtype) => byte_coded_to_tensor(array, dtype, label),
         DType::Bool => {
-            let typed = typed_array::<bool>(&array, input)?;
+            let typed = typed_array::<bool>(array, dtype, label)?;
             let data = typed.readonly();
             let view = data.as_array();
             let values: Vec<bool> = match view.as_slice() {
@@ -75,44 +87,44 @@ pub fn feed_to_tensor(value: &Bound<'_, PyAny>, input: &IoInfo) -> PyResult<Tens
             };
             Ok(
                 Tensor::from_bools(&values, view.shape())
-                    .map_err(|e| bad_feed(input, &array, e))?,
+                    .map_err(|e| bad_array(label, array, e))?,
             )
         }
         dtype => strata_ops::dispatch_arith!(dtype, T => {
-            let typed = typed_array::<T>(&array, input)?;
+            let typed = typed_array::<T>(array, dtype, label)?;
             let data = typed.readonly();
             let view = data.as_array();
             let tensor = match view.as_slice() {
                 Some(s) => Tensor::from_slice(s, view.shape()),
                 None => Tensor::from_slice(&view.iter().copied().collect::<Vec<T>>(), view.shape()),
             };
-            tensor.map_err(|e| bad_feed(input, &array, e))
+            tensor.map_err(|e| bad_array(label, array, e))
         }, _ => Err(raise(Kind::NotImplemented, format!(
-            "input {:?}: strata's Python binding cannot feed {} ({})",
-            input.name, input.dtype, onnx_type_name(input.dtype)
+            "{label}: strata's Python binding cannot convert {dtype} ({})",
+            onnx_type_name(dtype)
         )))),
     }
 }
 
-/// `value` as a numpy array; lists, tuples and scalars become arrays of the input's dtype.
-fn as_array<'py>(
+/// `value` as a numpy array; lists, tuples and scalars become arrays of `dtype`.
+pub fn as_array<'py>(
     value: &Bound<'py, PyAny>,
-    input: &IoInfo,
+    dtype: DType,
+    label: &str,
 ) -> PyResult<Bound<'py, PyUntypedArray>> {
     if let Ok(array) = value.cast::<PyUntypedArray>() {
         return Ok(array.clone());
     }
     let py = value.py();
-    let name = names(input.dtype).1.unwrap_or("object");
+    let name = names(dtype).1.unwrap_or("object");
     let converted = numpy(py)?
-        .call_method1("asarray", (value, numpy_dtype(py, input.dtype)?))
+        .call_method1("asarray", (value, numpy_dtype(py, dtype)?))
         .map_err(|e| {
             raise(
                 Kind::InvalidArgument,
                 format!(
-                    "input {:?}: cannot make a {name} array ({}) of the {} given: {e}",
-                    input.name,
-                    onnx_type_name(input.dtype),
+                    "{label}: cannot make a {name} array ({}) of the {} given: {e}",
+                    onnx_type_name(dtype),
                     value
                         .get_type()
                         .name()
@@ -122,6 +134,65 @@ fn as_array<'py>(
             )
         })?;
     Ok(converted.cast_into::<PyUntypedArray>()?)
+}
+
+/// The strata dtype of a numpy array (str, bytes and object arrays hold text).
+pub fn array_dtype(array: &Bound<'_, PyUntypedArray>, label: &str) -> PyResult<DType> {
+    if matches!(array.dtype().kind(), b'O' | b'U' | b'S') {
+        return Ok(DType::String);
+    }
+    let name = describe_dtype(array);
+    dtype_named(&name).ok_or_else(|| {
+        raise(
+            Kind::InvalidArgument,
+            format!("{label}: strata has no dtype for numpy's {name}"),
+        )
+    })
+}
+
+/// The strata dtype numpy (or ml_dtypes) calls `name`.
+fn dtype_named(name: &str) -> Option<DType> {
+    DType::ALL
+        .into_iter()
+        .find(|&d| d != DType::String && names(d).1 == Some(name))
+}
+
+/// The strata dtype for a `dtype=` argument: anything `numpy.dtype()` takes (`np.float32`,
+/// `"float32"`, `"f4"`, `ml_dtypes.bfloat16`), or strata's own name (`"f32"`, `"bf16"`).
+pub fn dtype_from_py(spec: &Bound<'_, PyAny>) -> PyResult<DType> {
+    let py = spec.py();
+    let unknown = || {
+        raise(
+            Kind::InvalidArgument,
+            format!(
+                "{} is not a dtype strata has (numpy's names, e.g. 'float32', or strata's, e.g. 'f32')",
+                spec.repr().map(|r| r.to_string()).unwrap_or_default()
+            ),
+        )
+    };
+    if let Ok(text) = spec.cast::<PyString>() {
+        let text = text.to_cow()?;
+        // ml_dtypes' names (`"float8_e4m3fn"`) too: numpy does not know them as strings.
+        if let Some(dtype) = text.parse::<DType>().ok().or_else(|| dtype_named(&text)) {
+            return Ok(dtype);
+        }
+    }
+    let described = numpy(py)?
+        .call_method1("dtype", (spec,))
+        .map_err(|_| unknown())?;
+    if matches!(
+        described.getattr("kind")?.extract::<String>()?.as_str(),
+        "O" | "U" | "S"
+    ) {
+        return Ok(DType::String);
+    }
+    let name: String = described.getattr("name")?.extract()?;
+    dtype_named(&name).ok_or_else(unknown)
+}
+
+/// numpy's dtype object for `dtype` (ml_dtypes' for the types numpy lacks).
+pub fn numpy_dtype_object(py: Python<'_>, dtype: DType) -> PyResult<Bound<'_, PyAny>> {
+    numpy(py)?.call_method1("dtype", (numpy_dtype(py, dtype)?,))
 }
 
 /// The numpy dtype of `dtype`: numpy's name, or ml_dtypes' type for the types numpy lacks.
@@ -170,20 +241,23 @@ fn signed_bits(dtype: DType) -> Option<u32> {
     }
 }
 
-/// A float8/float4/int4/int2 feed: an array of the matching ml_dtypes type, its bytes copied
-/// (in logical order) into a tensor of `input`'s dtype.
-fn byte_coded_to_tensor(array: &Bound<'_, PyUntypedArray>, input: &IoInfo) -> PyResult<Tensor> {
+/// A float8/float4/int4/int2 array of the matching ml_dtypes type, its bytes copied (in
+/// logical order) into a tensor of `dtype`.
+fn byte_coded_to_tensor(
+    array: &Bound<'_, PyUntypedArray>,
+    dtype: DType,
+    label: &str,
+) -> PyResult<Tensor> {
     let py = array.py();
-    let expected = names(input.dtype).1.unwrap_or_default();
+    let expected = names(dtype).1.unwrap_or_default();
     if describe_dtype(array) != expected {
         return Err(raise(
             Kind::InvalidArgument,
             format!(
-                "input {:?}: got a {} array of shape {:?}, expected dtype {expected} ({}, from ml_dtypes)",
-                input.name,
+                "{label}: got a {} array of shape {:?}, expected dtype {expected} ({}, from ml_dtypes)",
                 describe_dtype(array),
                 array.shape(),
-                onnx_type_name(input.dtype)
+                onnx_type_name(dtype)
             ),
         ));
     }
@@ -196,13 +270,13 @@ fn byte_coded_to_tensor(array: &Bound<'_, PyUntypedArray>, input: &IoInfo) -> Py
         .as_slice()
         .map_err(|e| raise(Kind::Fail, e.to_string()))?;
     let dims = array.shape().to_vec();
-    let tensor = Tensor::empty(&dims, input.dtype, Device::Cpu, MemoryKind::Default)
-        .map_err(|e| bad_feed(input, array, e))?;
-    match signed_bits(input.dtype) {
+    let tensor = Tensor::empty(&dims, dtype, Device::Cpu, MemoryKind::Default)
+        .map_err(|e| bad_array(label, array, e))?;
+    match signed_bits(dtype) {
         Some(bits) => {
             let mut out = tensor
                 .write::<i8>()
-                .map_err(|e| bad_feed(input, array, e))?;
+                .map_err(|e| bad_array(label, array, e))?;
             let out = out
                 .as_mut_slice()
                 .ok_or_else(|| raise(Kind::Fail, "fresh tensor"))?;
@@ -214,7 +288,7 @@ fn byte_coded_to_tensor(array: &Bound<'_, PyUntypedArray>, input: &IoInfo) -> Py
         None => {
             let mut out = tensor
                 .write::<u8>()
-                .map_err(|e| bad_feed(input, array, e))?;
+                .map_err(|e| bad_array(label, array, e))?;
             let out = out
                 .as_mut_slice()
                 .ok_or_else(|| raise(Kind::Fail, "fresh tensor"))?;
@@ -231,23 +305,23 @@ fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
         .bind(py))
 }
 
-/// `array` as an array of `T`, or an `InvalidArgument` naming the input, both dtypes and the
+/// `array` as an array of `T`, or an `InvalidArgument` naming `label`, both dtypes and the
 /// shape.
 fn typed_array<'py, T: Element>(
     array: &Bound<'py, PyUntypedArray>,
-    input: &IoInfo,
+    dtype: DType,
+    label: &str,
 ) -> PyResult<Bound<'py, PyArrayDyn<T>>> {
     array.cast::<PyArrayDyn<T>>().cloned().map_err(|_| {
-        let expected = dtype::<T>(array.py());
+        let expected = numpy::dtype::<T>(array.py());
         raise(
             Kind::InvalidArgument,
             format!(
-                "input {:?}: got a {} array of shape {:?}, expected dtype {} ({})",
-                input.name,
+                "{label}: got a {} array of shape {:?}, expected dtype {} ({})",
                 describe_dtype(array),
                 array.shape(),
                 expected,
-                onnx_type_name(input.dtype)
+                onnx_type_name(dtype)
             ),
         )
     })
@@ -257,16 +331,11 @@ fn describe_dtype(array: &Bound<'_, PyUntypedArray>) -> String {
     array.dtype().to_string()
 }
 
-fn bad_feed(
-    input: &IoInfo,
-    array: &Bound<'_, PyUntypedArray>,
-    err: strata_core::CoreError,
-) -> PyErr {
+fn bad_array(label: &str, array: &Bound<'_, PyUntypedArray>, err: strata_core::CoreError) -> PyErr {
     raise(
         Kind::InvalidArgument,
         format!(
-            "input {:?} ({} array of shape {:?}): {err}",
-            input.name,
+            "{label} ({} array of shape {:?}): {err}",
             describe_dtype(array),
             array.shape()
         ),
@@ -274,14 +343,13 @@ fn bad_feed(
 }
 
 /// Text from an array of `str` (object or unicode) or `bytes` (decoded as UTF-8).
-fn strings_to_tensor(array: &Bound<'_, PyUntypedArray>, input: &IoInfo) -> PyResult<Tensor> {
+fn strings_to_tensor(array: &Bound<'_, PyUntypedArray>, label: &str) -> PyResult<Tensor> {
     let kind = array.dtype().kind();
     if !matches!(kind, b'O' | b'U' | b'S') {
         return Err(raise(
             Kind::InvalidArgument,
             format!(
-                "input {:?}: got a {} array of shape {:?}, expected strings (tensor(string)): an object array of str, or a str/bytes array",
-                input.name,
+                "{label}: got a {} array of shape {:?}, expected strings (tensor(string)): an object array of str, or a str/bytes array",
                 describe_dtype(array),
                 array.shape()
             ),
@@ -298,7 +366,7 @@ fn strings_to_tensor(array: &Bound<'_, PyUntypedArray>, input: &IoInfo) -> PyRes
                 .map_err(|e| {
                     raise(
                         Kind::InvalidArgument,
-                        format!("input {:?}: element {index} is not UTF-8: {e}", input.name),
+                        format!("{label}: element {index} is not UTF-8: {e}"),
                     )
                 })?
                 .into()
@@ -306,26 +374,69 @@ fn strings_to_tensor(array: &Bound<'_, PyUntypedArray>, input: &IoInfo) -> PyRes
             return Err(raise(
                 Kind::InvalidArgument,
                 format!(
-                    "input {:?}: element {index} is a {}, expected str",
-                    input.name,
+                    "{label}: element {index} is a {}, expected str",
                     item.get_type().name()?
                 ),
             ));
         };
         elements.push(text);
     }
-    Tensor::from_strings(array.shape(), elements).map_err(|e| bad_feed(input, array, e))
+    Tensor::from_strings(array.shape(), elements).map_err(|e| bad_array(label, array, e))
+}
+
+/// What a numpy array can be copied out of: a run's output or an eager tensor.
+pub trait NumpySource {
+    /// How errors name it: `output "y"`, `tensor`.
+    fn label(&self) -> String;
+    fn dims(&self) -> &[usize];
+    fn dtype(&self) -> DType;
+    fn read<T: TensorElement>(&self) -> Result<ReadGuard<'_, T>, String>;
+    fn strings(&self) -> Result<Vec<&str>, String>;
+}
+
+impl NumpySource for OutputView<'_> {
+    fn label(&self) -> String {
+        format!("output {:?}", self.name())
+    }
+    fn dims(&self) -> &[usize] {
+        OutputView::dims(self)
+    }
+    fn dtype(&self) -> DType {
+        OutputView::dtype(self)
+    }
+    fn read<T: TensorElement>(&self) -> Result<ReadGuard<'_, T>, String> {
+        OutputView::read(self).map_err(|e| e.to_string())
+    }
+    fn strings(&self) -> Result<Vec<&str>, String> {
+        OutputView::strings(self).map_err(|e| e.to_string())
+    }
+}
+
+impl NumpySource for Tensor {
+    fn label(&self) -> String {
+        "tensor".into()
+    }
+    fn dims(&self) -> &[usize] {
+        Tensor::dims(self)
+    }
+    fn dtype(&self) -> DType {
+        Tensor::dtype(self)
+    }
+    fn read<T: TensorElement>(&self) -> Result<ReadGuard<'_, T>, String> {
+        Tensor::read(self).map_err(|e| e.to_string())
+    }
+    fn strings(&self) -> Result<Vec<&str>, String> {
+        Tensor::strings(self).map_err(|e| e.to_string())
+    }
 }
 
 /// A numpy array holding a copy of `output`.
 pub fn output_to_numpy<'py>(
     py: Python<'py>,
-    output: &OutputView<'_>,
+    output: &impl NumpySource,
 ) -> PyResult<Bound<'py, PyAny>> {
     let dims = output.dims();
-    let failed = |e: strata_runtime::RuntimeError| {
-        raise(Kind::Fail, format!("output {:?}: {e}", output.name()))
-    };
+    let failed = |e: String| raise(Kind::Fail, format!("{}: {e}", output.label()));
     match output.dtype() {
         DType::String => {
             let strings = output.strings().map_err(failed)?;
@@ -338,13 +449,16 @@ pub fn output_to_numpy<'py>(
             let codes: Vec<u8> = match signed_bits(dtype) {
                 Some(bits) => {
                     let guard = output.read::<i8>().map_err(failed)?;
-                    let values = guard.elements().map_err(|e| failed(e.into()))?;
+                    let values = guard.elements().map_err(|e| failed(e.to_string()))?;
                     let mask = (1u8 << bits) - 1;
                     values.iter().map(|&v| v as u8 & mask).collect()
                 }
                 None => {
                     let guard = output.read::<u8>().map_err(failed)?;
-                    guard.elements().map_err(|e| failed(e.into()))?.into_owned()
+                    guard
+                        .elements()
+                        .map_err(|e| failed(e.to_string()))?
+                        .into_owned()
                 }
             };
             shaped(py, &codes, dims)?.call_method1("view", (numpy_dtype(py, dtype)?,))
@@ -353,7 +467,7 @@ pub fn output_to_numpy<'py>(
             let guard = output.read::<u8>().map_err(failed)?;
             let values: Vec<bool> = guard
                 .elements()
-                .map_err(|e| failed(e.into()))?
+                .map_err(|e| failed(e.to_string()))?
                 .iter()
                 .map(|&b| b != 0)
                 .collect();
@@ -361,11 +475,11 @@ pub fn output_to_numpy<'py>(
         }
         dtype => strata_ops::dispatch_arith!(dtype, T => {
             let guard = output.read::<T>().map_err(failed)?;
-            let values = guard.elements().map_err(|e| failed(e.into()))?;
+            let values = guard.elements().map_err(|e| failed(e.to_string()))?;
             Ok(shaped(py, &values, dims)?.into_any())
         }, _ => Err(raise(Kind::NotImplemented, format!(
-            "output {:?}: strata's Python binding cannot return {} ({})",
-            output.name(), dtype, onnx_type_name(dtype)
+            "{}: strata's Python binding cannot return {} ({})",
+            output.label(), dtype, onnx_type_name(dtype)
         )))),
     }
 }

@@ -1,11 +1,15 @@
 //! strata's typed errors as the Python exceptions of `strata._errors` (named after onnxruntime's:
-//! `InvalidArgument`, `NoSuchFile`, `InvalidProtobuf`, `InvalidGraph`, `NotImplemented`, `Fail`).
+//! `InvalidArgument`, `NoSuchFile`, `InvalidProtobuf`, `InvalidGraph`, `NotImplemented`, `Fail`;
+//! eager tensor ops add `ShapeError`, `DTypeError` and `NoKernelError`, which also derive from
+//! Python's `ValueError`, `TypeError` and `NotImplementedError`).
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
+use strata_core::CoreError;
 use strata_llm::LlmError;
 use strata_onnx::OnnxError;
+use strata_ops::kernels::KernelError;
 use strata_ops::OpError;
 use strata_runtime::RuntimeError;
 use strata_tokenizer::TokenizerError;
@@ -21,6 +25,9 @@ pub enum Kind {
     InvalidProtobuf,
     InvalidGraph,
     NotImplemented,
+    ShapeError,
+    DTypeError,
+    NoKernelError,
 }
 
 impl Kind {
@@ -33,6 +40,9 @@ impl Kind {
             Kind::InvalidProtobuf => "InvalidProtobuf",
             Kind::InvalidGraph => "InvalidGraph",
             Kind::NotImplemented => "NotImplemented",
+            Kind::ShapeError => "ShapeError",
+            Kind::DTypeError => "DTypeError",
+            Kind::NoKernelError => "NoKernelError",
         }
     }
 }
@@ -141,5 +151,48 @@ fn llm_kind(err: &LlmError) -> Kind {
         LlmError::Gguf(_) | LlmError::BadMetadata { .. } | LlmError::BadTensor { .. } => {
             Kind::InvalidGraph
         }
+    }
+}
+
+/// The exception for an eager op's error (the message starts with the op's name): dims that do
+/// not fit are `ShapeError`, dtypes it does not take `DTypeError`, a key set no kernel serves
+/// `NoKernelError`, anything else `Fail`.
+pub fn eager(err: &OpError) -> PyErr {
+    let kind = match err {
+        OpError::Shape { .. }
+        | OpError::InputCount { .. }
+        | OpError::MissingInput { .. }
+        | OpError::Attribute { .. } => Kind::ShapeError,
+        OpError::DType { .. } => Kind::DTypeError,
+        OpError::NoKernel { .. } | OpError::Unsupported { .. } => Kind::NoKernelError,
+        OpError::Compute(inner) => match inner {
+            KernelError::SizeOverflow { .. } => Kind::Fail,
+            _ => Kind::ShapeError,
+        },
+        OpError::Core(inner) => core_kind(inner),
+        _ => Kind::Fail,
+    };
+    raise(kind, err.to_string())
+}
+
+/// The exception for a tensor (core) error.
+pub fn core(err: &CoreError) -> PyErr {
+    raise(core_kind(err), err.to_string())
+}
+
+fn core_kind(err: &CoreError) -> Kind {
+    match err {
+        CoreError::NoKernel { .. } => Kind::NoKernelError,
+        CoreError::DTypeMismatch { .. }
+        | CoreError::UnsupportedDType { .. }
+        | CoreError::ParseDType { .. } => Kind::DTypeError,
+        CoreError::NegativeDim { .. }
+        | CoreError::NumelMismatch { .. }
+        | CoreError::ShapeMismatch { .. }
+        | CoreError::AxisOutOfRange { .. }
+        | CoreError::InvalidView { .. }
+        | CoreError::PartialBlock { .. } => Kind::ShapeError,
+        CoreError::Undefined { .. } => Kind::InvalidArgument,
+        _ => Kind::Fail,
     }
 }

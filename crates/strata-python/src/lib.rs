@@ -2,15 +2,19 @@
 //! surface (`InferenceSession`, `SessionOptions`, …) is Python in `python/strata`; this module
 //! holds what must be fast or touch the runtime: loading plans, converting numpy arrays to and
 //! from tensors, running on pooled execution contexts with the GIL released, and language
-//! models (`LanguageModel`, generation one token per GIL release).
+//! models (`LanguageModel`, generation one token per GIL release), and eager tensors
+//! (`strata.Tensor` with PyTorch-named ops).
 
 mod convert;
+mod eager;
 mod errors;
+mod index;
 mod llm;
 mod model;
 mod pool;
 mod report;
 mod session;
+mod tensor;
 
 use pyo3::prelude::*;
 
@@ -20,6 +24,11 @@ fn _strata(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<llm::PyLanguageModel>()?;
     module.add_class::<llm::TokenStream>()?;
     module.add_function(wrap_pyfunction!(export_builtin_models, module)?)?;
+    module.add_class::<tensor::PyTensor>()?;
+    module.add_function(wrap_pyfunction!(tensor::tensor, module)?)?;
+    module.add_function(wrap_pyfunction!(tensor::from_numpy, module)?)?;
+    module.add_function(wrap_pyfunction!(tensor::zeros, module)?)?;
+    eager::register(module)?;
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -11,6 +11,9 @@ GGUF language models: ``strata.LanguageModel(path).generate(prompt)``.
 
 strata's own extras: ``InferenceSession.memory_plan()``, ``InferenceSession.profile()`` and
 ``SessionOptions.set_optimization_profile()``.
+
+Eager tensors, with PyTorch's names: ``x = strata.tensor(array)``, ``(x @ w + b).softmax(-1)``,
+``y.add_(b)``, ``strata.cat([a, b], dim=0)``, ``x.numpy()``.
 """
 
 from . import capi  # noqa: F401
@@ -26,6 +29,8 @@ from ._options import (
 from ._llm import LanguageModel
 from ._ortvalue import IOBinding, OrtDevice, OrtValue, SessionIOBinding
 from ._session import InferenceSession, ModelMetadata, NodeArg
+from ._tensor import *  # noqa: F401,F403
+from ._tensor import __all__ as _tensor_names
 from ._strata import __version__, export_builtin_models
 
 __all__ = [
@@ -52,7 +57,7 @@ __all__ = [
     "set_default_logger_verbosity",
     "set_seed",
     "__version__",
-] + list(_error_names)
+] + list(_error_names) + list(_tensor_names)
 
 version = __version__
 package_name = "strata"

@@ -38,6 +38,18 @@ class NotImplemented(StrataError):  # noqa: A001 - onnxruntime's name
     """The model uses an operator, data type or feature strata does not implement."""
 
 
+class ShapeError(InvalidArgument, ValueError):
+    """An eager tensor op got dims that do not fit (broadcasting, rank, axis, window)."""
+
+
+class DTypeError(InvalidArgument, TypeError):
+    """An eager tensor op got a dtype it does not take, or two that do not promote."""
+
+
+class NoKernelError(NotImplemented, NotImplementedError):
+    """No kernel serves an eager op for its tensors' dispatch keys (the message names both)."""
+
+
 class RuntimeException(StrataError):
     """Kept for scripts that catch onnxruntime's ``RuntimeException``; strata raises ``Fail``."""
 
@@ -67,6 +79,9 @@ __all__ = [
     "InvalidProtobuf",
     "InvalidGraph",
     "NotImplemented",
+    "ShapeError",
+    "DTypeError",
+    "NoKernelError",
     "RuntimeException",
     "EPFail",
     "NoModel",
