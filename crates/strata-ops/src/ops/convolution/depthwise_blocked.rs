@@ -22,6 +22,7 @@ use crate::kernels::phase_planes::{Axis, MAX_TAPS};
 use crate::kernels::simd::multiversion;
 use crate::kernels::spatial::WindowGeometry;
 
+use super::depthwise_band::BandShape;
 #[cfg(target_arch = "x86_64")]
 use super::depthwise_blocked_avx512;
 
@@ -107,16 +108,6 @@ pub(crate) fn depthwise_blocked<T: Float + Pod>(
             crate::parallel::for_each_chunk_mut_pinned(y, block_out, task);
         }
     }
-}
-
-/// The geometry of one band's multiply-adds, in interleaved positions (`LANES` elements each).
-pub(super) struct BandShape {
-    /// Output rows and columns of the band.
-    pub rows: usize,
-    pub cols: usize,
-    /// Input positions between vertically / horizontally adjacent outputs' windows.
-    pub row_step: usize,
-    pub col_step: usize,
 }
 
 /// How a plane is cut into bands of output rows, and the buffers one band needs.

@@ -7,7 +7,7 @@
 
 use std::arch::x86_64::*;
 
-use super::depthwise_blocked::BandShape;
+use super::depthwise_band::BandShape;
 use crate::kernels::interleave::LANES;
 
 /// Positions computed together in a row.

@@ -11,6 +11,7 @@ pub mod conv_kernel;
 pub mod conv_transpose;
 pub mod deform_conv;
 pub(crate) mod depthwise;
+mod depthwise_band;
 mod depthwise_blocked;
 #[cfg(target_arch = "x86_64")]
 mod depthwise_blocked_avx512;

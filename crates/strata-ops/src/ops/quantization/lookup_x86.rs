@@ -4,8 +4,6 @@
 
 use std::arch::x86_64::*;
 
-use super::lookup::TABLE_LEN;
-
 /// Whether this CPU has AVX-512 BW and VBMI.
 pub(super) fn vbmi_available() -> bool {
     std::arch::is_x86_feature_detected!("avx512bw")
@@ -17,7 +15,7 @@ pub(super) fn vbmi_available() -> bool {
 /// # Safety
 /// The CPU has AVX-512F, BW and VBMI ([`vbmi_available`]).
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
-pub(super) unsafe fn look_up_vbmi(table: &[u8; TABLE_LEN], src: &[u8], dst: &mut [u8]) {
+pub(super) unsafe fn look_up_vbmi(table: &[u8; 256], src: &[u8], dst: &mut [u8]) {
     let len = src.len().min(dst.len());
     // SAFETY: `table` holds 4 x 64 bytes; unaligned loads.
     let (t0, t1, t2, t3) = unsafe {
