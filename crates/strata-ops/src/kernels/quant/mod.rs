@@ -14,10 +14,14 @@
 //!   wins for prefill.
 //!
 //! [`Strategy::best`] picks per type and row count from the measurements in `benches/quant.rs`.
-//! The ISA (AVX2+FMA or portable) is detected at run time.
+//! The ISA is detected at run time: AVX-512 with VNNI for decode's matrix-vector dots (two weight
+//! rows per 512-bit register, bit-equal to the AVX2 dots), AVX2+FMA+F16C for the rest, or
+//! portable code.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 mod embedding;
 mod portable;
 mod q4f;
@@ -158,16 +162,18 @@ pub enum Isa {
     Portable,
     /// AVX2, FMA and F16C.
     Avx2,
+    /// [`Isa::Avx2`]'s set plus AVX-512 F, BW, VL and VNNI: the matrix-vector integer dots use
+    /// it, everything else runs its AVX2 form.
+    Avx512,
 }
 
 impl Isa {
     /// The fastest instruction set this CPU has.
     pub fn detect() -> Isa {
-        if Isa::Avx2.is_available() {
-            Isa::Avx2
-        } else {
-            Isa::Portable
-        }
+        [Isa::Avx512, Isa::Avx2]
+            .into_iter()
+            .find(|isa| isa.is_available())
+            .unwrap_or(Isa::Portable)
     }
 
     pub fn is_available(self) -> bool {
@@ -179,9 +185,22 @@ impl Isa {
                     && std::arch::is_x86_feature_detected!("fma")
                     && std::arch::is_x86_feature_detected!("f16c")
             }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => {
+                Isa::Avx2.is_available()
+                    && std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512bw")
+                    && std::arch::is_x86_feature_detected!("avx512vl")
+                    && std::arch::is_x86_feature_detected!("avx512vnni")
+            }
             #[cfg(not(target_arch = "x86_64"))]
-            Isa::Avx2 => false,
+            Isa::Avx2 | Isa::Avx512 => false,
         }
+    }
+
+    /// Whether the AVX2 kernels may run with `self` (every x86 set includes AVX2's).
+    fn has_avx2(self) -> bool {
+        self != Isa::Portable
     }
 }
 
@@ -192,7 +211,7 @@ type RowDot4 = unsafe fn(&[u8], [&[Q8Block]; 4]) -> [f32; 4];
 /// The four-row integer dot for `dtype` on `isa`, where there is one.
 fn int_dot_kernel4(dtype: DType, isa: Isa) -> Option<RowDot4> {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 {
+    if isa.has_avx2() {
         return Some(match dtype {
             DType::Q4_0 => avx2::q4_0_x4,
             DType::Q4_1 => avx2::q4_1_x4,
@@ -213,7 +232,18 @@ type RowsDot4 = unsafe fn([&[u8]; 4], &[Q8Block]) -> [f32; 4];
 /// The four-weight-row integer dot for `dtype` on `isa`, where there is one.
 fn int_dot_rows4(dtype: DType, isa: Isa) -> Option<RowsDot4> {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 {
+    if isa == Isa::Avx512 {
+        return Some(match dtype {
+            DType::Q4_0 => avx512::q4_0_rows4,
+            DType::Q4_1 => avx512::q4_1_rows4,
+            DType::Q5_0 => avx512::q5_0_rows4,
+            DType::Q5_1 => avx512::q5_1_rows4,
+            DType::Q8_0 => avx512::q8_0_rows4,
+            _ => return None,
+        });
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa.has_avx2() {
         return Some(match dtype {
             DType::Q4_0 => avx2::q4_0_rows4,
             DType::Q4_1 => avx2::q4_1_rows4,
@@ -230,7 +260,7 @@ fn int_dot_rows4(dtype: DType, isa: Isa) -> Option<RowsDot4> {
 /// The integer row dot for `dtype` on `isa` (`None` for types without one).
 fn int_dot_kernel(dtype: DType, isa: Isa) -> Option<RowDot> {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 {
+    if isa.has_avx2() {
         return Some(match dtype {
             DType::Q4_0 => avx2::q4_0,
             DType::Q4_1 => avx2::q4_1,
@@ -404,7 +434,7 @@ thread_local! {
 
 fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 {
+    if isa.has_avx2() {
         // SAFETY: AVX2, FMA and F16C were detected at run time.
         return unsafe { avx2::dot_f32(a, b) };
     }
