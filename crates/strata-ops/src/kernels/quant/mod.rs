@@ -52,6 +52,12 @@ const OP: &str = "QuantMatMul";
 /// costs more than it saves).
 const PARALLEL_MIN_WEIGHTS: usize = 1 << 16;
 
+/// The same for the matrix-vector products (decode): with the AVX-512 dots a 192 × 576 q4_1
+/// matrix takes a few microseconds, about what a fork/join costs. SmolLM2 decode at 2 threads
+/// measured 206–212 tok/s with 1 << 16 and 217–227 with this (noisy, same window); 1 << 20 gave
+/// 152–185.
+const DECODE_PARALLEL_MIN_WEIGHTS: usize = 1 << 18;
+
 /// A weight matrix of `rows` output rows by `cols` inputs, its bytes in place (GGML order: each
 /// row is `cols` elements in whole blocks).
 #[derive(Clone, Copy, Debug)]
@@ -382,10 +388,21 @@ pub fn quant_matmul_with(
                     unsafe { out.write(i * n + j, v) };
                 }
             };
-            for_row_ranges(n, k, threads, |range| {
+            let min_weights = if rows4.is_some() {
+                DECODE_PARALLEL_MIN_WEIGHTS
+            } else {
+                PARALLEL_MIN_WEIGHTS
+            };
+            for_row_ranges_min(n, k, threads, min_weights, |range| {
                 let mut j = range.start;
                 // Fewer than four activation rows (decode): weight rows four at a time.
                 if let Some(rows4) = rows4 {
+                    #[cfg(target_arch = "x86_64")]
+                    if !range.is_empty() {
+                        let start = w.row(range.start).as_ptr();
+                        // SAFETY: `rows4` exists only for an available x86 ISA (AVX2 or more).
+                        unsafe { avx2::prefetch_start(start, range.len() * w.row_bytes) };
+                    }
                     while j + 4 <= range.end {
                         let rows = std::array::from_fn(|r| w.row(j + r));
                         for i in 0..m {
@@ -457,6 +474,17 @@ fn for_rows(n: usize, k: usize, threads: usize, row: impl Fn(usize) + Sync) {
 /// run should stop, skips the rows left: the run then ends with the cancelled or timed-out
 /// error at its next check, so the partial output is never handed out.
 fn for_row_ranges(n: usize, k: usize, threads: usize, rows: impl Fn(Range<usize>) + Sync) {
+    for_row_ranges_min(n, k, threads, PARALLEL_MIN_WEIGHTS, rows)
+}
+
+/// [`for_row_ranges`] that splits only matrices of at least `min_weights` weights.
+fn for_row_ranges_min(
+    n: usize,
+    k: usize,
+    threads: usize,
+    min_weights: usize,
+    rows: impl Fn(Range<usize>) + Sync,
+) {
     // Taken here: the pool's workers have no run control installed.
     let stop = crate::run_control::stop_token();
     let run = |j0: usize, j1: usize| {
@@ -468,7 +496,7 @@ fn for_row_ranges(n: usize, k: usize, threads: usize, rows: impl Fn(Range<usize>
         }
     };
     let tasks = threads.min(crate::parallel::threads()).max(1);
-    if tasks == 1 || n * k < PARALLEL_MIN_WEIGHTS {
+    if tasks == 1 || n * k < min_weights {
         run(0, n);
         return;
     }

@@ -279,6 +279,37 @@ fn raw_block_products_match_the_dequantized_reference() {
     }
 }
 
+/// A matrix-vector product large enough to be split over threads gives the one-thread numbers
+/// bit for bit: chunks start every few rows and the odd rows at the end go one at a time.
+#[test]
+fn split_matrix_vector_products_equal_one_thread() {
+    let pool = crate::parallel::ThreadPool::new(2).unwrap();
+    let (n, k) = (517, 512);
+    assert!(n * k >= DECODE_PARALLEL_MIN_WEIGHTS);
+    for dtype in [DType::Q4_1, DType::Q8_0] {
+        let bytes = random_blocks(dtype, n * k, 3, 0.02).unwrap();
+        let w = QuantMatrix::new(dtype, n, k, &bytes).unwrap();
+        let x = activations(k, 5);
+        let mut scratch = vec![Q8Block::default(); k / QUANT_BLOCK];
+        let isa = Isa::detect();
+        let mut one = vec![f32::NAN; n];
+        quant_matmul_with(Strategy::IntDot, isa, &w, &x, 1, &mut one, &mut scratch, 1).unwrap();
+        let mut two = vec![f32::NAN; n];
+        crate::parallel::install(&pool, || {
+            quant_matmul_with(Strategy::IntDot, isa, &w, &x, 1, &mut two, &mut scratch, 2)
+        })
+        .unwrap();
+        let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&one), bits(&two), "{dtype}");
+        let dot = int_dot_kernel(dtype, isa).unwrap();
+        for j in [0, 1, 255, 512, 516] {
+            // SAFETY: the kernel is for the detected ISA; whole blocks of equal counts.
+            let want = unsafe { dot(w.row(j), &scratch) };
+            assert_eq!(one[j].to_bits(), want.to_bits(), "{dtype} row {j}");
+        }
+    }
+}
+
 /// A random `n × k` 4-bit matrix in [`Q4Weights`]' layout, and its f32 values computed
 /// directly from the unpacked integers.
 struct Q4Case {
