@@ -322,7 +322,7 @@ pub(super) fn split_rows(
 /// One weight row dotted with one activation row in f32.
 fn dot_row_f32(isa: Isa, w: &Q4Weights<'_>, j: usize, x: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 {
+    if isa.has_avx2() {
         // SAFETY: AVX2, FMA and F16C were detected at run time.
         return unsafe { super::q4f_avx2::dot_row_f32(w, j, x) };
     }
@@ -425,7 +425,7 @@ pub(super) fn panel_product_with(
 
 fn dequantize_row(isa: Isa, w: &Q4Weights<'_>, j: usize, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 {
+    if isa.has_avx2() {
         // SAFETY: AVX2, FMA and F16C were detected at run time.
         return unsafe { super::q4f_avx2::dequantize_row(w, j, out) };
     }
@@ -475,7 +475,7 @@ fn int8_product(isa: Isa, w: &Q4Weights<'_>, x: &[f32], m: usize, y: &mut [f32],
 
 fn dot_row_q8(isa: Isa, w: &Q4Weights<'_>, j: usize, ys: &[Q8Block]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 {
+    if isa.has_avx2() {
         // SAFETY: AVX2, FMA and F16C were detected at run time; `ys` has a block per group.
         return unsafe { super::q4f_avx2::dot_row_q8(w, j, ys) };
     }

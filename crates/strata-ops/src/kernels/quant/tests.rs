@@ -2,7 +2,7 @@
 //! type, strategy, ISA and thread count; embedding lookup against row dequantization.
 
 use strata_core::dtype::block::{dequantize_row, random_blocks, GGUF_WEIGHT_TYPES};
-use strata_core::DType;
+use strata_core::{DType, QUANT_BLOCK};
 
 use super::*;
 
@@ -48,7 +48,7 @@ fn reference(w: &[f32], x: &[f32], m: usize, n: usize, k: usize, q8: bool) -> (V
 
 #[test]
 fn products_match_the_dequantized_reference() {
-    let isas: Vec<Isa> = [Isa::Portable, Isa::Avx2]
+    let isas: Vec<Isa> = [Isa::Portable, Isa::Avx2, Isa::Avx512]
         .into_iter()
         .filter(|i| i.is_available())
         .collect();
@@ -171,33 +171,141 @@ fn four_row_integer_dots_equal_one_row_dots() {
     }
 }
 
+/// Blocks of `dtype` with every quantized byte random (all nibbles, fifth bits and q8 values,
+/// -128 included, which the quantizer never writes) and finite f16 scales and offsets.
+fn raw_blocks(dtype: DType, blocks: usize, seed: u32) -> Vec<u8> {
+    let size = dtype.bytes_for(QUANT_BLOCK).unwrap();
+    let mut bytes: Vec<u8> = (0..blocks * size)
+        .map(|i| ((i as u32 ^ seed).wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let halves = if matches!(dtype, DType::Q4_1 | DType::Q5_1) {
+        2
+    } else {
+        1
+    };
+    for (b, block) in bytes.chunks_exact_mut(size).enumerate() {
+        for h in 0..halves {
+            let v = (b as f32 * 0.37 + h as f32).sin() * 0.01;
+            let bits = crate::support::f16_bits::f32_to_f16(v).to_le_bytes();
+            block[2 * h..2 * h + 2].copy_from_slice(&bits);
+        }
+    }
+    bytes
+}
+
 /// The four-weight-row dots (decode's matrix-vector step) give bit for bit the one-row dot's
-/// numbers for each row.
+/// numbers for each row, on every ISA: random and raw blocks, block counts that are not a
+/// multiple of four (1, 3, 10, 48), and rows that are not consecutive in memory.
 #[test]
 fn four_weight_row_dots_equal_one_row_dots() {
-    for dtype in GGUF_WEIGHT_TYPES {
-        let (Some(dot), Some(rows4)) = (
-            int_dot_kernel(dtype, Isa::detect()),
-            int_dot_rows4(dtype, Isa::detect()),
-        ) else {
-            continue;
-        };
-        let (n, k) = (8, 320);
-        let bytes = random_blocks(dtype, n * k, 13 + dtype as u64, 0.02).unwrap();
-        let w = QuantMatrix::new(dtype, n, k, &bytes).unwrap();
-        let blocks = k / 32;
-        let x = activations(k, 17);
-        let mut xq = vec![Q8Block::default(); blocks];
-        quantize_activations(&x, &mut xq);
-        for j0 in [0, 4] {
-            let rows = std::array::from_fn(|r| w.row(j0 + r));
-            // SAFETY: both kernels are for the detected ISA; whole blocks of equal counts.
-            let four = unsafe { rows4(rows, &xq) };
-            for (r, &v) in four.iter().enumerate() {
-                // SAFETY: as above.
-                let one = unsafe { dot(w.row(j0 + r), &xq) };
-                assert_eq!(v.to_bits(), one.to_bits(), "{dtype} weight row {}", j0 + r);
+    let isas = [Isa::Avx2, Isa::Avx512]
+        .into_iter()
+        .filter(|i| i.is_available());
+    for isa in isas {
+        for dtype in GGUF_WEIGHT_TYPES {
+            let (Some(dot), Some(rows4)) = (int_dot_kernel(dtype, isa), int_dot_rows4(dtype, isa))
+            else {
+                continue;
+            };
+            for (n, k) in [(8, 320), (8, 32), (12, 96), (4, 1536)] {
+                let blocks = k / QUANT_BLOCK;
+                for raw in [false, true] {
+                    let seed = 13 + dtype as u32 + k as u32;
+                    let bytes = if raw {
+                        raw_blocks(dtype, n * blocks, seed)
+                    } else {
+                        random_blocks(dtype, n * k, seed as u64, 0.02).unwrap()
+                    };
+                    let w = QuantMatrix::new(dtype, n, k, &bytes).unwrap();
+                    let x = activations(k, 17 + k as u32);
+                    let mut xq = vec![Q8Block::default(); blocks];
+                    quantize_activations(&x, &mut xq);
+                    let groups = (0..n / 4)
+                        .map(|g| [4 * g, 4 * g + 1, 4 * g + 2, 4 * g + 3])
+                        .chain([[n - 1, 0, n / 2, 1]]);
+                    for group in groups {
+                        let rows = group.map(|j| w.row(j));
+                        // SAFETY: both kernels are for an available ISA; whole blocks of equal
+                        // counts.
+                        let four = unsafe { rows4(rows, &xq) };
+                        for (&j, &v) in group.iter().zip(&four) {
+                            // SAFETY: as above.
+                            let one = unsafe { dot(w.row(j), &xq) };
+                            assert_eq!(
+                                v.to_bits(),
+                                one.to_bits(),
+                                "{isa:?} {dtype} k {k} raw {raw} weight row {j}: {v} vs {one}"
+                            );
+                        }
+                    }
+                }
             }
+        }
+    }
+}
+
+/// The raw blocks' products (every byte value) agree with the dequantized reference on every
+/// ISA, so the bit-equal vector forms are also right.
+#[test]
+fn raw_block_products_match_the_dequantized_reference() {
+    for dtype in [
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q8_0,
+    ] {
+        let (m, n, k) = (1, 13, 160);
+        let bytes = raw_blocks(dtype, n * k / QUANT_BLOCK, 5 + dtype as u32);
+        let w = QuantMatrix::new(dtype, n, k, &bytes).unwrap();
+        let mut wf = vec![0.0f32; n * k];
+        dequantize_row(dtype, &bytes, &mut wf).unwrap();
+        let x = activations(m * k, 23);
+        let (want, bound) = reference(&wf, &x, m, n, k, true);
+        for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512] {
+            if !isa.is_available() {
+                continue;
+            }
+            let mut y = vec![f32::NAN; m * n];
+            let mut scratch = vec![Q8Block::default(); m * k / QUANT_BLOCK];
+            quant_matmul_with(Strategy::IntDot, isa, &w, &x, m, &mut y, &mut scratch, 1).unwrap();
+            for (j, (&got, (&want, &bound))) in y.iter().zip(want.iter().zip(&bound)).enumerate() {
+                assert!(
+                    (got as f64 - want).abs() <= bound,
+                    "{dtype} {isa:?} row {j}: {got} vs {want} (bound {bound})"
+                );
+            }
+        }
+    }
+}
+
+/// A matrix-vector product large enough to be split over threads gives the one-thread numbers
+/// bit for bit: chunks start every few rows and the odd rows at the end go one at a time.
+#[test]
+fn split_matrix_vector_products_equal_one_thread() {
+    let pool = crate::parallel::ThreadPool::new(2).unwrap();
+    let (n, k) = (517, 512);
+    assert!(n * k >= DECODE_PARALLEL_MIN_WEIGHTS);
+    for dtype in [DType::Q4_1, DType::Q8_0] {
+        let bytes = random_blocks(dtype, n * k, 3, 0.02).unwrap();
+        let w = QuantMatrix::new(dtype, n, k, &bytes).unwrap();
+        let x = activations(k, 5);
+        let mut scratch = vec![Q8Block::default(); k / QUANT_BLOCK];
+        let isa = Isa::detect();
+        let mut one = vec![f32::NAN; n];
+        quant_matmul_with(Strategy::IntDot, isa, &w, &x, 1, &mut one, &mut scratch, 1).unwrap();
+        let mut two = vec![f32::NAN; n];
+        crate::parallel::install(&pool, || {
+            quant_matmul_with(Strategy::IntDot, isa, &w, &x, 1, &mut two, &mut scratch, 2)
+        })
+        .unwrap();
+        let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&one), bits(&two), "{dtype}");
+        let dot = int_dot_kernel(dtype, isa).unwrap();
+        for j in [0, 1, 255, 512, 516] {
+            // SAFETY: the kernel is for the detected ISA; whole blocks of equal counts.
+            let want = unsafe { dot(w.row(j), &scratch) };
+            assert_eq!(one[j].to_bits(), want.to_bits(), "{dtype} row {j}");
         }
     }
 }
@@ -262,7 +370,7 @@ fn q4_case(n: usize, k: usize, block: usize, zeros: u8, seed: u32) -> Q4Case {
 
 #[test]
 fn q4_products_match_the_dequantized_reference_for_every_block_size() {
-    let isas: Vec<Isa> = [Isa::Portable, Isa::Avx2]
+    let isas: Vec<Isa> = [Isa::Portable, Isa::Avx2, Isa::Avx512]
         .into_iter()
         .filter(|i| i.is_available())
         .collect();

@@ -1,0 +1,160 @@
+//! AVX-512 (BW, VL, VNNI) four-weight-row dots of the legacy weight formats against one row of
+//! [`Q8Block`] activations: decode's matrix-vector products. Two weight rows share each 512-bit
+//! register (one per 256-bit half), so every row keeps the eight f32 lanes and the order of
+//! operations of the AVX2 one-row dot (llama.cpp's): bit-equal results with half the
+//! instructions. The integer sums come from `vpdpbusd`, which gives the same i32 lanes as
+//! `vpmaddubsw` + `vpmaddwd` (sums of four adjacent byte products, exact).
+
+use std::arch::x86_64::*;
+
+use strata_core::dtype::block::{Q4_0_BYTES, Q4_1_BYTES, Q5_0_BYTES, Q5_1_BYTES, Q8_0_BYTES};
+
+use super::avx2::{hsum, prefetch_ahead};
+use super::q8::Q8Block;
+
+/// The 16 nibble bytes at `p0` and at `p1` as two 32-byte halves of values 0..16, each half in
+/// the legacy formats' element order (low nibbles, then high nibbles).
+///
+/// # Safety
+/// `p0` and `p1` must each point at 16 readable bytes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn nibbles2(p0: *const u8, p1: *const u8) -> __m512i {
+    // SAFETY: the caller guarantees 16 readable bytes at each; unaligned loads are allowed.
+    let (a, b) = unsafe { (_mm_loadu_si128(p0.cast()), _mm_loadu_si128(p1.cast())) };
+    let z = _mm512_castsi256_si512(_mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1));
+    // 128-bit lanes (a, a, b, b), then the high nibbles down in lanes 1 and 3.
+    let z = _mm512_shuffle_i64x2::<0x50>(z, z);
+    let z = _mm512_mask_srli_epi16::<4>(z, 0xFF00_FF00, z);
+    _mm512_and_si512(z, _mm512_set1_epi8(0x0F))
+}
+
+/// `u` plus 16 in each byte whose bit is set in the q5 formats' fifth bits of the two rows.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn with_fifth_bits(u: __m512i, qh0: u32, qh1: u32) -> __m512i {
+    let set = u64::from(qh0) | (u64::from(qh1) << 32);
+    _mm512_mask_add_epi8(u, set, u, _mm512_set1_epi8(16))
+}
+
+/// The little-endian u32 at `p`.
+///
+/// # Safety
+/// `p` must point at 4 readable bytes.
+#[inline]
+unsafe fn u32_at(p: *const u8) -> u32 {
+    // SAFETY: guaranteed by the caller; unaligned reads are allowed.
+    u32::from_le(unsafe { p.cast::<u32>().read_unaligned() })
+}
+
+/// Generates a four-weight-row dot: `$bytes` per block; `$bias` is subtracted from the unsigned
+/// bytes `$prep(p0, p1)` gives for the block of two rows (pointers at the blocks' first
+/// bytes); `$min` says whether the format has an offset `m` (f16 at byte 2).
+macro_rules! rows4 {
+    ($(#[$doc:meta])* $name:ident, $bytes:expr, bias: $bias:expr, min: $min:expr,
+     |$p0:ident, $p1:ident| $prep:block) => {
+        $(#[$doc])*
+        /// Each result is bit-equal to the AVX2 one-row dot of that row.
+        ///
+        /// # Safety
+        /// The CPU must have AVX-512 F, BW, VL and VNNI, AVX2, FMA and F16C.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        pub unsafe fn $name(rows: [&[u8]; 4], ys: &[Q8Block]) -> [f32; 4] {
+            let blocks = rows.iter().map(|r| r.len() / $bytes).fold(ys.len(), usize::min);
+            let p = rows.map(<[u8]>::as_ptr);
+            // The f32 scales of rows (0, 1) and (2, 3) from the lanes (d0, m0, d1, m1, …).
+            let pick = [
+                _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2),
+                _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6),
+            ];
+            let mut acc = [_mm512_setzero_ps(); 2];
+            let mut offset = _mm256_setzero_ps();
+            for (i, y) in ys.iter().enumerate().take(blocks) {
+                prefetch_ahead(p[0], i, $bytes);
+                let at = i * $bytes;
+                // SAFETY: `qs` is 32 bytes inside `y`.
+                let yq = _mm512_broadcast_i64x4(unsafe { _mm256_loadu_si256(y.qs.as_ptr().cast()) });
+                // Σ (u - bias)·y = Σ u·y - bias·Σ y: start each lane at -bias·Σ y.
+                let init = if $bias == 0 {
+                    _mm512_setzero_si512()
+                } else {
+                    let zero = _mm512_setzero_si512();
+                    _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8($bias as u8 as i8), yq))
+                };
+                // SAFETY: block `i` of each row is whole (i < blocks), and a block's first
+                // four bytes are its f16 scale and f16 offset or first quantized bytes.
+                let dm = unsafe {
+                    _mm_setr_epi32(
+                        u32_at(p[0].add(at)) as i32,
+                        u32_at(p[1].add(at)) as i32,
+                        u32_at(p[2].add(at)) as i32,
+                        u32_at(p[3].add(at)) as i32,
+                    )
+                };
+                let dm = _mm256_cvtph_ps(dm);
+                let scale = _mm512_castps256_ps512(_mm256_mul_ps(dm, _mm256_set1_ps(y.d)));
+                if $min {
+                    offset = _mm256_add_ps(offset, _mm256_mul_ps(dm, _mm256_set1_ps(y.s)));
+                }
+                for h in 0..2 {
+                    // SAFETY: both blocks are whole, so every load in the body stays inside.
+                    let ($p0, $p1) = unsafe { (p[2 * h].add(at), p[2 * h + 1].add(at)) };
+                    // SAFETY: as above.
+                    let u: __m512i = unsafe { $prep };
+                    let q = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, u, yq));
+                    acc[h] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick[h], scale), q, acc[h]);
+                }
+            }
+            let high = |v: __m512| _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+            let halves = [
+                _mm512_castps512_ps256(acc[0]),
+                high(acc[0]),
+                _mm512_castps512_ps256(acc[1]),
+                high(acc[1]),
+            ];
+            let mut offsets = [0.0f32; 8];
+            // SAFETY: eight f32 into an eight-f32 array.
+            unsafe { _mm256_storeu_ps(offsets.as_mut_ptr(), offset) };
+            // The one-row dot adds its offset sum (0.0 for the formats without one) last.
+            std::array::from_fn(|r| hsum(halves[r]) + if $min { offsets[2 * r + 1] } else { 0.0 })
+        }
+    };
+}
+
+rows4!(
+    /// q4_0 weights: (nibble - 8) · d.
+    q4_0_rows4, Q4_0_BYTES, bias: 8, min: false, |p0, p1| {
+        nibbles2(p0.add(2), p1.add(2))
+    }
+);
+
+rows4!(
+    /// q4_1 weights: nibble · d + m.
+    q4_1_rows4, Q4_1_BYTES, bias: 0, min: true, |p0, p1| {
+        nibbles2(p0.add(4), p1.add(4))
+    }
+);
+
+rows4!(
+    /// q5_0 weights: (5-bit value - 16) · d.
+    q5_0_rows4, Q5_0_BYTES, bias: 16, min: false, |p0, p1| {
+        with_fifth_bits(nibbles2(p0.add(6), p1.add(6)), u32_at(p0.add(2)), u32_at(p1.add(2)))
+    }
+);
+
+rows4!(
+    /// q5_1 weights: 5-bit value · d + m.
+    q5_1_rows4, Q5_1_BYTES, bias: 0, min: true, |p0, p1| {
+        with_fifth_bits(nibbles2(p0.add(8), p1.add(8)), u32_at(p0.add(4)), u32_at(p1.add(4)))
+    }
+);
+
+rows4!(
+    /// q8_0 weights: q · d, as the unsigned bytes q + 128 (bias 128).
+    q8_0_rows4, Q8_0_BYTES, bias: 128, min: false, |p0, p1| {
+        let a = _mm256_loadu_si256(p0.add(2).cast());
+        let b = _mm256_loadu_si256(p1.add(2).cast());
+        let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b);
+        _mm512_xor_si512(z, _mm512_set1_epi8(-128))
+    }
+);
