@@ -185,11 +185,37 @@ impl<T: Real> Kernel for BiasedActivationKernel<T> {
                 format!("output has {} elements for {} inputs", y.len(), x.len()),
             ));
         }
-        apply(self.op.form, x, bias, y);
-        fix_negative_tail(self.op.form, x, bias, y);
+        // Rows of the bias's length (or runs of any length without a bias), several per task
+        // over the intra-op pool: erf and tanh cost tens of cycles an element.
+        let form = self.op.form;
+        let row = if bias.is_empty() {
+            UNBIASED_RUN
+        } else {
+            bias.len()
+        };
+        let rows = |i: usize, ys: &mut [T]| {
+            let xs = &x[i * row..][..ys.len()];
+            for (xs, ys) in xs.chunks(row).zip(ys.chunks_mut(row)) {
+                apply(form, xs, bias, ys);
+                fix_negative_tail(form, xs, bias, ys);
+            }
+        };
+        if io.threads > 1 && y.len() >= 2 * PARALLEL_MIN_ELEMENTS {
+            let per_task = PARALLEL_MIN_ELEMENTS.div_ceil(row);
+            crate::parallel::for_each_chunk_mut(y, row * per_task, 1, |i, ys| {
+                rows(i * per_task, ys)
+            });
+        } else {
+            rows(0, y);
+        }
         Ok(())
     }
 }
+
+/// Elements per task when the activation is spread over threads.
+const PARALLEL_MIN_ELEMENTS: usize = 1 << 14;
+/// Elements per step without a bias (which otherwise sets the row length).
+const UNBIASED_RUN: usize = 4096;
 
 /// `x` mapped by `f` after adding `bias` row by row (no bias when it is empty).
 #[inline(always)]
@@ -215,23 +241,26 @@ fn map_rows<T: Real>(x: &[T], bias: &[T], y: &mut [T], f: impl Fn(T::Wide) -> T:
 /// those elements (a fraction of a percent in practice) are recomputed in f64.
 const TAIL: f64 = -3.0;
 
-/// Recomputes the elements whose pre-activation is below [`TAIL`] in f64.
+/// Recomputes the elements whose pre-activation is below [`TAIL`] in f64. `bias` (when not
+/// empty) is as long as `x`: one row.
 fn fix_negative_tail<T: Real>(form: GeluForm, x: &[T], bias: &[T], y: &mut [T]) {
     if matches!(form, GeluForm::Sigmoid { .. }) {
         return;
     }
     let lit = <T::Wide as WideFloat>::lit;
-    let cols = if bias.is_empty() {
-        x.len().max(1)
-    } else {
-        bias.len()
-    };
-    for (i, (o, &v)) in y.iter_mut().zip(x).enumerate() {
-        let mut v = v.widen();
-        if !bias.is_empty() {
-            v = v + bias[i % cols].widen();
+    let tail = lit(TAIL);
+    let zero = lit(0.0);
+    let biases = bias
+        .iter()
+        .map(|b| b.widen())
+        .chain(std::iter::repeat(zero));
+    for ((o, &v), b) in y.iter_mut().zip(x).zip(biases) {
+        let v = v.widen() + b;
+        // The common case (not in the tail) costs one compare, no conversion.
+        if !(v < tail) {
+            continue;
         }
-        let Some(v) = num_traits::ToPrimitive::to_f64(&v).filter(|&v| v < TAIL) else {
+        let Some(v) = num_traits::ToPrimitive::to_f64(&v) else {
             continue;
         };
         let gate = match form {
@@ -273,8 +302,11 @@ mod tests {
 
     fn run(form: GeluForm, x: &[f32], bias: &[f32]) -> Vec<f32> {
         let mut y = vec![f32::NAN; x.len()];
-        apply(form, x, bias, &mut y);
-        fix_negative_tail(form, x, bias, &mut y);
+        let row = if bias.is_empty() { x.len() } else { bias.len() };
+        for (xs, ys) in x.chunks(row).zip(y.chunks_mut(row)) {
+            apply(form, xs, bias, ys);
+            fix_negative_tail(form, xs, bias, ys);
+        }
         y
     }
 
