@@ -256,8 +256,8 @@ fn fix_negative_tail<T: Real>(form: GeluForm, x: &[T], bias: &[T], y: &mut [T]) 
         .chain(std::iter::repeat(zero));
     for ((o, &v), b) in y.iter_mut().zip(x).zip(biases) {
         let v = v.widen() + b;
-        // The common case (not in the tail) costs one compare, no conversion.
-        if !(v < tail) {
+        // The common case (not in the tail, or NaN) costs one compare, no conversion.
+        if v.partial_cmp(&tail) != Some(std::cmp::Ordering::Less) {
             continue;
         }
         let Some(v) = num_traits::ToPrimitive::to_f64(&v) else {
