@@ -18,10 +18,30 @@ pub const INLINE_DIMS: usize = 5;
 
 /// Dimension sizes, row-major. Construction checks that the element count fits in `usize`, and
 /// caches it.
-#[derive(Clone, PartialEq, Eq, Hash, Default)]
+#[derive(PartialEq, Eq, Hash, Default)]
 pub struct Shape {
     dims: SmallVec<[usize; INLINE_DIMS]>,
     numel: usize,
+}
+
+impl Clone for Shape {
+    /// Cloning is on the path of every tensor clone and view, so inline dims are copied as a
+    /// fixed-size array instead of through `SmallVec`'s generic element-by-element clone.
+    #[inline]
+    fn clone(&self) -> Self {
+        if self.dims.spilled() {
+            return Shape {
+                dims: SmallVec::from_slice(&self.dims),
+                numel: self.numel,
+            };
+        }
+        let mut buf = [0usize; INLINE_DIMS];
+        buf[..self.dims.len()].copy_from_slice(&self.dims);
+        Shape {
+            dims: SmallVec::from_buf_and_len(buf, self.dims.len()),
+            numel: self.numel,
+        }
+    }
 }
 
 /// Element strides, one per dim. Signed: a slice with a negative step walks memory backwards,
@@ -30,7 +50,34 @@ pub type Strides = SmallVec<[isize; INLINE_DIMS]>;
 
 impl Shape {
     /// A shape from unsigned dims; errors if the element count overflows.
+    #[inline]
     pub fn new(dims: &[usize]) -> Result<Self> {
+        if dims.len() > INLINE_DIMS {
+            return Shape::new_spilled(dims);
+        }
+        // On the path of every tensor creation: a fixed-size copy and one pass of multiplies.
+        let mut buf = [0usize; INLINE_DIMS];
+        let mut numel = 1usize;
+        let mut overflowed = false;
+        for (to, &d) in buf.iter_mut().zip(dims) {
+            *to = d;
+            let (product, o) = numel.overflowing_mul(d);
+            numel = product;
+            overflowed |= o;
+        }
+        if overflowed {
+            // Exact unless a later zero dim makes the tensor empty: let the checked path decide.
+            return Shape::new_spilled(dims);
+        }
+        Ok(Shape {
+            dims: SmallVec::from_buf_and_len(buf, dims.len()),
+            numel,
+        })
+    }
+
+    /// [`Shape::new`] for ranks beyond the inline dims (and overflowing products).
+    #[cold]
+    fn new_spilled(dims: &[usize]) -> Result<Self> {
         let numel = checked_numel(dims)?;
         Ok(Shape {
             dims: SmallVec::from_slice(dims),
@@ -50,6 +97,7 @@ impl Shape {
     }
 
     /// The rank-0 shape of a scalar (one element).
+    #[inline]
     pub fn scalar() -> Self {
         Shape {
             dims: SmallVec::new(),
@@ -57,20 +105,24 @@ impl Shape {
         }
     }
 
+    #[inline]
     pub fn dims(&self) -> &[usize] {
         &self.dims
     }
 
+    #[inline]
     pub fn rank(&self) -> usize {
         self.dims.len()
     }
 
     /// Number of elements (cached; 1 for a scalar, 0 when any dim is 0).
+    #[inline]
     pub fn numel(&self) -> usize {
         self.numel
     }
 
     /// Bytes needed for this shape in `dtype`, checked.
+    #[inline]
     pub fn size_in_bytes(&self, dtype: DType) -> Result<usize> {
         dtype.bytes_for(self.numel)
     }
@@ -94,6 +146,7 @@ impl Shape {
 impl Deref for Shape {
     type Target = [usize];
 
+    #[inline]
     fn deref(&self) -> &[usize] {
         &self.dims
     }
@@ -167,12 +220,29 @@ mod tests {
     }
 
     #[test]
+    fn inline_and_spilled_shapes_clone_equal() {
+        for dims in [&[][..], &[2, 3], &[1, 2, 3, 4, 5], &[1, 2, 3, 4, 5, 6, 7]] {
+            let s = Shape::new(dims).unwrap();
+            let c = s.clone();
+            assert_eq!((c.dims(), c.numel()), (dims, dims.iter().product()));
+            assert_eq!(c, s);
+            assert_eq!(c.is_inline(), dims.len() <= INLINE_DIMS);
+        }
+    }
+
+    #[test]
     fn checked_sizes() {
         assert!(matches!(
             Shape::from_i64(&[2, -1]),
             Err(CoreError::NegativeDim { axis: 1, value: -1 })
         ));
         assert_eq!(Shape::new(&[0, usize::MAX, 7]).unwrap().numel(), 0);
+        // A product that overflows before a zero dim still makes an empty tensor.
+        assert_eq!(Shape::new(&[usize::MAX, 2, 0]).unwrap().numel(), 0);
+        assert!(matches!(
+            Shape::new(&[usize::MAX, 2, 1]),
+            Err(CoreError::SizeOverflow { .. })
+        ));
         assert_eq!(
             Shape::new(&[0, 3])
                 .unwrap()

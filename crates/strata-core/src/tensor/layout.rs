@@ -69,31 +69,38 @@ impl Layout {
         })
     }
 
+    #[inline]
     pub fn shape(&self) -> &Shape {
         &self.shape
     }
 
+    #[inline]
     pub fn dims(&self) -> &[usize] {
         self.shape.dims()
     }
 
+    #[inline]
     pub fn strides(&self) -> &[isize] {
         &self.strides
     }
 
+    #[inline]
     pub fn offset(&self) -> usize {
         self.offset
     }
 
+    #[inline]
     pub fn rank(&self) -> usize {
         self.shape.rank()
     }
 
+    #[inline]
     pub fn numel(&self) -> usize {
         self.shape.numel()
     }
 
     /// True when elements are row-major and dense (cached at construction).
+    #[inline]
     pub fn is_contiguous(&self) -> bool {
         self.contiguous
     }
@@ -157,20 +164,31 @@ impl Layout {
 
     /// Same elements with new dims, without copying. Works whenever the new shape can be expressed
     /// with strides over the old one (always for contiguous layouts).
+    #[inline]
     pub fn view(&self, dims: &[usize]) -> Result<Layout> {
         let shape = Shape::new(dims)?;
         if shape.numel() != self.numel() {
-            return Err(CoreError::NumelMismatch {
-                op: "view",
-                from: self.dims().to_vec(),
-                from_numel: self.numel(),
-                to: dims.to_vec(),
-                to_numel: shape.numel(),
-            });
+            return Err(self.numel_mismatch(dims, shape.numel()));
         }
         if self.contiguous {
             return Ok(Layout::contiguous(shape, self.offset));
         }
+        self.view_strided(shape, dims)
+    }
+
+    #[cold]
+    fn numel_mismatch(&self, dims: &[usize], to_numel: usize) -> CoreError {
+        CoreError::NumelMismatch {
+            op: "view",
+            from: self.dims().to_vec(),
+            from_numel: self.numel(),
+            to: dims.to_vec(),
+            to_numel,
+        }
+    }
+
+    /// [`Layout::view`] of a non-contiguous layout.
+    fn view_strided(&self, shape: Shape, dims: &[usize]) -> Result<Layout> {
         let strides = view_strides(self.dims(), &self.strides, dims).ok_or_else(|| {
             invalid(
                 "view",

@@ -62,6 +62,7 @@ impl Tensor {
     }
 
     /// Like [`Tensor::empty`], from a given registry.
+    #[inline]
     pub fn empty_in(
         registry: &AllocatorRegistry,
         dims: &[usize],
@@ -69,24 +70,16 @@ impl Tensor {
         device: Device,
         kind: MemoryKind,
     ) -> Result<Tensor> {
-        let (shape, bytes) = Shape::new(dims)
-            .and_then(|shape| Ok((shape.size_in_bytes(dtype)?, shape)))
-            .map(|(bytes, shape)| (shape, bytes))
-            .map_err(|err| match err {
-                // Name what was being allocated, and where.
-                CoreError::SizeOverflow { what } => CoreError::SizeOverflow {
-                    what: format!(
-                        "{what} (a {dtype} tensor of dims {dims:?} on {device}, {kind:?} memory)"
-                    ),
-                },
-                other => other,
-            })?;
+        let shape = match Shape::new(dims) {
+            Ok(shape) => shape,
+            Err(err) => return Err(name_allocation(err, dims, dtype, device, kind)),
+        };
+        let bytes = match shape.size_in_bytes(dtype) {
+            Ok(bytes) => bytes,
+            Err(err) => return Err(name_allocation(err, dims, dtype, device, kind)),
+        };
         if dtype.is_string() {
-            // Text never lives in device memory blocks: "unspecified contents" are empty strings.
-            return Tensor::from_strings(
-                dims,
-                crate::try_vec_filled(shape.numel(), String::new())?,
-            );
+            return Tensor::empty_strings(dims, shape.numel());
         }
         let block = registry.allocate(device, kind, bytes, DEFAULT_ALIGNMENT)?;
         Ok(Tensor {
@@ -94,6 +87,12 @@ impl Tensor {
             layout: Layout::contiguous(shape, 0),
             dtype,
         })
+    }
+
+    /// Text never lives in device memory blocks: "unspecified contents" are empty strings.
+    #[cold]
+    fn empty_strings(dims: &[usize], numel: usize) -> Result<Tensor> {
+        Tensor::from_strings(dims, crate::try_vec_filled(numel, String::new())?)
     }
 
     /// A zero-filled host tensor of `Default` kind.
@@ -154,43 +153,53 @@ impl Tensor {
         })
     }
 
+    #[inline]
     pub fn is_defined(&self) -> bool {
         self.data.is_some()
     }
 
+    #[inline]
     pub fn dtype(&self) -> DType {
         self.dtype
     }
 
+    #[inline]
     pub fn shape(&self) -> &Shape {
         self.layout.shape()
     }
 
+    #[inline]
     pub fn dims(&self) -> &[usize] {
         self.layout.dims()
     }
 
+    #[inline]
     pub fn strides(&self) -> &[isize] {
         self.layout.strides()
     }
 
+    #[inline]
     pub fn rank(&self) -> usize {
         self.layout.rank()
     }
 
+    #[inline]
     pub fn numel(&self) -> usize {
         self.layout.numel()
     }
 
+    #[inline]
     pub fn layout(&self) -> &Layout {
         &self.layout
     }
 
     /// Element offset of the first element within the storage.
+    #[inline]
     pub fn storage_offset(&self) -> usize {
         self.layout.offset()
     }
 
+    #[inline]
     pub fn is_contiguous(&self) -> bool {
         self.layout.is_contiguous()
     }
@@ -348,6 +357,25 @@ impl Tensor {
             }),
             None => Err(CoreError::Undefined { op }),
         }
+    }
+}
+
+/// A size error of an allocation, naming what was being allocated, and where.
+#[cold]
+fn name_allocation(
+    err: CoreError,
+    dims: &[usize],
+    dtype: DType,
+    device: Device,
+    kind: MemoryKind,
+) -> CoreError {
+    match err {
+        CoreError::SizeOverflow { what } => CoreError::SizeOverflow {
+            what: format!(
+                "{what} (a {dtype} tensor of dims {dims:?} on {device}, {kind:?} memory)"
+            ),
+        },
+        other => other,
     }
 }
 
