@@ -3,8 +3,10 @@
 //!
 //! `valgrind --tool=callgrind target/release/examples/tensor_churn create 1000000`
 //!
-//! Cases: `create` (f32 [2, 3] create + drop), `view`, `clone`. Divide the total instruction
-//! count by the iterations (the fixed start-up cost is a few hundred thousand instructions).
+//! Cases: `create` (f32 [2, 3] create + drop), `large` (f32 [32, 32] create + drop: 4 KiB, too
+//! large for the thread cache of whole blocks, so it reaches the caching allocator and reuses a
+//! header), `view`, `clone`. Divide the total instruction count by the iterations (the fixed
+//! start-up cost is a few hundred thousand instructions).
 
 use std::hint::black_box;
 
@@ -28,6 +30,14 @@ fn main() {
                 drop(black_box(small()));
             }
         }
+        "large" => {
+            for _ in 0..n {
+                drop(black_box(
+                    Tensor::empty(&[32, 32], DType::F32, Device::Cpu, MemoryKind::Default)
+                        .expect("4 KiB tensor"),
+                ));
+            }
+        }
         "view" => {
             for _ in 0..n {
                 drop(black_box(black_box(&t).view(&[3, 2]).expect("view")));
@@ -39,7 +49,7 @@ fn main() {
             }
         }
         other => {
-            eprintln!("unknown case {other:?}: use create, view or clone");
+            eprintln!("unknown case {other:?}: use create, large, view or clone");
             std::process::exit(2);
         }
     }

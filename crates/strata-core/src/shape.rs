@@ -52,37 +52,27 @@ impl Shape {
     /// A shape from unsigned dims; errors if the element count overflows.
     #[inline]
     pub fn new(dims: &[usize]) -> Result<Self> {
-        if dims.len() > INLINE_DIMS {
-            return Shape::new_spilled(dims);
-        }
-        // On the path of every tensor creation: a fixed-size copy and one pass of multiplies.
-        let mut buf = [0usize; INLINE_DIMS];
-        let mut numel = 1usize;
-        let mut overflowed = false;
-        for (to, &d) in buf.iter_mut().zip(dims) {
-            *to = d;
-            let (product, o) = numel.overflowing_mul(d);
-            numel = product;
-            overflowed |= o;
-        }
-        if overflowed {
-            // Exact unless a later zero dim makes the tensor empty: let the checked path decide.
-            return Shape::new_spilled(dims);
-        }
-        Ok(Shape {
-            dims: SmallVec::from_buf_and_len(buf, dims.len()),
-            numel,
-        })
+        let numel = numel_of(dims)?;
+        Ok(Shape::with_numel(dims, numel))
     }
 
-    /// [`Shape::new`] for ranks beyond the inline dims (and overflowing products).
-    #[cold]
-    fn new_spilled(dims: &[usize]) -> Result<Self> {
-        let numel = checked_numel(dims)?;
-        Ok(Shape {
-            dims: SmallVec::from_slice(dims),
+    /// A shape of `dims` whose element count `numel` was already computed (checked) from them.
+    /// On the path of every tensor creation, so inline dims are a fixed-size copy.
+    #[inline]
+    pub(crate) fn with_numel(dims: &[usize], numel: usize) -> Self {
+        debug_assert_eq!(checked_numel(dims).ok(), Some(numel));
+        if dims.len() > INLINE_DIMS {
+            return Shape {
+                dims: SmallVec::from_slice(dims),
+                numel,
+            };
+        }
+        let mut buf = [0usize; INLINE_DIMS];
+        buf[..dims.len()].copy_from_slice(dims);
+        Shape {
+            dims: SmallVec::from_buf_and_len(buf, dims.len()),
             numel,
-        })
+        }
     }
 
     /// A shape from signed dims (as ONNX stores them); a negative dim is an error naming its axis.
@@ -162,6 +152,29 @@ impl fmt::Display for Shape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:?}", self.dims.as_slice())
     }
+}
+
+/// [`checked_numel`] for the hot path: one pass of multiplies that only notes an overflow, and
+/// the exact (zero-aware) check only when one happened.
+#[inline]
+pub(crate) fn numel_of(dims: &[usize]) -> Result<usize> {
+    let mut numel = 1usize;
+    let mut overflowed = false;
+    for &d in dims {
+        let (product, o) = numel.overflowing_mul(d);
+        numel = product;
+        overflowed |= o;
+    }
+    if overflowed {
+        // An error, unless a later zero dim makes the tensor empty.
+        return checked_numel_cold(dims);
+    }
+    Ok(numel)
+}
+
+#[cold]
+fn checked_numel_cold(dims: &[usize]) -> Result<usize> {
+    checked_numel(dims)
 }
 
 /// Product of `dims`, checked for overflow.

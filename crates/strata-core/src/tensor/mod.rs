@@ -70,21 +70,23 @@ impl Tensor {
         device: Device,
         kind: MemoryKind,
     ) -> Result<Tensor> {
-        let shape = match Shape::new(dims) {
-            Ok(shape) => shape,
+        // The element count and bytes first, and the shape only after the allocation, so that
+        // the handle is built in one go, with nothing to carry across the calls.
+        let numel = match crate::shape::numel_of(dims) {
+            Ok(numel) => numel,
             Err(err) => return Err(name_allocation(err, dims, dtype, device, kind)),
         };
-        let bytes = match shape.size_in_bytes(dtype) {
+        let bytes = match dtype.bytes_for(numel) {
             Ok(bytes) => bytes,
             Err(err) => return Err(name_allocation(err, dims, dtype, device, kind)),
         };
         if dtype.is_string() {
-            return Tensor::empty_strings(dims, shape.numel());
+            return Tensor::empty_strings(dims, numel);
         }
         let block = registry.allocate(device, kind, bytes, DEFAULT_ALIGNMENT)?;
         Ok(Tensor {
             data: Some(Data::Bytes(Storage::new(block))),
-            layout: Layout::contiguous(shape, 0),
+            layout: Layout::contiguous(Shape::with_numel(dims, numel), 0),
             dtype,
         })
     }
