@@ -12,8 +12,16 @@ use std::hint::black_box;
 
 use strata_core::{DType, Device, MemoryKind, Tensor};
 
+/// The dims go through `black_box`, as in the criterion bench: a caller's dims are rarely
+/// constants the compiler can fold into the shape.
 fn small() -> Tensor {
-    Tensor::empty(&[2, 3], DType::F32, Device::Cpu, MemoryKind::Default).expect("small tensor")
+    Tensor::empty(
+        black_box(&[2, 3]),
+        DType::F32,
+        Device::Cpu,
+        MemoryKind::Default,
+    )
+    .expect("small tensor")
 }
 
 fn main() {
@@ -33,14 +41,21 @@ fn main() {
         "large" => {
             for _ in 0..n {
                 drop(black_box(
-                    Tensor::empty(&[32, 32], DType::F32, Device::Cpu, MemoryKind::Default)
-                        .expect("4 KiB tensor"),
+                    Tensor::empty(
+                        black_box(&[32, 32]),
+                        DType::F32,
+                        Device::Cpu,
+                        MemoryKind::Default,
+                    )
+                    .expect("4 KiB tensor"),
                 ));
             }
         }
         "view" => {
             for _ in 0..n {
-                drop(black_box(black_box(&t).view(&[3, 2]).expect("view")));
+                drop(black_box(
+                    black_box(&t).view(black_box(&[3, 2])).expect("view"),
+                ));
             }
         }
         "clone" => {

@@ -35,10 +35,8 @@ impl Clone for Shape {
                 numel: self.numel,
             };
         }
-        let mut buf = [0usize; INLINE_DIMS];
-        buf[..self.dims.len()].copy_from_slice(&self.dims);
         Shape {
-            dims: SmallVec::from_buf_and_len(buf, self.dims.len()),
+            dims: SmallVec::from_buf_and_len(inline_copy(&self.dims), self.dims.len()),
             numel: self.numel,
         }
     }
@@ -57,20 +55,25 @@ impl Shape {
     }
 
     /// A shape of `dims` whose element count `numel` was already computed (checked) from them.
-    /// On the path of every tensor creation, so inline dims are a fixed-size copy.
     #[inline]
     pub(crate) fn with_numel(dims: &[usize], numel: usize) -> Self {
-        debug_assert_eq!(checked_numel(dims).ok(), Some(numel));
         if dims.len() > INLINE_DIMS {
+            debug_assert_eq!(checked_numel(dims).ok(), Some(numel));
             return Shape {
                 dims: SmallVec::from_slice(dims),
                 numel,
             };
         }
-        let mut buf = [0usize; INLINE_DIMS];
-        buf[..dims.len()].copy_from_slice(dims);
+        Shape::inline(dims, numel)
+    }
+
+    /// [`Shape::with_numel`] of at most [`INLINE_DIMS`] dims (more panic). On the path of every
+    /// tensor creation, so the dims are a fixed-size copy.
+    #[inline]
+    pub(crate) fn inline(dims: &[usize], numel: usize) -> Self {
+        debug_assert_eq!(checked_numel(dims).ok(), Some(numel));
         Shape {
-            dims: SmallVec::from_buf_and_len(buf, dims.len()),
+            dims: SmallVec::from_buf_and_len(inline_copy(dims), dims.len()),
             numel,
         }
     }
@@ -152,6 +155,21 @@ impl fmt::Display for Shape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:?}", self.dims.as_slice())
     }
+}
+
+/// `src` (at most `N` long) in a fixed array, the rest zero. Element by element under a fixed
+/// trip count, so a copy of a few dims is a few moves rather than a `memcpy` call (which a
+/// `copy_from_slice` of a length unknown at compile time becomes).
+#[inline]
+pub(crate) fn inline_copy<T: Copy + Default, const N: usize>(src: &[T]) -> [T; N] {
+    debug_assert!(src.len() <= N);
+    let mut buf = [T::default(); N];
+    for (i, slot) in buf.iter_mut().enumerate() {
+        if let Some(&v) = src.get(i) {
+            *slot = v;
+        }
+    }
+    buf
 }
 
 /// [`checked_numel`] for the hot path: one pass of multiplies that only notes an overflow, and

@@ -3,7 +3,7 @@
 
 use smallvec::SmallVec;
 
-use crate::shape::{contiguous_strides, normalize_axis, INLINE_DIMS};
+use crate::shape::{contiguous_strides, inline_copy, normalize_axis, numel_of, INLINE_DIMS};
 use crate::{CoreError, Result, Shape, Strides};
 
 /// How logical indices map to element positions in storage:
@@ -48,6 +48,19 @@ impl Layout {
             shape,
             strides,
             offset,
+            contiguous: true,
+        }
+    }
+
+    /// The row-major layout at offset 0 of at most [`INLINE_DIMS`] `dims`, whose element count
+    /// `numel` was checked. The tensor-creation path: no branch on the rank, so the layout is
+    /// built in place rather than merged from two paths through stack copies.
+    #[inline]
+    pub(crate) fn contiguous_inline(dims: &[usize], numel: usize) -> Self {
+        Layout {
+            shape: Shape::inline(dims, numel),
+            strides: row_major_inline(dims),
+            offset: 0,
             contiguous: true,
         }
     }
@@ -166,10 +179,23 @@ impl Layout {
     /// with strides over the old one (always for contiguous layouts).
     #[inline]
     pub fn view(&self, dims: &[usize]) -> Result<Layout> {
-        let shape = Shape::new(dims)?;
-        if shape.numel() != self.numel() {
-            return Err(self.numel_mismatch(dims, shape.numel()));
+        let numel = numel_of(dims)?;
+        if numel != self.numel() {
+            return Err(self.numel_mismatch(dims, numel));
         }
+        if self.contiguous && dims.len() <= INLINE_DIMS {
+            // The common case, built in place (see `contiguous_inline`).
+            return Ok(Layout {
+                offset: self.offset,
+                ..Layout::contiguous_inline(dims, numel)
+            });
+        }
+        self.view_general(dims, numel)
+    }
+
+    /// [`Layout::view`] of a non-contiguous layout, or to more than the inline dims.
+    fn view_general(&self, dims: &[usize], numel: usize) -> Result<Layout> {
+        let shape = Shape::with_numel(dims, numel);
         if self.contiguous {
             return Ok(Layout::contiguous(shape, self.offset));
         }
@@ -461,6 +487,12 @@ fn row_major_strides(dims: &[usize]) -> Strides {
     if dims.len() > INLINE_DIMS {
         return contiguous_strides(dims);
     }
+    row_major_inline(dims)
+}
+
+/// [`row_major_strides`] of at most [`INLINE_DIMS`] dims.
+#[inline]
+fn row_major_inline(dims: &[usize]) -> Strides {
     let mut buf = [0isize; INLINE_DIMS];
     let mut acc: isize = 1;
     for (stride, &dim) in buf[..dims.len()].iter_mut().zip(dims).rev() {
@@ -478,11 +510,7 @@ fn copy_strides(strides: &[isize]) -> Strides {
     if strides.len() > INLINE_DIMS {
         return Strides::from_slice(strides);
     }
-    let mut buf = [0isize; INLINE_DIMS];
-    for (to, &from) in buf.iter_mut().zip(strides) {
-        *to = from;
-    }
-    Strides::from_buf_and_len(buf, strides.len())
+    Strides::from_buf_and_len(inline_copy(strides), strides.len())
 }
 
 /// A dim as `isize` for signed index arithmetic; dims beyond `isize::MAX` only exist in empty

@@ -15,6 +15,7 @@ pub use strings::StringBuffer;
 use std::fmt;
 
 use crate::align::DEFAULT_ALIGNMENT;
+use crate::shape::INLINE_DIMS;
 use crate::{AllocatorRegistry, CoreError, DType, Device, MemoryKind, Result, Shape, Storage};
 
 /// A tensor handle: storage, a strided layout over it, and a dtype.
@@ -84,11 +85,25 @@ impl Tensor {
             return Tensor::empty_strings(dims, numel);
         }
         let block = registry.allocate(device, kind, bytes, DEFAULT_ALIGNMENT)?;
+        let data = Some(Data::Bytes(Storage::new(block)));
+        if dims.len() > INLINE_DIMS {
+            return Ok(Tensor::contiguous_spilled(data, dims, numel, dtype));
+        }
         Ok(Tensor {
-            data: Some(Data::Bytes(Storage::new(block))),
-            layout: Layout::contiguous(Shape::with_numel(dims, numel), 0),
+            data,
+            layout: Layout::contiguous_inline(dims, numel),
             dtype,
         })
+    }
+
+    /// The end of [`Tensor::empty_in`] for ranks beyond the inline dims.
+    #[cold]
+    fn contiguous_spilled(data: Option<Data>, dims: &[usize], numel: usize, dtype: DType) -> Self {
+        Tensor {
+            data,
+            layout: Layout::contiguous(Shape::with_numel(dims, numel), 0),
+            dtype,
+        }
     }
 
     /// Text never lives in device memory blocks: "unspecified contents" are empty strings.
