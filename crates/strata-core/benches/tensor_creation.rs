@@ -51,6 +51,29 @@ fn create_drop(c: &mut Criterion) {
     );
 }
 
+/// 4 KiB: too large for the per-thread cache of whole blocks, so it reaches the caching
+/// allocator (and the per-thread freelist of block headers).
+fn large() -> Tensor {
+    Tensor::empty(&[32, 32], DType::F32, Device::Cpu, MemoryKind::Default).expect("4 KiB tensor")
+}
+
+fn create_drop_large(c: &mut Criterion) {
+    drop(large());
+    c.bench_function("create_drop f32[32,32] (4 KiB, caching allocator)", |b| {
+        b.iter(|| {
+            black_box(
+                Tensor::empty(
+                    black_box(&[32, 32]),
+                    DType::F32,
+                    Device::Cpu,
+                    MemoryKind::Default,
+                )
+                .unwrap(),
+            )
+        })
+    });
+}
+
 fn views(c: &mut Criterion) {
     let t = small();
     c.bench_function("view [2,3] -> [3,2]", |b| {
@@ -71,7 +94,7 @@ fn clones(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, create_drop, views, clones);
+criterion_group!(benches, create_drop, create_drop_large, views, clones);
 
 /// Runs `op` ten million times and prints the wall time and the time per op.
 fn ten_million(name: &str, mut op: impl FnMut()) {
@@ -95,6 +118,9 @@ fn direct_loops() {
     let t = small();
     println!();
     ten_million("create+drop f32[2,3]", || drop(black_box(small())));
+    ten_million("create+drop f32[32,32] (4 KiB)", || {
+        drop(black_box(large()))
+    });
     ten_million("view [3,2]", || {
         drop(black_box(black_box(&t).view(&[3, 2]).unwrap()))
     });

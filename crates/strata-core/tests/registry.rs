@@ -570,3 +570,46 @@ fn persistent_blocks_go_back_to_the_system_not_to_a_cache() {
     );
     assert!(default.stats().cached_bytes >= 4 << 20);
 }
+
+#[test]
+fn a_budget_applies_even_when_a_parked_block_could_serve() {
+    use strata_core::MemoryBudget;
+    // A fresh thread: its cache of small blocks starts empty.
+    std::thread::spawn(|| {
+        let kind = MemoryKind::Default;
+        // Park a small block in this thread's cache (no budget installed).
+        let t = Tensor::empty(&[6], DType::F32, Device::Cpu, kind).unwrap();
+        let parked = Arc::as_ptr(t.storage().unwrap().block());
+        drop(t);
+        // A budget too small refuses the allocation although a parked block could serve it.
+        let tight = MemoryBudget::new(16);
+        let err = tight
+            .install(|| Tensor::empty(&[6], DType::F32, Device::Cpu, kind))
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                CoreError::MemoryLimitExceeded {
+                    bytes: 24,
+                    limit: 16,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        // A budget that fits is charged, with a block of its own.
+        let budget = MemoryBudget::new(1000);
+        let u = budget
+            .install(|| Tensor::empty(&[6], DType::F32, Device::Cpu, kind))
+            .unwrap();
+        assert_eq!(budget.used(), 24);
+        assert_ne!(Arc::as_ptr(u.storage().unwrap().block()), parked);
+        drop(u);
+        assert_eq!(budget.used(), 0, "a charged block is freed, never parked");
+        // Outside the budget the parked block is taken back.
+        let v = Tensor::empty(&[6], DType::F32, Device::Cpu, kind).unwrap();
+        assert_eq!(Arc::as_ptr(v.storage().unwrap().block()), parked);
+    })
+    .join()
+    .unwrap();
+}

@@ -1074,3 +1074,35 @@ fn flatten_with_reversed_axes_is_an_error_not_a_stack_overflow() {
         "a scalar flattens like rank 1: axes 0 or -1"
     );
 }
+
+#[test]
+fn ranks_beyond_the_inline_dims_create_view_and_clone() {
+    use strata_core::{Device, MemoryKind};
+    // Rank 7: more dims than a shape holds inline, so creation and views take their spilled
+    // paths.
+    let dims = [2, 1, 3, 1, 2, 1, 2];
+    let t = Tensor::empty(&dims, DType::F32, Device::Cpu, MemoryKind::Default).unwrap();
+    assert_eq!(t.dims(), &dims);
+    assert_eq!(t.strides(), &[12, 12, 4, 4, 2, 2, 1]);
+    assert!(t.is_contiguous() && !t.shape().is_inline());
+    assert_eq!(t.clone().strides(), t.strides());
+    let v = t.view(&[3, 2, 2, 2, 1, 1]).unwrap();
+    assert_eq!(v.strides(), &[8, 4, 2, 1, 1, 1]);
+    assert!(v.shares_storage(&t));
+    assert_eq!(v.view(&[24]).unwrap().strides(), &[1]);
+    assert!(matches!(
+        t.view(&[25]),
+        Err(CoreError::NumelMismatch { to_numel: 25, .. })
+    ));
+    // A non-contiguous layout viewed with more dims than fit inline.
+    let tr = Tensor::zeros(&[4, 6], DType::F32)
+        .unwrap()
+        .transpose(0, 1)
+        .unwrap();
+    let s = tr.view(&[6, 4, 1, 1, 1, 1]).unwrap();
+    assert_eq!(
+        (s.dims(), &s.strides()[..2]),
+        (&[6, 4, 1, 1, 1, 1][..], &[1, 6][..])
+    );
+    assert!(tr.view(&[24]).is_err());
+}

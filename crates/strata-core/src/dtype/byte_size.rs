@@ -7,8 +7,15 @@ use crate::{CoreError, Result};
 impl DType {
     /// Bytes needed to hold `numel` elements, checked: overflow is an error, and a quantized
     /// count that does not fill whole blocks is an error.
+    #[inline]
     pub fn bytes_for(self, numel: usize) -> Result<usize> {
         let block = self.block_size();
+        if block == 1 {
+            // Every unquantized type: no division on the path of every tensor creation.
+            return numel
+                .checked_mul(self.size_in_bytes())
+                .ok_or_else(|| overflow(numel, self));
+        }
         if !numel.is_multiple_of(block) {
             return Err(CoreError::PartialBlock {
                 dtype: self,
@@ -18,8 +25,13 @@ impl DType {
         }
         (numel / block)
             .checked_mul(self.size_in_bytes())
-            .ok_or_else(|| CoreError::overflow(format!("{numel} elements of {self}")))
+            .ok_or_else(|| overflow(numel, self))
     }
+}
+
+#[cold]
+fn overflow(numel: usize, dtype: DType) -> CoreError {
+    CoreError::overflow(format!("{numel} elements of {dtype}"))
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use crate::memory::budget::BudgetCharge;
 use crate::memory::mode::InferenceMode;
 use crate::memory::route::RouteRef;
+use crate::memory::thread_cache;
 use crate::{Allocator, CoreError, Device, MemoryKind, Result};
 
 /// How a block's memory is released when the last reference drops.
@@ -29,6 +30,8 @@ pub(crate) enum BlockOwner {
     },
     /// A slice of a larger block (an arena): the parent lives at least as long as the slice.
     Parent { _parent: Arc<MemoryBlock> },
+    /// Nothing: the contents of a header kept for reuse (`header_pool`).
+    Vacant,
 }
 
 /// A region of memory with its device, purpose and release policy.
@@ -44,6 +47,9 @@ pub struct MemoryBlock {
     kind: MemoryKind,
     read_only: bool,
     owner: BlockOwner,
+    /// Set at creation when the last handle may park the block in its thread's cache (T8): a
+    /// small, non-empty block of a cacheable global-registry route with no budget charge.
+    parkable: bool,
     version: AtomicU64,
     /// 0: free; n > 0: n readers; -1: one writer.
     borrow: AtomicIsize,
@@ -71,7 +77,11 @@ impl MemoryBlock {
         charge: Option<BudgetCharge>,
     ) -> Self {
         debug_assert_eq!(route.allocator.device(), device);
-        MemoryBlock::with_owner(
+        let parkable = matches!(&route, RouteRef::Static(r) if r.thread_cacheable)
+            && charge.is_none()
+            && len > 0
+            && len <= thread_cache::MAX_BYTES;
+        let mut block = MemoryBlock::with_owner(
             ptr,
             len,
             align,
@@ -82,7 +92,9 @@ impl MemoryBlock {
                 route,
                 _charge: charge,
             },
-        )
+        );
+        block.parkable = parkable;
+        block
     }
 
     /// Allocates `len` bytes from `allocator` directly, outside any registry accounting.
@@ -166,6 +178,19 @@ impl MemoryBlock {
         ))
     }
 
+    /// An empty block that owns nothing, held by a header kept for reuse.
+    pub(crate) fn vacant() -> Self {
+        MemoryBlock::with_owner(
+            NonNull::dangling(),
+            0,
+            1,
+            Device::Cpu,
+            MemoryKind::Default,
+            true,
+            BlockOwner::Vacant,
+        )
+    }
+
     fn with_owner(
         ptr: NonNull<u8>,
         len: usize,
@@ -183,6 +208,7 @@ impl MemoryBlock {
             kind,
             read_only,
             owner,
+            parkable: false,
             version: AtomicU64::new(0),
             borrow: AtomicIsize::new(0),
         }
@@ -227,14 +253,17 @@ impl MemoryBlock {
         }
     }
 
-    /// The global-registry route this block returns to, if it came from one and carries no
-    /// budget charge (only such blocks may be parked in a thread cache and handed out again).
+    /// The global-registry route this block returns to when it may be parked in a thread cache
+    /// (see `parkable`).
     #[inline]
-    pub(crate) fn static_route(&self) -> Option<&'static crate::memory::route::Route> {
+    pub(crate) fn parking_route(&self) -> Option<&'static crate::memory::route::Route> {
+        if !self.parkable {
+            return None;
+        }
         match &self.owner {
             BlockOwner::Routed {
                 route: RouteRef::Static(route),
-                _charge: None,
+                ..
             } => Some(route),
             _ => None,
         }
@@ -329,7 +358,7 @@ impl Drop for MemoryBlock {
                 // SAFETY: as above; `allocate` is the only constructor of this variant.
                 unsafe { allocator.deallocate(self.ptr, self.len, self.align) };
             }
-            BlockOwner::External { .. } | BlockOwner::Parent { .. } => {}
+            BlockOwner::External { .. } | BlockOwner::Parent { .. } | BlockOwner::Vacant => {}
         }
     }
 }

@@ -8,7 +8,7 @@
 //! pass the limit fails with [`CoreError::MemoryLimitExceeded`] before anything is allocated.
 //! Threads without a budget installed (a pool's workers, code outside any plan) are not charged.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -104,6 +104,7 @@ impl MemoryBudget {
     /// its length and restores it after, also when `f` unwinds.
     pub fn install<R>(self: &Arc<Self>, f: impl FnOnce() -> R) -> R {
         let previous = CURRENT.with(|c| c.replace(Some(self.clone())));
+        INSTALLED.with(|i| i.set(true));
         let _restore = Restore(previous);
         f()
     }
@@ -120,6 +121,20 @@ impl MemoryBudget {
         kind: MemoryKind,
         device: Device,
     ) -> Result<Option<BudgetCharge>> {
+        // Most allocations (eager tensors, pool workers) run without a budget: one plain
+        // thread-local load decides, without touching the budget's `RefCell`.
+        if !INSTALLED.with(Cell::get) {
+            return Ok(None);
+        }
+        MemoryBudget::charge_installed(bytes, kind, device)
+    }
+
+    #[inline(never)]
+    fn charge_installed(
+        bytes: usize,
+        kind: MemoryKind,
+        device: Device,
+    ) -> Result<Option<BudgetCharge>> {
         CURRENT.with(|c| match &*c.borrow() {
             Some(budget) => budget.try_charge(bytes, kind, device).map(Some),
             None => Ok(None),
@@ -129,6 +144,8 @@ impl MemoryBudget {
 
 thread_local! {
     static CURRENT: RefCell<Option<Arc<MemoryBudget>>> = const { RefCell::new(None) };
+    /// Whether `CURRENT` holds a budget (kept in step with it by `install` and `Restore`).
+    static INSTALLED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Puts the outer budget back when an install ends.
@@ -137,6 +154,7 @@ struct Restore(Option<Arc<MemoryBudget>>);
 impl Drop for Restore {
     fn drop(&mut self) {
         let previous = self.0.take();
+        INSTALLED.with(|i| i.set(previous.is_some()));
         CURRENT.with(|c| *c.borrow_mut() = previous);
     }
 }
@@ -245,13 +263,26 @@ mod tests {
         let outer = MemoryBudget::new(10);
         let inner = MemoryBudget::new(20);
         assert!(MemoryBudget::current().is_none());
+        let charge = |bytes| {
+            MemoryBudget::charge_current(bytes, MemoryKind::Default, Device::Cpu)
+                .map(|c| c.map(|c| c.bytes()))
+        };
         outer.install(|| {
             inner.install(|| {
                 assert!(Arc::ptr_eq(&MemoryBudget::current().unwrap(), &inner));
+                assert_eq!(charge(15).unwrap(), Some(15));
             });
             assert!(Arc::ptr_eq(&MemoryBudget::current().unwrap(), &outer));
+            // The outer limit applies again once the inner install ended.
+            assert!(charge(15).is_err());
+            assert_eq!(charge(5).unwrap(), Some(5));
         });
         assert!(MemoryBudget::current().is_none());
+        assert_eq!(charge(1 << 40).unwrap(), None, "no budget, no charge");
+        // An install that unwinds restores the state too.
+        let unwound = std::panic::catch_unwind(|| inner.install(|| panic!("unwinds")));
+        assert!(unwound.is_err());
+        assert_eq!(charge(1 << 40).unwrap(), None);
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod caching;
 pub mod cpu;
 mod cuda_host;
 pub mod external;
+mod header_pool;
 pub mod host_vec;
 pub mod kind;
 pub mod ledger;

@@ -17,6 +17,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::Mutex;
 
 use crate::memory::budget::MemoryBudget;
+use crate::memory::header_pool;
 use crate::memory::ledger::{KindLedger, KindStats};
 use crate::memory::route::{Route, RouteRef};
 use crate::memory::thread_cache;
@@ -322,7 +323,7 @@ impl AllocatorRegistry {
             .allocate(bytes, align)
             .map_err(|err| name_kind(err, kind))?;
         route.ledger.record(bytes);
-        Ok(Arc::new(MemoryBlock::from_route(
+        Ok(header_pool::new_header(MemoryBlock::from_route(
             ptr, bytes, align, device, kind, route, charge,
         )))
     }

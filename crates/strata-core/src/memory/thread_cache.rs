@@ -16,14 +16,19 @@
 //! folds those in ([`folded_for_ledger`], [`folded_for_allocator`]). One consequence: the peak
 //! is updated only on allocations that reach the shared counters, where parked blocks still
 //! count, so a peak may exceed the true one by at most the bytes parked at that moment.
+//!
+//! The parked blocks, bytes and size-class bytes of a route are packed into one word
+//! ([`Parked`]), so parking or taking a block publishes with two plain stores (that word and the
+//! hit count).
 
 use std::cell::UnsafeCell;
-use std::mem::ManuallyDrop;
+use std::mem::MaybeUninit;
 use std::ptr;
-use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::memory::caching::SizeClass;
+use crate::memory::header_pool;
 use crate::memory::ledger::KindLedger;
 use crate::memory::route::Route;
 use crate::MemoryBlock;
@@ -37,6 +42,37 @@ pub const DEPTH: usize = 4;
 /// Routes with counters per thread.
 const ROUTES: usize = 4;
 
+/// Blocks, bytes and size-class bytes parked, packed into one `u64`: 16 bits of blocks, then 24
+/// bits each of bytes and class bytes. A thread parks at most `SLOTS × DEPTH` blocks of at most
+/// `MAX_BYTES` bytes (a size class of such a block is at most `MAX_BYTES` too), so no field ever
+/// overflows into the next, and adding or subtracting whole packed values is exact per field.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Parked(u64);
+
+const BYTES_BITS: u32 = 24;
+const _: () = assert!(SLOTS * DEPTH < 1 << 16);
+const _: () = assert!(SLOTS * DEPTH * MAX_BYTES < 1 << BYTES_BITS);
+
+impl Parked {
+    /// What one block of `len` bytes in a size class of `class_bytes` adds.
+    fn unit(len: usize, class_bytes: usize) -> u64 {
+        debug_assert!(len <= MAX_BYTES && class_bytes <= MAX_BYTES);
+        (1u64 << (2 * BYTES_BITS)) | ((len as u64) << BYTES_BITS) | class_bytes as u64
+    }
+
+    fn blocks(self) -> usize {
+        (self.0 >> (2 * BYTES_BITS)) as usize
+    }
+
+    fn bytes(self) -> usize {
+        ((self.0 >> BYTES_BITS) & ((1 << BYTES_BITS) - 1)) as usize
+    }
+
+    fn class_bytes(self) -> usize {
+        (self.0 & ((1 << BYTES_BITS) - 1)) as usize
+    }
+}
+
 /// One thread's counters for one route, written only by that thread.
 #[derive(Default)]
 struct RouteCounters {
@@ -44,19 +80,24 @@ struct RouteCounters {
     route: AtomicPtr<Route>,
     /// Allocations served from this thread's cache.
     hits: AtomicU64,
-    /// Blocks parked now, their requested bytes, and their bytes rounded to the caching
-    /// allocator's size classes.
-    parked_blocks: AtomicUsize,
-    parked_bytes: AtomicUsize,
-    parked_class_bytes: AtomicUsize,
+    /// What is parked now ([`Parked`]).
+    parked: AtomicU64,
 }
 
 impl RouteCounters {
-    /// `+= delta` by the owning thread: a load and a store, no read-modify-write.
+    /// A hit by the owning thread: a load and a store, no read-modify-write.
     #[inline]
-    fn bump(counter: &AtomicUsize, delta: isize) {
-        let v = counter.load(Ordering::Relaxed);
-        counter.store(v.wrapping_add_signed(delta), Ordering::Release);
+    fn count_hit(&self, unit: u64) {
+        self.hits
+            .store(self.hits.load(Ordering::Relaxed) + 1, Ordering::Release);
+        self.add_parked(unit.wrapping_neg());
+    }
+
+    /// `parked += delta` (wrapping: a subtraction is the negated unit) by the owning thread.
+    #[inline]
+    fn add_parked(&self, delta: u64) {
+        let v = self.parked.load(Ordering::Relaxed);
+        self.parked.store(v.wrapping_add(delta), Ordering::Release);
     }
 }
 
@@ -92,22 +133,32 @@ struct Slot {
     route: *const Route,
     len: usize,
     align: usize,
-    /// Index into the thread's route counters.
-    counters: usize,
-    class_bytes: usize,
+    /// This thread's counters for `route` (in its `Published`, which lives for the process);
+    /// null until the slot is first keyed.
+    counters: *const RouteCounters,
+    /// What one block of this key adds to the counters ([`Parked::unit`]).
+    unit: u64,
     count: usize,
-    blocks: [ManuallyDrop<Option<Arc<MemoryBlock>>>; DEPTH],
+    /// The first `count` entries hold blocks.
+    blocks: [MaybeUninit<Arc<MemoryBlock>>; DEPTH],
 }
 
 const EMPTY_SLOT: Slot = Slot {
     route: ptr::null(),
     len: 0,
     align: 0,
-    counters: 0,
-    class_bytes: 0,
+    counters: ptr::null(),
+    unit: 0,
     count: 0,
-    blocks: [const { ManuallyDrop::new(None) }; DEPTH],
+    blocks: [const { MaybeUninit::uninit() }; DEPTH],
 };
+
+impl Slot {
+    #[inline]
+    fn is_key(&self, route: *const Route, len: usize, align: usize) -> bool {
+        self.len == len && self.align == align && ptr::eq(self.route, route)
+    }
+}
 
 struct Cache {
     slots: [Slot; SLOTS],
@@ -127,6 +178,12 @@ impl Drop for ThreadCache {
             p.in_use.store(false, Ordering::Release);
         }
     }
+}
+
+thread_local! {
+    static CACHE: ThreadCache = const {
+        ThreadCache(UnsafeCell::new(Cache { slots: [EMPTY_SLOT; SLOTS], published: None }))
+    };
 }
 
 /// Empties the calling thread's cache: its parked blocks go back to their allocators (which
@@ -150,54 +207,53 @@ pub(crate) fn flush_current() {
 impl Cache {
     /// Hands every parked block to `sink` and zeroes the published counts.
     fn drain(&mut self, mut sink: impl FnMut(Arc<MemoryBlock>)) {
-        let cache = self;
-        for slot in &mut cache.slots {
-            for block in &mut slot.blocks[..slot.count] {
-                // SAFETY: the first `count` entries hold blocks, each taken exactly once.
-                if let Some(block) = unsafe { ManuallyDrop::take(block) } {
-                    sink(block);
-                }
+        for slot in &mut self.slots {
+            let count = std::mem::take(&mut slot.count);
+            for block in &mut slot.blocks[..count] {
+                // SAFETY: the first `count` entries held blocks; each is read exactly once, and
+                // the count (now 0) no longer covers any of them.
+                sink(unsafe { block.assume_init_read() });
             }
-            if slot.count > 0 {
-                if let Some(p) = cache.published {
-                    let c = &p.routes[slot.counters];
-                    RouteCounters::bump(&c.parked_blocks, -(slot.count as isize));
-                    RouteCounters::bump(&c.parked_bytes, -((slot.count * slot.len) as isize));
-                    RouteCounters::bump(
-                        &c.parked_class_bytes,
-                        -((slot.count * slot.class_bytes) as isize),
-                    );
-                }
+            if count > 0 {
+                // SAFETY: a slot that held blocks was keyed, so its counters are set (and live
+                // for the process).
+                let c = unsafe { &*slot.counters };
+                c.add_parked((count as u64 * slot.unit).wrapping_neg());
             }
-            slot.count = 0;
         }
     }
-}
 
-thread_local! {
-    static CACHE: ThreadCache = const {
-        ThreadCache(UnsafeCell::new(Cache { slots: [EMPTY_SLOT; SLOTS], published: None }))
-    };
-}
-
-impl Cache {
-    /// The counters index for `route`, claiming one if needed.
-    fn counters_for(&mut self, route: *const Route) -> Option<usize> {
+    /// This thread's counters for `route`, claiming an entry if needed.
+    fn counters_for(&mut self, route: *const Route) -> Option<&'static RouteCounters> {
         let published = *self.published.get_or_insert_with(claim_published);
         let mut free = None;
-        for (i, c) in published.routes.iter().enumerate() {
+        for c in &published.routes {
             let r = c.route.load(Ordering::Relaxed);
             if ptr::eq(r, route) {
-                return Some(i);
+                return Some(c);
             }
             if r.is_null() && free.is_none() {
-                free = Some(i);
+                free = Some(c);
             }
         }
-        let i = free?;
-        published.routes[i]
-            .route
-            .store(route.cast_mut(), Ordering::Release);
+        let c = free?;
+        c.route.store(route.cast_mut(), Ordering::Release);
+        Some(c)
+    }
+
+    /// The slot for a key, keying an empty one if none has it yet; `None` when every slot is
+    /// in use by other keys or the thread has no counters left for the route.
+    #[cold]
+    fn key_slot(&mut self, route: &'static Route, len: usize, align: usize) -> Option<usize> {
+        let i = self.slots.iter().position(|s| s.count == 0)?;
+        let counters = self.counters_for(route)?;
+        let class_bytes = SizeClass::of(len).map_or(len, |c| c.bytes);
+        let slot = &mut self.slots[i];
+        slot.route = route;
+        slot.len = len;
+        slot.align = align;
+        slot.counters = counters;
+        slot.unit = Parked::unit(len, class_bytes);
         Some(i)
     }
 }
@@ -212,92 +268,67 @@ pub(crate) fn take(route: &'static Route, len: usize, align: usize) -> Option<Ar
         .try_with(|cache| {
             // SAFETY: only this thread reaches its cache, and nothing below re-enters it.
             let cache = unsafe { &mut *cache.0.get() };
-            let slot = cache.slots.iter_mut().find(|s| {
-                s.count > 0 && s.len == len && s.align == align && ptr::eq(s.route, route)
-            })?;
+            let slot = cache
+                .slots
+                .iter_mut()
+                .find(|s| s.count > 0 && s.is_key(route, len, align))?;
             slot.count -= 1;
-            // SAFETY: entry `count` (after the decrement) holds a block; it is taken once and
+            // SAFETY: entry `count` (after the decrement) holds a block; it is read once and
             // the count no longer covers it.
-            let block = unsafe { ManuallyDrop::take(&mut slot.blocks[slot.count]) }?;
-            let c = &cache.published?.routes[slot.counters];
-            c.hits
-                .store(c.hits.load(Ordering::Relaxed) + 1, Ordering::Release);
-            RouteCounters::bump(&c.parked_blocks, -1);
-            RouteCounters::bump(&c.parked_bytes, -(len as isize));
-            RouteCounters::bump(&c.parked_class_bytes, -(slot.class_bytes as isize));
+            let block = unsafe { slot.blocks[slot.count].assume_init_read() };
+            // SAFETY: a slot holding blocks is keyed: its counters are set and live forever.
+            unsafe { &*slot.counters }.count_hit(slot.unit);
             Some(block)
         })
         .ok()
         .flatten()
 }
 
-/// Parks `block` when it is the last handle on a small block of a cacheable global route;
-/// otherwise (or when the thread's cache is full) drops it as usual.
+/// Parks `block` when it is the last handle on a small block of a cacheable global route. The
+/// last handle on any other block (or one the thread's cache has no room for) releases the
+/// block's memory as usual and keeps only its header, for reuse (`header_pool`).
 #[inline]
 pub(crate) fn park(block: Arc<MemoryBlock>) {
-    let Some(route) = block.static_route() else {
-        return drop(block);
-    };
-    let len = block.len();
-    if len > MAX_BYTES
-        || !route.thread_cacheable
-        || Arc::strong_count(&block) != 1
-        || Arc::weak_count(&block) != 0
-    {
+    if Arc::strong_count(&block) != 1 || Arc::weak_count(&block) != 0 {
         return drop(block);
     }
     // We hold the only handle and there are no weak ones, so no one else can reach the block
     // any more. Pair with the Release decrements of the handles dropped on other threads
     // (what `Arc`'s own drop does before freeing).
     fence(Ordering::Acquire);
-    let align = block.align();
-    // The block moves into the cache, or comes back to be dropped here (after the cache
+    let Some(route) = block.parking_route() else {
+        // SAFETY: the only handle, no weak ones, checked above before the Acquire fence.
+        return unsafe { header_pool::recycle(block) };
+    };
+    // The block moves into the cache, or comes back to be released here (after the cache
     // reference is gone). If the thread's cache is already destroyed, the closure (and the
     // block with it) is dropped unrun, which frees the block as usual.
     let rejected = CACHE.try_with(move |cache| {
         // SAFETY: only this thread reaches its cache, and nothing below re-enters it.
         let cache = unsafe { &mut *cache.0.get() };
-        let route_ptr: *const Route = route;
-        let index = match cache
-            .slots
-            .iter()
-            .position(|s| s.len == len && s.align == align && ptr::eq(s.route, route_ptr))
-        {
+        let (len, align) = (block.len(), block.align());
+        let index = match cache.slots.iter().position(|s| s.is_key(route, len, align)) {
             Some(i) => i,
-            None => {
-                let Some(i) = cache.slots.iter().position(|s| s.count == 0) else {
-                    return Some(block);
-                };
-                let Some(counters) = cache.counters_for(route_ptr) else {
-                    return Some(block);
-                };
-                let class_bytes = SizeClass::of(len).map_or(len, |c| c.bytes);
-                let slot = &mut cache.slots[i];
-                slot.route = route_ptr;
-                slot.len = len;
-                slot.align = align;
-                slot.counters = counters;
-                slot.class_bytes = class_bytes;
-                i
-            }
-        };
-        let Some(published) = cache.published else {
-            return Some(block);
+            None => match cache.key_slot(route, len, align) {
+                Some(i) => i,
+                None => return Some(block),
+            },
         };
         let slot = &mut cache.slots[index];
         if slot.count == DEPTH {
             return Some(block);
         }
         block.reset_for_reuse();
-        slot.blocks[slot.count] = ManuallyDrop::new(Some(block));
+        slot.blocks[slot.count].write(block);
         slot.count += 1;
-        let c = &published.routes[slot.counters];
-        RouteCounters::bump(&c.parked_blocks, 1);
-        RouteCounters::bump(&c.parked_bytes, len as isize);
-        RouteCounters::bump(&c.parked_class_bytes, slot.class_bytes as isize);
+        // SAFETY: the slot is keyed: its counters are set and live forever.
+        unsafe { &*slot.counters }.add_parked(slot.unit);
         None
     });
-    drop(rejected);
+    if let Ok(Some(block)) = rejected {
+        // SAFETY: still the only handle (it only went into the closure and back).
+        unsafe { header_pool::recycle(block) };
+    }
 }
 
 /// What the thread caches change in one ledger's or allocator's shared counters.
@@ -321,9 +352,10 @@ fn fold(matches: impl Fn(&Route) -> bool) -> Folded {
                 continue;
             }
             out.hits += c.hits.load(Ordering::Acquire);
-            out.parked_blocks += c.parked_blocks.load(Ordering::Acquire);
-            out.parked_bytes += c.parked_bytes.load(Ordering::Acquire);
-            out.parked_class_bytes += c.parked_class_bytes.load(Ordering::Acquire);
+            let parked = Parked(c.parked.load(Ordering::Acquire));
+            out.parked_blocks += parked.blocks();
+            out.parked_bytes += parked.bytes();
+            out.parked_class_bytes += parked.class_bytes();
         }
     }
     out

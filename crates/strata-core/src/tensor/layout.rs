@@ -3,7 +3,7 @@
 
 use smallvec::SmallVec;
 
-use crate::shape::{contiguous_strides, normalize_axis, INLINE_DIMS};
+use crate::shape::{contiguous_strides, inline_copy, normalize_axis, numel_of, INLINE_DIMS};
 use crate::{CoreError, Result, Shape, Strides};
 
 /// How logical indices map to element positions in storage:
@@ -52,6 +52,19 @@ impl Layout {
         }
     }
 
+    /// The row-major layout at offset 0 of at most [`INLINE_DIMS`] `dims`, whose element count
+    /// `numel` was checked. The tensor-creation path: no branch on the rank, so the layout is
+    /// built in place rather than merged from two paths through stack copies.
+    #[inline]
+    pub(crate) fn contiguous_inline(dims: &[usize], numel: usize) -> Self {
+        Layout {
+            shape: Shape::inline(dims, numel),
+            strides: row_major_inline(dims),
+            offset: 0,
+            contiguous: true,
+        }
+    }
+
     /// A layout with explicit strides (checked: one stride per dim).
     pub fn strided(shape: Shape, strides: Strides, offset: usize) -> Result<Self> {
         if strides.len() != shape.rank() {
@@ -69,31 +82,38 @@ impl Layout {
         })
     }
 
+    #[inline]
     pub fn shape(&self) -> &Shape {
         &self.shape
     }
 
+    #[inline]
     pub fn dims(&self) -> &[usize] {
         self.shape.dims()
     }
 
+    #[inline]
     pub fn strides(&self) -> &[isize] {
         &self.strides
     }
 
+    #[inline]
     pub fn offset(&self) -> usize {
         self.offset
     }
 
+    #[inline]
     pub fn rank(&self) -> usize {
         self.shape.rank()
     }
 
+    #[inline]
     pub fn numel(&self) -> usize {
         self.shape.numel()
     }
 
     /// True when elements are row-major and dense (cached at construction).
+    #[inline]
     pub fn is_contiguous(&self) -> bool {
         self.contiguous
     }
@@ -157,20 +177,44 @@ impl Layout {
 
     /// Same elements with new dims, without copying. Works whenever the new shape can be expressed
     /// with strides over the old one (always for contiguous layouts).
+    #[inline]
     pub fn view(&self, dims: &[usize]) -> Result<Layout> {
-        let shape = Shape::new(dims)?;
-        if shape.numel() != self.numel() {
-            return Err(CoreError::NumelMismatch {
-                op: "view",
-                from: self.dims().to_vec(),
-                from_numel: self.numel(),
-                to: dims.to_vec(),
-                to_numel: shape.numel(),
+        let numel = numel_of(dims)?;
+        if numel != self.numel() {
+            return Err(self.numel_mismatch(dims, numel));
+        }
+        if self.contiguous && dims.len() <= INLINE_DIMS {
+            // The common case, built in place (see `contiguous_inline`).
+            return Ok(Layout {
+                offset: self.offset,
+                ..Layout::contiguous_inline(dims, numel)
             });
         }
+        self.view_general(dims, numel)
+    }
+
+    /// [`Layout::view`] of a non-contiguous layout, or to more than the inline dims.
+    fn view_general(&self, dims: &[usize], numel: usize) -> Result<Layout> {
+        let shape = Shape::with_numel(dims, numel);
         if self.contiguous {
             return Ok(Layout::contiguous(shape, self.offset));
         }
+        self.view_strided(shape, dims)
+    }
+
+    #[cold]
+    fn numel_mismatch(&self, dims: &[usize], to_numel: usize) -> CoreError {
+        CoreError::NumelMismatch {
+            op: "view",
+            from: self.dims().to_vec(),
+            from_numel: self.numel(),
+            to: dims.to_vec(),
+            to_numel,
+        }
+    }
+
+    /// [`Layout::view`] of a non-contiguous layout.
+    fn view_strided(&self, shape: Shape, dims: &[usize]) -> Result<Layout> {
         let strides = view_strides(self.dims(), &self.strides, dims).ok_or_else(|| {
             invalid(
                 "view",
@@ -443,6 +487,12 @@ fn row_major_strides(dims: &[usize]) -> Strides {
     if dims.len() > INLINE_DIMS {
         return contiguous_strides(dims);
     }
+    row_major_inline(dims)
+}
+
+/// [`row_major_strides`] of at most [`INLINE_DIMS`] dims.
+#[inline]
+fn row_major_inline(dims: &[usize]) -> Strides {
     let mut buf = [0isize; INLINE_DIMS];
     let mut acc: isize = 1;
     for (stride, &dim) in buf[..dims.len()].iter_mut().zip(dims).rev() {
@@ -460,11 +510,7 @@ fn copy_strides(strides: &[isize]) -> Strides {
     if strides.len() > INLINE_DIMS {
         return Strides::from_slice(strides);
     }
-    let mut buf = [0isize; INLINE_DIMS];
-    for (to, &from) in buf.iter_mut().zip(strides) {
-        *to = from;
-    }
-    Strides::from_buf_and_len(buf, strides.len())
+    Strides::from_buf_and_len(inline_copy(strides), strides.len())
 }
 
 /// A dim as `isize` for signed index arithmetic; dims beyond `isize::MAX` only exist in empty

@@ -15,6 +15,7 @@ pub use strings::StringBuffer;
 use std::fmt;
 
 use crate::align::DEFAULT_ALIGNMENT;
+use crate::shape::INLINE_DIMS;
 use crate::{AllocatorRegistry, CoreError, DType, Device, MemoryKind, Result, Shape, Storage};
 
 /// A tensor handle: storage, a strided layout over it, and a dtype.
@@ -62,6 +63,7 @@ impl Tensor {
     }
 
     /// Like [`Tensor::empty`], from a given registry.
+    #[inline]
     pub fn empty_in(
         registry: &AllocatorRegistry,
         dims: &[usize],
@@ -69,31 +71,45 @@ impl Tensor {
         device: Device,
         kind: MemoryKind,
     ) -> Result<Tensor> {
-        let (shape, bytes) = Shape::new(dims)
-            .and_then(|shape| Ok((shape.size_in_bytes(dtype)?, shape)))
-            .map(|(bytes, shape)| (shape, bytes))
-            .map_err(|err| match err {
-                // Name what was being allocated, and where.
-                CoreError::SizeOverflow { what } => CoreError::SizeOverflow {
-                    what: format!(
-                        "{what} (a {dtype} tensor of dims {dims:?} on {device}, {kind:?} memory)"
-                    ),
-                },
-                other => other,
-            })?;
+        // The element count and bytes first, and the shape only after the allocation, so that
+        // the handle is built in one go, with nothing to carry across the calls.
+        let numel = match crate::shape::numel_of(dims) {
+            Ok(numel) => numel,
+            Err(err) => return Err(name_allocation(err, dims, dtype, device, kind)),
+        };
+        let bytes = match dtype.bytes_for(numel) {
+            Ok(bytes) => bytes,
+            Err(err) => return Err(name_allocation(err, dims, dtype, device, kind)),
+        };
         if dtype.is_string() {
-            // Text never lives in device memory blocks: "unspecified contents" are empty strings.
-            return Tensor::from_strings(
-                dims,
-                crate::try_vec_filled(shape.numel(), String::new())?,
-            );
+            return Tensor::empty_strings(dims, numel);
         }
         let block = registry.allocate(device, kind, bytes, DEFAULT_ALIGNMENT)?;
+        let data = Some(Data::Bytes(Storage::new(block)));
+        if dims.len() > INLINE_DIMS {
+            return Ok(Tensor::contiguous_spilled(data, dims, numel, dtype));
+        }
         Ok(Tensor {
-            data: Some(Data::Bytes(Storage::new(block))),
-            layout: Layout::contiguous(shape, 0),
+            data,
+            layout: Layout::contiguous_inline(dims, numel),
             dtype,
         })
+    }
+
+    /// The end of [`Tensor::empty_in`] for ranks beyond the inline dims.
+    #[cold]
+    fn contiguous_spilled(data: Option<Data>, dims: &[usize], numel: usize, dtype: DType) -> Self {
+        Tensor {
+            data,
+            layout: Layout::contiguous(Shape::with_numel(dims, numel), 0),
+            dtype,
+        }
+    }
+
+    /// Text never lives in device memory blocks: "unspecified contents" are empty strings.
+    #[cold]
+    fn empty_strings(dims: &[usize], numel: usize) -> Result<Tensor> {
+        Tensor::from_strings(dims, crate::try_vec_filled(numel, String::new())?)
     }
 
     /// A zero-filled host tensor of `Default` kind.
@@ -154,43 +170,53 @@ impl Tensor {
         })
     }
 
+    #[inline]
     pub fn is_defined(&self) -> bool {
         self.data.is_some()
     }
 
+    #[inline]
     pub fn dtype(&self) -> DType {
         self.dtype
     }
 
+    #[inline]
     pub fn shape(&self) -> &Shape {
         self.layout.shape()
     }
 
+    #[inline]
     pub fn dims(&self) -> &[usize] {
         self.layout.dims()
     }
 
+    #[inline]
     pub fn strides(&self) -> &[isize] {
         self.layout.strides()
     }
 
+    #[inline]
     pub fn rank(&self) -> usize {
         self.layout.rank()
     }
 
+    #[inline]
     pub fn numel(&self) -> usize {
         self.layout.numel()
     }
 
+    #[inline]
     pub fn layout(&self) -> &Layout {
         &self.layout
     }
 
     /// Element offset of the first element within the storage.
+    #[inline]
     pub fn storage_offset(&self) -> usize {
         self.layout.offset()
     }
 
+    #[inline]
     pub fn is_contiguous(&self) -> bool {
         self.layout.is_contiguous()
     }
@@ -348,6 +374,25 @@ impl Tensor {
             }),
             None => Err(CoreError::Undefined { op }),
         }
+    }
+}
+
+/// A size error of an allocation, naming what was being allocated, and where.
+#[cold]
+fn name_allocation(
+    err: CoreError,
+    dims: &[usize],
+    dtype: DType,
+    device: Device,
+    kind: MemoryKind,
+) -> CoreError {
+    match err {
+        CoreError::SizeOverflow { what } => CoreError::SizeOverflow {
+            what: format!(
+                "{what} (a {dtype} tensor of dims {dims:?} on {device}, {kind:?} memory)"
+            ),
+        },
+        other => other,
     }
 }
 

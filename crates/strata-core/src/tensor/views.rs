@@ -7,6 +7,7 @@ use crate::{AllocatorRegistry, Result};
 impl Tensor {
     /// Same elements with new dims; an error on element-count mismatch or when the strides
     /// cannot express the new shape without a copy (use `reshape` for that).
+    #[inline]
     pub fn view(&self, dims: &[usize]) -> Result<Tensor> {
         self.derive("view", self.layout.view(dims)?)
     }
