@@ -287,6 +287,30 @@ mod tests {
     use super::*;
     use crate::support::rng::Rng;
 
+    /// `max_pool_threaded` gives the same bits as the reference walk of `max_pool` (any NaN
+    /// matching any NaN).
+    fn same_as_reference<T: MaxPoolElement + Into<f64>>(
+        input: &[T],
+        dims: &[usize],
+        p: &PoolParams,
+        threads: usize,
+        what: &str,
+    ) {
+        let out_len: usize = crate::ops::pooling::pool_kernel::pool_output_dims(dims, p)
+            .unwrap()
+            .iter()
+            .product();
+        let mut expected = vec![T::LOWEST; out_len];
+        max_pool(input, dims, p, &mut expected, None, StorageOrder::RowMajor).unwrap();
+        let mut got = vec![T::BOTTOM; out_len];
+        max_pool_threaded(input, dims, p, &mut got, threads).unwrap();
+        let same = got.iter().zip(&expected).all(|(&a, &b)| {
+            let (a, b): (f64, f64) = (a.into(), b.into());
+            a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+        });
+        assert!(same, "{what}: {dims:?} {p:?} {threads}t");
+    }
+
     /// The separable kernels against the per-row reference walk of `max_pool`, on random 2-D
     /// geometries (pads, strides, ceil_mode, windows in the padding), with NaNs, on 1 and 2
     /// threads: the same bits. f32 takes the AVX-512 kernel where the CPU has it (strides 1
@@ -315,47 +339,11 @@ mod tests {
                 let at = rng.below(input.len());
                 input[at] = f32::NAN;
             }
-            let out_len: usize = crate::ops::pooling::pool_kernel::pool_output_dims(&dims, &p)
-                .unwrap()
-                .iter()
-                .product();
-            let mut expected = vec![0.0; out_len];
-            max_pool(
-                &input,
-                &dims,
-                &p,
-                &mut expected,
-                None,
-                StorageOrder::RowMajor,
-            )
-            .unwrap();
             for threads in [1, 2] {
-                let mut got = vec![f32::NAN; out_len];
-                max_pool_threaded(&input, &dims, &p, &mut got, threads).unwrap();
-                let same = got
-                    .iter()
-                    .zip(&expected)
-                    .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
-                assert!(same, "case {case}: {dims:?} {p:?} {threads}t");
+                same_as_reference(&input, &dims, &p, threads, &format!("case {case}"));
             }
             let input: Vec<f64> = input.iter().map(|&v| v as f64).collect();
-            let mut expected = vec![0.0f64; out_len];
-            max_pool(
-                &input,
-                &dims,
-                &p,
-                &mut expected,
-                None,
-                StorageOrder::RowMajor,
-            )
-            .unwrap();
-            let mut got = vec![f64::NAN; out_len];
-            max_pool_threaded(&input, &dims, &p, &mut got, 1).unwrap();
-            let same = got
-                .iter()
-                .zip(&expected)
-                .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
-            assert!(same, "case {case} (f64): {dims:?} {p:?}");
+            same_as_reference(&input, &dims, &p, 1, &format!("case {case} (f64)"));
         }
     }
 
