@@ -136,36 +136,50 @@ fn embedding_rows_are_dequantized_rows() {
     }
 }
 
-/// The four-row integer dots give bit for bit the one-row dot's numbers (llama.cpp's order), so
+/// The four-activation-row integer dots (prefill) give bit for bit the one-row dot's numbers
+/// (llama.cpp's order) on every ISA, for random and raw blocks, so
 /// a product's rows do not depend on how many rows share it.
 #[test]
 fn four_row_integer_dots_equal_one_row_dots() {
-    for dtype in GGUF_WEIGHT_TYPES {
-        let (Some(dot), Some(dot4)) = (
-            int_dot_kernel(dtype, Isa::detect()),
-            int_dot_kernel4(dtype, Isa::detect()),
-        ) else {
-            continue;
-        };
-        let (n, k) = (3, 320);
-        let bytes = random_blocks(dtype, n * k, 7 + dtype as u64, 0.02).unwrap();
-        let w = QuantMatrix::new(dtype, n, k, &bytes).unwrap();
-        let blocks = k / 32;
-        let x = activations(4 * k, 11);
-        let mut xq = vec![Q8Block::default(); 4 * blocks];
-        quantize_activations(&x, &mut xq);
-        for j in 0..n {
-            let ys = std::array::from_fn(|r| &xq[r * blocks..(r + 1) * blocks]);
-            // SAFETY: both kernels are for the detected ISA; whole blocks of equal counts.
-            let four = unsafe { dot4(w.row(j), ys) };
-            for (r, &v) in four.iter().enumerate() {
-                // SAFETY: as above.
-                let one = unsafe { dot(w.row(j), ys[r]) };
-                assert_eq!(
-                    v.to_bits(),
-                    one.to_bits(),
-                    "{dtype} row {j} activation row {r}"
-                );
+    let isas = [Isa::Avx2, Isa::Avx512]
+        .into_iter()
+        .filter(|i| i.is_available());
+    for isa in isas {
+        for dtype in GGUF_WEIGHT_TYPES {
+            let (Some(dot), Some(dot4)) = (int_dot_kernel(dtype, isa), int_dot_kernel4(dtype, isa))
+            else {
+                continue;
+            };
+            for (n, k) in [(3, 320), (2, 32), (2, 1536)] {
+                let blocks = k / QUANT_BLOCK;
+                for raw in [false, true] {
+                    let seed = 7 + dtype as u32 + k as u32;
+                    let bytes = if raw {
+                        raw_blocks(dtype, n * blocks, seed)
+                    } else {
+                        random_blocks(dtype, n * k, seed as u64, 0.02).unwrap()
+                    };
+                    let w = QuantMatrix::new(dtype, n, k, &bytes).unwrap();
+                    let x = activations(4 * k, 11 + k as u32);
+                    let mut xq = vec![Q8Block::default(); 4 * blocks];
+                    quantize_activations(&x, &mut xq);
+                    for j in 0..n {
+                        let ys = std::array::from_fn(|r| &xq[r * blocks..(r + 1) * blocks]);
+                        // SAFETY: both kernels are for an available ISA; whole blocks of equal
+                        // counts.
+                        let four = unsafe { dot4(w.row(j), ys) };
+                        for (r, &v) in four.iter().enumerate() {
+                            // SAFETY: as above.
+                            let one = unsafe { dot(w.row(j), ys[r]) };
+                            assert_eq!(
+                                v.to_bits(),
+                                one.to_bits(),
+                                "{isa:?} {dtype} k {k} raw {raw} row {j} activation row {r}: \
+                                 {v} vs {one}"
+                            );
+                        }
+                    }
+                }
             }
         }
     }
