@@ -285,3 +285,48 @@ x4!(
         _mm512_xor_si512(bytes32_twice(p.add(2)), _mm512_set1_epi8(-128))
     }
 );
+
+/// `Σ a·b` with 16-lane FMAs, four accumulators (64 products in flight), the last partial
+/// vector through a masked load: the dequantizing strategy's dot (k-quants, f16/bf16 weights).
+///
+/// # Safety
+/// The CPU must have AVX-512 F, BW, VL and VNNI, AVX2, FMA and F16C.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let mut acc = [_mm512_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 64 <= n {
+        for (l, lane) in acc.iter_mut().enumerate() {
+            // SAFETY: i + 16l + 16 <= n, inside both slices.
+            let (x, y) = unsafe {
+                (
+                    _mm512_loadu_ps(pa.add(i + 16 * l)),
+                    _mm512_loadu_ps(pb.add(i + 16 * l)),
+                )
+            };
+            *lane = _mm512_fmadd_ps(x, y, *lane);
+        }
+        i += 64;
+    }
+    while i < n {
+        let mask: __mmask16 = if n - i >= 16 {
+            0xFFFF
+        } else {
+            (1u16 << (n - i)) - 1
+        };
+        // SAFETY: the masked loads read only elements i..min(i + 16, n), inside both slices
+        // (masked-off lanes are not accessed and cannot fault).
+        let (x, y) = unsafe {
+            (
+                _mm512_maskz_loadu_ps(mask, pa.add(i)),
+                _mm512_maskz_loadu_ps(mask, pb.add(i)),
+            )
+        };
+        acc[0] = _mm512_fmadd_ps(x, y, acc[0]);
+        i += 16;
+    }
+    let sum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+    _mm512_reduce_add_ps(sum)
+}

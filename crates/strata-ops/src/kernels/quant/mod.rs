@@ -16,8 +16,9 @@
 //! [`Strategy::best`] picks per type and row count from the measurements in `benches/quant.rs`.
 //! The ISA is detected at run time: AVX-512 with VNNI for the integer dots of decode (four weight
 //! rows against one activation row) and of prefill (one weight row against four activation
-//! rows), two rows per 512-bit register and bit-equal to the AVX2 dots; AVX2+FMA+F16C for the
-//! rest, or portable code.
+//! rows), two rows per 512-bit register and bit-equal to the AVX2 dots, and for the
+//! dequantizing strategy's float dot (16-lane FMAs, equal up to f32 summation order);
+//! AVX2+FMA+F16C for the one-row integer dots and the activation quantizer, or portable code.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -170,7 +171,7 @@ pub enum Isa {
     /// AVX2, FMA and F16C.
     Avx2,
     /// [`Isa::Avx2`]'s set plus AVX-512 F, BW, VL and VNNI: the four-row integer dots (decode's
-    /// and prefill's) use it, everything else runs its AVX2 form.
+    /// and prefill's) and the float dot use it, everything else runs its AVX2 form.
     Avx512,
 }
 
@@ -462,6 +463,11 @@ thread_local! {
 }
 
 fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 {
+        // SAFETY: AVX-512 F, BW, VL and VNNI, AVX2, FMA and F16C were detected at run time.
+        return unsafe { avx512::dot_f32(a, b) };
+    }
     #[cfg(target_arch = "x86_64")]
     if isa.has_avx2() {
         // SAFETY: AVX2, FMA and F16C were detected at run time.

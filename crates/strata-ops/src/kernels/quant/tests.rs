@@ -487,3 +487,34 @@ fn vectorized_activation_quantization_equals_the_scalar_one() {
     unsafe { avx2::quantize_activations(&x, &mut got) };
     assert_eq!(got, want);
 }
+
+/// The vector float dots (the dequantizing strategy's) agree with an f64 dot within f32
+/// accumulation error on every ISA, for lengths around every vector and unroll width (tails
+/// included).
+#[test]
+fn float_dots_match_an_f64_dot() {
+    let isas: Vec<Isa> = [Isa::Portable, Isa::Avx2, Isa::Avx512]
+        .into_iter()
+        .filter(|i| i.is_available())
+        .collect();
+    let a = activations(1100, 3);
+    let b = activations(1100, 5);
+    for n in (0..80).chain([127, 128, 129, 576, 1000, 1100]) {
+        let (x, y) = (&a[..n], &b[..n]);
+        let want: f64 = x
+            .iter()
+            .zip(y)
+            .map(|(&p, &q)| f64::from(p) * f64::from(q))
+            .sum();
+        let size: f64 = x.iter().zip(y).map(|(&p, &q)| f64::from(p * q).abs()).sum();
+        // Each lane sums at most n/8 products (the portable dot's eight lanes), then a few adds.
+        let bound = size * (n / 8 + 16) as f64 * f64::from(f32::EPSILON) + 1e-30;
+        for &isa in &isas {
+            let got = dot_f32(isa, x, y);
+            assert!(
+                (f64::from(got) - want).abs() <= bound,
+                "{isa:?} n {n}: {got} vs {want} (bound {bound})"
+            );
+        }
+    }
+}
