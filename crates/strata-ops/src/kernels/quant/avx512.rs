@@ -9,7 +9,7 @@ use std::arch::x86_64::*;
 
 use strata_core::dtype::block::{Q4_0_BYTES, Q4_1_BYTES, Q5_0_BYTES, Q5_1_BYTES, Q8_0_BYTES};
 
-use super::avx2::{hsum, prefetch_ahead};
+use super::avx2::{hsum, prefetch_ahead, through_f16};
 use super::q8::Q8Block;
 
 /// The 16 nibble bytes at `p0` and at `p1` as two 32-byte halves of values 0..16, each half in
@@ -329,4 +329,34 @@ pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     }
     let sum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
     _mm512_reduce_add_ps(sum)
+}
+
+/// [`super::q8::quantize_activations`] with 16-lane vectors: the same values as the AVX2 and
+/// scalar forms (the absolute maximum and the integer sum are order-independent, and rounding
+/// is to nearest even in all three).
+///
+/// # Safety
+/// The CPU must have AVX-512 F, BW, VL and VNNI, AVX2, FMA and F16C.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub unsafe fn quantize_activations(x: &[f32], out: &mut [Q8Block]) {
+    for (xs, block) in x.chunks_exact(32).zip(out.iter_mut()) {
+        // SAFETY: `xs` holds 32 values (`chunks_exact`).
+        let v: [__m512; 2] =
+            std::array::from_fn(|i| unsafe { _mm512_loadu_ps(xs.as_ptr().add(16 * i)) });
+        let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
+        let d = amax / 127.0;
+        let id = _mm512_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+        let q = v.map(|v| {
+            _mm512_cvtps_epi32(_mm512_roundscale_ps::<
+                { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+            >(_mm512_mul_ps(v, id)))
+        });
+        let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
+        let lo = _mm512_cvtsepi32_epi8(q[0]);
+        let hi = _mm512_cvtsepi32_epi8(q[1]);
+        // SAFETY: `qs` is 32 bytes inside `block`.
+        unsafe { _mm256_storeu_si256(block.qs.as_mut_ptr().cast(), _mm256_set_m128i(hi, lo)) };
+        block.d = through_f16(d);
+        block.s = through_f16(d * sum as f32);
+    }
 }

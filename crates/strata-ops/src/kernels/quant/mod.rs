@@ -17,8 +17,9 @@
 //! The ISA is detected at run time: AVX-512 with VNNI for the integer dots of decode (four weight
 //! rows against one activation row) and of prefill (one weight row against four activation
 //! rows), two rows per 512-bit register and bit-equal to the AVX2 dots, and for the
-//! dequantizing strategy's float dot (16-lane FMAs, equal up to f32 summation order);
-//! AVX2+FMA+F16C for the one-row integer dots and the activation quantizer, or portable code.
+//! dequantizing strategy's float dot (16-lane FMAs, equal up to f32 summation order) and the
+//! activation quantizer (the same blocks as the scalar one); AVX2+FMA+F16C for the one-row
+//! integer dots, or portable code.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -171,7 +172,7 @@ pub enum Isa {
     /// AVX2, FMA and F16C.
     Avx2,
     /// [`Isa::Avx2`]'s set plus AVX-512 F, BW, VL and VNNI: the four-row integer dots (decode's
-    /// and prefill's) and the float dot use it, everything else runs its AVX2 form.
+    /// and prefill's), the float dot and the activation quantizer use it, everything else runs its AVX2 form.
     Avx512,
 }
 

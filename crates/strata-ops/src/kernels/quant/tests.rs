@@ -486,6 +486,12 @@ fn vectorized_activation_quantization_equals_the_scalar_one() {
     // SAFETY: AVX2, FMA and F16C were checked above.
     unsafe { avx2::quantize_activations(&x, &mut got) };
     assert_eq!(got, want);
+    if Isa::Avx512.is_available() {
+        let mut got = vec![Q8Block::default(); 40];
+        // SAFETY: the AVX-512 set was checked just above.
+        unsafe { avx512::quantize_activations(&x, &mut got) };
+        assert_eq!(got, want);
+    }
 }
 
 /// The vector float dots (the dequantizing strategy's) agree with an f64 dot within f32
