@@ -312,7 +312,7 @@ pub unsafe fn quantize_activations(x: &[f32], out: &mut [Q8Block]) {
 /// `v` rounded to the nearest f16 (ties to even), as f32.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn through_f16(v: f32) -> f32 {
+pub(super) fn through_f16(v: f32) -> f32 {
     let h = _mm_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT }>(_mm_set_ss(v));
     _mm_cvtss_f32(_mm_cvtph_ps(h))
 }

@@ -14,9 +14,12 @@
 //!   wins for prefill.
 //!
 //! [`Strategy::best`] picks per type and row count from the measurements in `benches/quant.rs`.
-//! The ISA is detected at run time: AVX-512 with VNNI for decode's matrix-vector dots (two weight
-//! rows per 512-bit register, bit-equal to the AVX2 dots), AVX2+FMA+F16C for the rest, or
-//! portable code.
+//! The ISA is detected at run time: AVX-512 with VNNI for the integer dots of decode (four weight
+//! rows against one activation row) and of prefill (one weight row against four activation
+//! rows), two rows per 512-bit register and bit-equal to the AVX2 dots, and for the
+//! dequantizing strategy's float dot (16-lane FMAs, equal up to f32 summation order) and the
+//! activation quantizer (the same blocks as the scalar one); AVX2+FMA+F16C for the one-row
+//! integer dots, or portable code.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -168,8 +171,8 @@ pub enum Isa {
     Portable,
     /// AVX2, FMA and F16C.
     Avx2,
-    /// [`Isa::Avx2`]'s set plus AVX-512 F, BW, VL and VNNI: the matrix-vector integer dots use
-    /// it, everything else runs its AVX2 form.
+    /// [`Isa::Avx2`]'s set plus AVX-512 F, BW, VL and VNNI: the four-row integer dots (decode's
+    /// and prefill's), the float dot and the activation quantizer use it, everything else runs its AVX2 form.
     Avx512,
 }
 
@@ -216,6 +219,17 @@ type RowDot4 = unsafe fn(&[u8], [&[Q8Block]; 4]) -> [f32; 4];
 
 /// The four-row integer dot for `dtype` on `isa`, where there is one.
 fn int_dot_kernel4(dtype: DType, isa: Isa) -> Option<RowDot4> {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 {
+        return Some(match dtype {
+            DType::Q4_0 => avx512::q4_0_x4,
+            DType::Q4_1 => avx512::q4_1_x4,
+            DType::Q5_0 => avx512::q5_0_x4,
+            DType::Q5_1 => avx512::q5_1_x4,
+            DType::Q8_0 => avx512::q8_0_x4,
+            _ => return None,
+        });
+    }
     #[cfg(target_arch = "x86_64")]
     if isa.has_avx2() {
         return Some(match dtype {
@@ -450,6 +464,11 @@ thread_local! {
 }
 
 fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 {
+        // SAFETY: AVX-512 F, BW, VL and VNNI, AVX2, FMA and F16C were detected at run time.
+        return unsafe { avx512::dot_f32(a, b) };
+    }
     #[cfg(target_arch = "x86_64")]
     if isa.has_avx2() {
         // SAFETY: AVX2, FMA and F16C were detected at run time.

@@ -20,6 +20,12 @@ pub struct Q8Block {
 /// (read back here as the f32 of that f16).
 pub fn quantize_activations(x: &[f32], out: &mut [Q8Block]) {
     #[cfg(target_arch = "x86_64")]
+    if super::Isa::Avx512.is_available() {
+        // SAFETY: AVX-512 F, BW, VL and VNNI, AVX2, FMA and F16C were detected at run time.
+        unsafe { super::avx512::quantize_activations(x, out) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if super::Isa::Avx2.is_available() {
         // SAFETY: AVX2, FMA and F16C were detected at run time.
         unsafe { super::avx2::quantize_activations(x, out) };

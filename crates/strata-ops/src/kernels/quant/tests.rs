@@ -136,36 +136,50 @@ fn embedding_rows_are_dequantized_rows() {
     }
 }
 
-/// The four-row integer dots give bit for bit the one-row dot's numbers (llama.cpp's order), so
+/// The four-activation-row integer dots (prefill) give bit for bit the one-row dot's numbers
+/// (llama.cpp's order) on every ISA, for random and raw blocks, so
 /// a product's rows do not depend on how many rows share it.
 #[test]
 fn four_row_integer_dots_equal_one_row_dots() {
-    for dtype in GGUF_WEIGHT_TYPES {
-        let (Some(dot), Some(dot4)) = (
-            int_dot_kernel(dtype, Isa::detect()),
-            int_dot_kernel4(dtype, Isa::detect()),
-        ) else {
-            continue;
-        };
-        let (n, k) = (3, 320);
-        let bytes = random_blocks(dtype, n * k, 7 + dtype as u64, 0.02).unwrap();
-        let w = QuantMatrix::new(dtype, n, k, &bytes).unwrap();
-        let blocks = k / 32;
-        let x = activations(4 * k, 11);
-        let mut xq = vec![Q8Block::default(); 4 * blocks];
-        quantize_activations(&x, &mut xq);
-        for j in 0..n {
-            let ys = std::array::from_fn(|r| &xq[r * blocks..(r + 1) * blocks]);
-            // SAFETY: both kernels are for the detected ISA; whole blocks of equal counts.
-            let four = unsafe { dot4(w.row(j), ys) };
-            for (r, &v) in four.iter().enumerate() {
-                // SAFETY: as above.
-                let one = unsafe { dot(w.row(j), ys[r]) };
-                assert_eq!(
-                    v.to_bits(),
-                    one.to_bits(),
-                    "{dtype} row {j} activation row {r}"
-                );
+    let isas = [Isa::Avx2, Isa::Avx512]
+        .into_iter()
+        .filter(|i| i.is_available());
+    for isa in isas {
+        for dtype in GGUF_WEIGHT_TYPES {
+            let (Some(dot), Some(dot4)) = (int_dot_kernel(dtype, isa), int_dot_kernel4(dtype, isa))
+            else {
+                continue;
+            };
+            for (n, k) in [(3, 320), (2, 32), (2, 1536)] {
+                let blocks = k / QUANT_BLOCK;
+                for raw in [false, true] {
+                    let seed = 7 + dtype as u32 + k as u32;
+                    let bytes = if raw {
+                        raw_blocks(dtype, n * blocks, seed)
+                    } else {
+                        random_blocks(dtype, n * k, seed as u64, 0.02).unwrap()
+                    };
+                    let w = QuantMatrix::new(dtype, n, k, &bytes).unwrap();
+                    let x = activations(4 * k, 11 + k as u32);
+                    let mut xq = vec![Q8Block::default(); 4 * blocks];
+                    quantize_activations(&x, &mut xq);
+                    for j in 0..n {
+                        let ys = std::array::from_fn(|r| &xq[r * blocks..(r + 1) * blocks]);
+                        // SAFETY: both kernels are for an available ISA; whole blocks of equal
+                        // counts.
+                        let four = unsafe { dot4(w.row(j), ys) };
+                        for (r, &v) in four.iter().enumerate() {
+                            // SAFETY: as above.
+                            let one = unsafe { dot(w.row(j), ys[r]) };
+                            assert_eq!(
+                                v.to_bits(),
+                                one.to_bits(),
+                                "{isa:?} {dtype} k {k} raw {raw} row {j} activation row {r}: \
+                                 {v} vs {one}"
+                            );
+                        }
+                    }
+                }
             }
         }
     }
@@ -472,4 +486,41 @@ fn vectorized_activation_quantization_equals_the_scalar_one() {
     // SAFETY: AVX2, FMA and F16C were checked above.
     unsafe { avx2::quantize_activations(&x, &mut got) };
     assert_eq!(got, want);
+    if Isa::Avx512.is_available() {
+        let mut got = vec![Q8Block::default(); 40];
+        // SAFETY: the AVX-512 set was checked just above.
+        unsafe { avx512::quantize_activations(&x, &mut got) };
+        assert_eq!(got, want);
+    }
+}
+
+/// The vector float dots (the dequantizing strategy's) agree with an f64 dot within f32
+/// accumulation error on every ISA, for lengths around every vector and unroll width (tails
+/// included).
+#[test]
+fn float_dots_match_an_f64_dot() {
+    let isas: Vec<Isa> = [Isa::Portable, Isa::Avx2, Isa::Avx512]
+        .into_iter()
+        .filter(|i| i.is_available())
+        .collect();
+    let a = activations(1100, 3);
+    let b = activations(1100, 5);
+    for n in (0..80).chain([127, 128, 129, 576, 1000, 1100]) {
+        let (x, y) = (&a[..n], &b[..n]);
+        let want: f64 = x
+            .iter()
+            .zip(y)
+            .map(|(&p, &q)| f64::from(p) * f64::from(q))
+            .sum();
+        let size: f64 = x.iter().zip(y).map(|(&p, &q)| f64::from(p * q).abs()).sum();
+        // Each lane sums at most n/8 products (the portable dot's eight lanes), then a few adds.
+        let bound = size * (n / 8 + 16) as f64 * f64::from(f32::EPSILON) + 1e-30;
+        for &isa in &isas {
+            let got = dot_f32(isa, x, y);
+            assert!(
+                (f64::from(got) - want).abs() <= bound,
+                "{isa:?} n {n}: {got} vs {want} (bound {bound})"
+            );
+        }
+    }
 }
