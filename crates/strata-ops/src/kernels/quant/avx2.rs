@@ -261,7 +261,7 @@ pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     hsum(sum) + tail
 }
 
-/// [`super::q8::quantize_activations`] as llama.cpp's AVX2 `quantize_row_q8_1` computes it (the
+/// [`super::quantize_activations`] as llama.cpp's AVX2 `quantize_row_q8_1` computes it (the
 /// same values as the scalar form: the absolute maximum is order-independent, and
 /// `_mm256_round_ps` rounds ties to even like `round_ties_even`).
 ///

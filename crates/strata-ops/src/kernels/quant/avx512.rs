@@ -331,7 +331,7 @@ pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     _mm512_reduce_add_ps(sum)
 }
 
-/// [`super::q8::quantize_activations`] with 16-lane vectors: the same values as the AVX2 and
+/// [`super::quantize_activations`] with 16-lane vectors: the same values as the AVX2 and
 /// scalar forms (the absolute maximum and the integer sum are order-independent, and rounding
 /// is to nearest even in all three).
 ///

@@ -32,6 +32,7 @@ mod q4f;
 mod q4f_avx2;
 mod q8;
 mod q8f;
+mod quantize;
 #[cfg(test)]
 mod tests;
 
@@ -44,8 +45,9 @@ use strata_core::{DType, QUANT_BLOCK};
 pub use embedding::embedding_lookup;
 pub use portable::RowDot;
 pub use q4f::{pack_group, q4_matmul, q4_matmul_with, Compute, Q4Weights, Q4Zeros, GROUP_BYTES};
-pub use q8::{quantize_activations, Q8Block};
+pub use q8::Q8Block;
 pub use q8f::{q8_matmul, Q8Weights, Q8Zeros};
+pub use quantize::quantize_activations;
 
 use super::error::{KernelError, KernelResult};
 

@@ -27,7 +27,8 @@ use std::cell::RefCell;
 use strata_core::QUANT_BLOCK;
 
 use super::error_at;
-use super::q8::{quantize_activations, Q8Block};
+use super::q8::Q8Block;
+use super::quantize::quantize_activations;
 use super::{Isa, OutPtr};
 use crate::kernels::gemm;
 use crate::kernels::KernelResult;
