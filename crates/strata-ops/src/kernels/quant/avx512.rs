@@ -105,13 +105,7 @@ macro_rules! rows4 {
                     acc[h] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick[h], scale), q, acc[h]);
                 }
             }
-            let high = |v: __m512| _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
-            let halves = [
-                _mm512_castps512_ps256(acc[0]),
-                high(acc[0]),
-                _mm512_castps512_ps256(acc[1]),
-                high(acc[1]),
-            ];
+            let halves = halves(acc);
             let mut offsets = [0.0f32; 8];
             // SAFETY: eight f32 into an eight-f32 array.
             unsafe { _mm256_storeu_ps(offsets.as_mut_ptr(), offset) };
@@ -222,13 +216,7 @@ macro_rules! x4 {
                     acc[h] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick[h], scale), q, acc[h]);
                 }
             }
-            let high = |v: __m512| _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
-            let halves = [
-                _mm512_castps512_ps256(acc[0]),
-                high(acc[0]),
-                _mm512_castps512_ps256(acc[1]),
-                high(acc[1]),
-            ];
+            let halves = halves(acc);
             let mut offsets = [0.0f32; 4];
             // SAFETY: four f32 into a four-f32 array.
             unsafe { _mm_storeu_ps(offsets.as_mut_ptr(), offset) };
@@ -359,4 +347,18 @@ pub unsafe fn quantize_activations(x: &[f32], out: &mut [Q8Block]) {
         block.d = through_f16(d);
         block.s = through_f16(d * sum as f32);
     }
+}
+
+/// The four 256-bit halves of two 512-bit accumulators, in row order: each half holds one row's
+/// eight lanes (the two-rows-per-register layout of the dots above).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn halves(acc: [__m512; 2]) -> [__m256; 4] {
+    let high = |v: __m512| _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+    [
+        _mm512_castps512_ps256(acc[0]),
+        high(acc[0]),
+        _mm512_castps512_ps256(acc[1]),
+        high(acc[1]),
+    ]
 }
