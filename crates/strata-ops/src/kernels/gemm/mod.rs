@@ -21,10 +21,12 @@ mod x86;
 use bytemuck::Pod;
 
 pub use self::driver::Epilogue;
-use self::driver::{MatMut, Problem};
+pub(crate) use self::driver::MatMut;
+use self::driver::Problem;
 use self::microkernel::{Microkernel, Portable};
 pub(crate) use self::pack::with_pack_buffers;
 use self::pack::MatRef;
+pub(crate) use self::prepacked::gemm_prepacked_raw;
 pub use self::prepacked::{gemm_prepacked, gemm_prepacked_with, PackedOperand, Prepacked};
 use super::error::{KernelError, KernelResult};
 use super::float::Float;

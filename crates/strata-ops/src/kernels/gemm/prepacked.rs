@@ -121,6 +121,14 @@ impl<T: GemmFloat + Element> Prepacked<T> {
         })
     }
 
+    /// `(m, n)` of a product with this operand and `n_or_m` rows or columns of the other.
+    fn product_dims(&self, n_or_m: usize) -> (usize, usize) {
+        match self.side {
+            PackedOperand::A => (self.extent, n_or_m),
+            PackedOperand::B => (n_or_m, self.extent),
+        }
+    }
+
     pub fn side(&self) -> PackedOperand {
         self.side
     }
@@ -208,15 +216,61 @@ pub fn gemm_prepacked_with<T: GemmFloat + Element>(
     epilogue: Option<&Epilogue<'_, T>>,
     threads: usize,
 ) -> KernelResult<()> {
-    let k = packed.k;
-    let (m, n) = match packed.side {
-        PackedOperand::A => (packed.extent, n_or_m),
-        PackedOperand::B => (n_or_m, packed.extent),
-    };
+    let (m, n) = packed.product_dims(n_or_m);
     if m == 0 || n == 0 {
         return Ok(());
     }
     check_operand("C", c.len(), m, n, c_strides)?;
+    if packed.k == 0 {
+        check_distinct(m, n, c_strides)?;
+        super::scale(m, n, c, c_strides, beta);
+        return Ok(());
+    }
+    let c = MatMut {
+        ptr: c.as_mut_ptr(),
+        rs: c_strides.0,
+        cs: c_strides.1,
+    };
+    // SAFETY: `c` was checked to hold every (i, j) of the m x n product and stays mutably
+    // borrowed until the product returns, so nothing else touches it.
+    unsafe {
+        gemm_prepacked_raw(
+            packed,
+            n_or_m,
+            other,
+            other_strides,
+            c,
+            (alpha, beta),
+            epilogue,
+            threads,
+        )
+    }
+}
+
+/// [`gemm_prepacked_with`] writing through a raw C: for callers that hand disjoint column
+/// ranges of one output to several threads (each a product of its own), which slices cannot
+/// express.
+///
+/// # Safety
+/// `c` is valid for reads and writes of every element `(i, j)` of the `m x n` product (at
+/// `c.ptr + i * c.rs + j * c.cs`), and nothing else accesses those elements during the call.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_prepacked_raw<T: GemmFloat + Element>(
+    packed: &Prepacked<T>,
+    n_or_m: usize,
+    other: &[T],
+    other_strides: (isize, isize),
+    c: MatMut<T>,
+    (alpha, beta): (T, T),
+    epilogue: Option<&Epilogue<'_, T>>,
+    threads: usize,
+) -> KernelResult<()> {
+    let k = packed.k;
+    let (m, n) = packed.product_dims(n_or_m);
+    let c_strides = (c.rs, c.cs);
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
     check_distinct(m, n, c_strides)?;
     if c_strides.1 != 1 && n > 1 {
         return Err(KernelError::InvalidLayout {
@@ -229,8 +283,11 @@ pub fn gemm_prepacked_with<T: GemmFloat + Element>(
         });
     }
     if k == 0 {
-        super::scale(m, n, c, c_strides, beta);
-        return Ok(());
+        return Err(KernelError::InvalidParam {
+            op: OP,
+            param: "prepacked operand",
+            reason: "has depth 0 (an empty product only scales C)".into(),
+        });
     }
     let (tile_rows, tile_cols) = T::tiles(m, packed.isa);
     let expected = match packed.side {
@@ -287,12 +344,7 @@ pub fn gemm_prepacked_with<T: GemmFloat + Element>(
         k,
         a,
         b,
-        // `c` stays mutably borrowed until the product returns, so nothing else touches it.
-        c: MatMut {
-            ptr: c.as_mut_ptr(),
-            rs: c_strides.0,
-            cs: c_strides.1,
-        },
+        c,
         alpha,
         beta,
         packed_a,
@@ -301,7 +353,7 @@ pub fn gemm_prepacked_with<T: GemmFloat + Element>(
     };
     // A few rows against packed weights stream the slivers; anything else takes the driver.
     // SAFETY: the operands were validated above, `data` holds the packed slivers, and `c` is
-    // exclusively borrowed for the call.
+    // valid and ours alone for the call (this function's contract).
     if packed.side == PackedOperand::B
         && unsafe { super::skinny_packed::try_run(&problem, packed.tile, threads) }
     {

@@ -4,11 +4,14 @@
 
 use crate::kernels::activation::Activation;
 use crate::kernels::error::{KernelError, KernelResult};
-use crate::kernels::gemm::{gemm, gemm_prepacked_with, Epilogue, GemmFloat, Prepacked};
+use crate::kernels::gemm::{
+    gemm, gemm_prepacked_raw, gemm_prepacked_with, Epilogue, GemmFloat, MatMut, Prepacked,
+};
 use crate::kernels::spatial::{check_len, checked_product, WindowAttrs, WindowGeometry};
 use crate::ops::convolution::depthwise::{self, depthwise};
 use crate::ops::convolution::depthwise_blocked::{self, depthwise_blocked};
 use crate::ops::convolution::im2col::im2col;
+use crate::parallel::for_each_chunk_mut_pinned;
 use strata_core::Element;
 
 const OP: &str = "Conv";
@@ -272,6 +275,14 @@ pub fn conv<T: GemmFloat + Element>(
         }
         return Ok(());
     }
+    // Threads that each take a share of the output columns, when the product is worth it.
+    let parts = if group_len.saturating_mul(depth) < PARALLEL_MIN_MULADDS {
+        1
+    } else {
+        threads
+            .min(crate::parallel::threads())
+            .min(w.out_len.div_ceil(16))
+    };
     for b in 0..g.batch {
         for grp in 0..g.groups {
             if stop.should_stop() {
@@ -289,6 +300,61 @@ pub fn conv<T: GemmFloat + Element>(
                 let r = residual.map(|r| &r[at..][..y_row.len()]);
                 p.post.add_residual_bias_and_apply(y_row, r, shift);
             };
+            if let Some(all) = packed.filter(|_| parts > 1) {
+                let y = MatMut {
+                    ptr: y.as_mut_ptr(),
+                    rs: w.out_len as isize,
+                    cs: 1,
+                };
+                let epilogue =
+                    |start: usize| move |oc, j, y_row: &mut [T]| finish_row(start, oc, j, y_row);
+                let failed = std::sync::Mutex::new(None);
+                // Each thread unfolds and multiplies its own columns, in tiles of its own part
+                // of the scratch: the tile it unfolds stays in its core's cache for the GEMM
+                // (split separately, each would read half of it from the other core).
+                let columns = w.out_len.div_ceil(parts).next_multiple_of(16);
+                let part_len = scratch.len() / parts;
+                let tile = (part_len / depth).max(1);
+                for_each_chunk_mut_pinned(&mut scratch[..parts * part_len], part_len, |t, part| {
+                    let y = y; // the whole handle (Sync), not its raw pointer field
+                    let mine = (t * columns).min(w.out_len)..((t + 1) * columns).min(w.out_len);
+                    for start in mine.clone().step_by(tile) {
+                        let end = (start + tile).min(mine.end);
+                        let width = end - start;
+                        im2col(x, cg, w, start..end, part, 1);
+                        let epilogue = epilogue(start);
+                        let y_tile = MatMut {
+                            // SAFETY: column `start` < out_len of row 0 of this group's
+                            // output, in bounds of `y`.
+                            ptr: unsafe { y.ptr.add(start) },
+                            ..y
+                        };
+                        // SAFETY: rows 0..mg and columns start..end of `y` (row stride
+                        // out_len) lie inside this group's output, borrowed mutably for this
+                        // whole loop; the threads' column ranges are disjoint.
+                        let done = unsafe {
+                            gemm_prepacked_raw(
+                                &all[grp],
+                                width,
+                                &part[..depth * width],
+                                row(width),
+                                y_tile,
+                                (T::ONE, T::ZERO),
+                                needs_epilogue.then_some(&epilogue as &Epilogue<'_, T>),
+                                1,
+                            )
+                        };
+                        if let Err(e) = done {
+                            *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                            return;
+                        }
+                    }
+                });
+                if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+                    return Err(e);
+                }
+                continue;
+            }
             // Unfold a tile of output columns at a time, so the unfolded matrix stays in cache
             // between im2col writing it and the GEMM reading it.
             let mut start = 0;
@@ -341,6 +407,8 @@ pub fn conv<T: GemmFloat + Element>(
 /// Below this many multiply-adds, the products of a grouped or batched pointwise convolution
 /// run one per task rather than each split over the threads.
 const GROUP_TASK_MAX_MULADDS: usize = 1 << 20;
+/// Below this many multiply-adds an unfolded product stays on the calling thread.
+const PARALLEL_MIN_MULADDS: usize = 1 << 20;
 
 /// The weights of a convolution packed once per group for its products, or `None` when its
 /// geometry takes no GEMM (depthwise) or its outputs are too narrow to pay for the packed
@@ -764,6 +832,80 @@ mod tests {
             1e-4,
             "3x3 threads 2",
         );
+    }
+
+    /// With packed weights and threads, each thread unfolds and multiplies its own share of the
+    /// output columns, in several tiles when its share is wider than its part of the scratch.
+    #[test]
+    fn column_shares_on_threads_match_the_reference() {
+        let mut rng = Rng::new(0x5ca7);
+        // (input dims, weight dims, stride): one tile per share, several tiles per share (depth
+        // 576 leaves 227 columns per share against 800), odd widths, batch and groups.
+        let cases: [([usize; 4], [usize; 4], usize); 4] = [
+            ([1, 16, 30, 30], [24, 16, 3, 3], 1),
+            ([1, 64, 40, 40], [16, 64, 3, 3], 1),
+            ([2, 12, 37, 23], [20, 6, 3, 3], 2),
+            ([1, 8, 61, 47], [40, 8, 5, 5], 1),
+        ];
+        for (in_dims, w_dims, stride) in cases {
+            let p = ConvParams {
+                pads_begin: vec![1, 2],
+                pads_end: vec![1, 0],
+                strides: vec![stride; 2],
+                groups: in_dims[1] / w_dims[1],
+                post: Activation::Relu,
+                ..ConvParams::default()
+            };
+            let out_dims = conv_output_dims(&in_dims, &w_dims, &p).unwrap();
+            let len = out_dims.iter().product();
+            let input = rng.vec(in_dims.iter().product());
+            let weight = rng.vec(w_dims.iter().product());
+            let bias = rng.vec(w_dims[0]);
+            let residual = rng.vec(len);
+            let linear = ConvParams {
+                post: Activation::None,
+                ..p.clone()
+            };
+            let expected: Vec<f32> = naive(
+                &input,
+                &in_dims,
+                &weight,
+                &w_dims,
+                Some(&bias),
+                &linear,
+                &out_dims,
+            )
+            .iter()
+            .zip(&residual)
+            .map(|(y, r)| (y + r).max(0.0))
+            .collect();
+            let packed = prepack_conv_weights(&in_dims, &weight, &w_dims, &p)
+                .unwrap()
+                .unwrap();
+            let mut scratch = vec![f32::NAN; conv_scratch_len(&in_dims, &w_dims, &p)];
+            for threads in [2, 3] {
+                let pool = crate::parallel::ThreadPool::new(threads).unwrap();
+                let mut out = vec![f32::NAN; len];
+                crate::parallel::install(&pool, || {
+                    conv(
+                        &input,
+                        &in_dims,
+                        &weight,
+                        &w_dims,
+                        Some(&bias),
+                        Some(&residual),
+                        Some(&packed),
+                        &p,
+                        &mut out,
+                        &mut scratch,
+                        threads,
+                    )
+                })
+                .unwrap();
+                let what = format!("{in_dims:?} {w_dims:?} threads {threads}");
+                assert_close_within(&out, &expected, 1e-4, &what);
+            }
+        }
     }
 
     #[test]
