@@ -275,8 +275,10 @@ pub fn conv<T: GemmFloat + Element>(
         }
         return Ok(());
     }
-    // Threads that each take a share of the output columns, when the product is worth it.
-    let parts = if group_len.saturating_mul(depth) < PARALLEL_MIN_MULADDS {
+    // Threads that each take a share of the output columns, when the product is worth it and
+    // has more columns than rows: each thread streams all the weights, so layers with more
+    // output channels than positions (deep, 7x7 or 14x14) split the GEMM's rows instead.
+    let parts = if group_len.saturating_mul(depth) < PARALLEL_MIN_MULADDS || mg > w.out_len {
         1
     } else {
         threads
