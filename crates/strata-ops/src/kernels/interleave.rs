@@ -99,14 +99,14 @@ fn as_f32_mut<T: Pod>(s: &mut [T]) -> Option<&mut [f32]> {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
+pub(crate) mod avx512 {
     use std::arch::x86_64::*;
 
     use super::LANES;
 
     /// Transposes the 16x16 matrix whose rows are `r` in registers.
     #[target_feature(enable = "avx512f")]
-    fn transpose(r: &mut [__m512; 16]) {
+    pub(crate) fn transpose(r: &mut [__m512; 16]) {
         let mut t = [_mm512_setzero_ps(); 16];
         for i in 0..8 {
             t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
@@ -142,7 +142,8 @@ mod avx512 {
         _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)))
     }
 
-    fn mask(count: usize) -> __mmask16 {
+    /// The first `count` (at most 16) lanes.
+    pub(crate) fn mask(count: usize) -> __mmask16 {
         if count >= 16 {
             0xffff
         } else {

@@ -127,7 +127,9 @@ pub(super) unsafe fn store_tile<T: Float, const MR: usize, const NR: usize>(
 #[derive(Clone, Copy, Debug)]
 pub struct Portable<const MR: usize, const NR: usize>;
 
-impl<T: Float, const MR: usize, const NR: usize> Microkernel<T> for Portable<MR, NR> {
+impl<T: Float + bytemuck::Pod, const MR: usize, const NR: usize> Microkernel<T>
+    for Portable<MR, NR>
+{
     const MR: usize = MR;
     const NR: usize = NR;
     const KC: usize = 256;

@@ -49,7 +49,7 @@ impl<T: Copy> MatRef<'_, T> {
 /// Packs rows `p0..p0 + kc` by columns `j0..j0 + width` of `src` into `dst` as slivers of `W`
 /// columns (see the module docs); returns the packed length, `width.div_ceil(W) * kc * W`.
 /// `W` is a constant so that copying one sliver row is a few vector moves, not a `memcpy` call.
-pub fn pack_block<T: Float, const W: usize>(
+pub fn pack_block<T: Float + Pod, const W: usize>(
     dst: &mut [T],
     src: MatRef<'_, T>,
     p0: usize,
@@ -82,6 +82,8 @@ pub fn pack_block<T: Float, const W: usize>(
                     *x = T::ZERO;
                 }
             }
+        } else if src.rs == 1 && pack_columns_fast(sliver, W, src, (p0, kc), (j, cols)) {
+            // Columns contiguous (a row-major A, a transposed B): packed by 16x16 transposes.
         } else if src.rs == 1 {
             // Columns contiguous: each source column fills one lane of every sliver row.
             for lane in 0..W {
@@ -109,6 +111,90 @@ pub fn pack_block<T: Float, const W: usize>(
         }
     }
     len
+}
+
+/// One sliver (`w` lanes, `kc` rows) of a source whose columns are contiguous (`src.rs == 1`),
+/// columns `j..j + cols` from row `p0`, by 16x16 register transposes where the CPU has AVX-512
+/// and the element is f32; `false` (nothing written) otherwise. Column by column, each element
+/// would be a store of its own, `w` elements apart.
+fn pack_columns_fast<T: Float + Pod>(
+    sliver: &mut [T],
+    w: usize,
+    src: MatRef<'_, T>,
+    (p0, kc): (usize, usize),
+    (j, cols): (usize, usize),
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
+        && std::arch::is_x86_feature_detected!("avx512f")
+    {
+        let (sliver, data): (&mut [f32], &[f32]) = (
+            bytemuck::cast_slice_mut(sliver),
+            bytemuck::cast_slice(src.data),
+        );
+        let cs = src.cs as usize;
+        let first = src.offset(p0, j);
+        // Column l's kc elements start at first + l * cs: the last must be inside `data`
+        // (checked operands guarantee it; a wrong one fails here instead of reading past).
+        assert!(cols <= w && sliver.len() >= kc * w);
+        assert!(cols == 0 || kc == 0 || first + (cols - 1) * cs + kc <= data.len());
+        // SAFETY: AVX-512F was detected just now; the extents were asserted above.
+        unsafe { avx512::pack_columns(sliver, w, &data[first..], cs, kc, cols) };
+        return true;
+    }
+    let _ = (sliver, w, src, p0, kc, j, cols);
+    false
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use crate::kernels::interleave::avx512::{mask, transpose};
+
+    /// `sliver[p * w + l] = src[l * cs + p]` for `p < kc`, `l < cols`, and 0 for the lanes
+    /// `cols..w`: 16 rows by 16 lanes at a time, each block loaded as 16 column pieces,
+    /// transposed in registers and stored as 16 sliver rows.
+    ///
+    /// # Safety
+    /// AVX-512F is available; `cols <= w`, `sliver.len() >= kc * w` and, unless `cols` or `kc`
+    /// is 0, `src.len() >= (cols - 1) * cs + kc`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn pack_columns(
+        sliver: &mut [f32],
+        w: usize,
+        src: &[f32],
+        cs: usize,
+        kc: usize,
+        cols: usize,
+    ) {
+        let mut r = [_mm512_setzero_ps(); 16];
+        for l0 in (0..w).step_by(16) {
+            let lanes = (w - l0).min(16);
+            let store = mask(lanes);
+            for p in (0..kc).step_by(16) {
+                let count = (kc - p).min(16);
+                let load = mask(count);
+                for (l, v) in r.iter_mut().enumerate() {
+                    *v = if l0 + l < cols {
+                        // SAFETY: the unmasked elements (l0 + l) * cs + p .. + count lie below
+                        // (cols - 1) * cs + kc <= src.len(); masked-off ones are not read.
+                        unsafe { _mm512_maskz_loadu_ps(load, src.as_ptr().add((l0 + l) * cs + p)) }
+                    } else {
+                        _mm512_setzero_ps()
+                    };
+                }
+                transpose(&mut r);
+                for (q, &row) in r.iter().enumerate().take(count) {
+                    // SAFETY: lanes l0..l0 + lanes of row p + q < kc end at most at
+                    // (p + q) * w + w <= kc * w <= sliver.len(); the rest is masked off.
+                    unsafe {
+                        _mm512_mask_storeu_ps(sliver.as_mut_ptr().add((p + q) * w + l0), store, row)
+                    };
+                }
+            }
+        }
+    }
 }
 
 /// One cache line: the unit the packing buffers are allocated in, so they are 64-byte aligned.
@@ -220,6 +306,60 @@ mod tests {
             );
             assert!(dst[12..].iter().all(|x| x.is_nan()), "wrote past the block");
         }
+    }
+
+    /// Column-contiguous sources (a row-major A seen transposed) take the transposing path on
+    /// AVX-512 f32: every sliver width the microkernels use, depths around the 16-row blocks,
+    /// partial slivers, against the definition (f64 checks the element-by-element path).
+    #[test]
+    fn column_contiguous_sources_pack_like_the_definition() {
+        fn check<T: Float + Pod + From<u16>, const W: usize>() {
+            let (k, n, cs) = (41, 37, 45);
+            let data: Vec<T> = (0..n * cs).map(|i| T::from(i as u16)).collect();
+            let src = MatRef {
+                data: &data[..],
+                rs: 1,
+                cs: cs as isize,
+            };
+            for (p0, kc) in [(0, 1), (3, 15), (0, 16), (2, 17), (0, 41), (5, 33)] {
+                for (j0, width) in [(0, W), (1, W - 1), (4, 2 * W + 3), (0, n.min(3 * W))] {
+                    if j0 + width > n {
+                        continue;
+                    }
+                    let mut dst = vec![T::ONE; width.div_ceil(W) * kc * W + 7];
+                    let len = pack_block::<T, W>(&mut dst, src, p0, kc, j0, width);
+                    for s in 0..width.div_ceil(W) {
+                        for p in 0..kc {
+                            for l in 0..W {
+                                let j = s * W + l;
+                                let want = if j < width {
+                                    data[(j0 + j) * cs + p0 + p]
+                                } else {
+                                    T::ZERO
+                                };
+                                let got = dst[s * kc * W + p * W + l];
+                                assert!(
+                                    got == want,
+                                    "W {W} p0 {p0} kc {kc} j0 {j0} ({s}, {p}, {l})"
+                                );
+                            }
+                        }
+                    }
+                    assert!(
+                        dst[len..].iter().all(|&x| x == T::ONE),
+                        "wrote past the block"
+                    );
+                }
+            }
+        }
+        check::<f32, 8>();
+        check::<f32, 11>();
+        check::<f32, 13>();
+        check::<f32, 14>();
+        check::<f32, 16>();
+        check::<f32, 32>();
+        check::<f64, 8>();
+        check::<f64, 13>();
     }
 
     #[test]
