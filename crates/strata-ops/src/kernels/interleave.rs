@@ -105,6 +105,7 @@ pub(crate) mod avx512 {
     use super::LANES;
 
     /// Transposes the 16x16 matrix whose rows are `r` in registers.
+    #[inline]
     #[target_feature(enable = "avx512f")]
     pub(crate) fn transpose(r: &mut [__m512; 16]) {
         let mut t = [_mm512_setzero_ps(); 16];
@@ -132,17 +133,20 @@ pub(crate) mod avx512 {
         }
     }
 
+    #[inline]
     #[target_feature(enable = "avx512f")]
     fn lo(a: __m512, b: __m512) -> __m512 {
         _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)))
     }
 
+    #[inline]
     #[target_feature(enable = "avx512f")]
     fn hi(a: __m512, b: __m512) -> __m512 {
         _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)))
     }
 
     /// The first `count` (at most 16) lanes.
+    #[inline]
     pub(crate) fn mask(count: usize) -> __mmask16 {
         if count >= 16 {
             0xffff

@@ -35,6 +35,16 @@ pub struct MatMut<T> {
     pub cs: isize,
 }
 
+impl<T> MatMut<T> {
+    /// The same matrix from column `j` on: only the pointer moves (wrapping), nothing is read.
+    pub fn shifted_to_column(self, j: usize) -> Self {
+        MatMut {
+            ptr: self.ptr.wrapping_offset(j as isize * self.cs),
+            ..self
+        }
+    }
+}
+
 // SAFETY: a `MatMut` is shared between the threads of one product only, and each thread writes
 // a disjoint block of C (`run` hands out non-overlapping row/column ranges, and the caller
 // guarantees distinct (i, j) map to distinct elements). The pointee type is sendable.

@@ -322,6 +322,7 @@ mod tests {
                 cs: cs as isize,
             };
             for (p0, kc) in [(0, 1), (3, 15), (0, 16), (2, 17), (0, 41), (5, 33)] {
+                assert!(p0 + kc <= k && cs >= k);
                 for (j0, width) in [(0, W), (1, W - 1), (4, 2 * W + 3), (0, n.min(3 * W))] {
                     if j0 + width > n {
                         continue;

@@ -318,19 +318,13 @@ pub fn conv<T: GemmFloat + Element>(
                 let part_len = scratch.len() / parts;
                 let tile = (part_len / depth).max(1);
                 for_each_chunk_mut_pinned(&mut scratch[..parts * part_len], part_len, |t, part| {
-                    let y = y; // the whole handle (Sync), not its raw pointer field
                     let mine = (t * columns).min(w.out_len)..((t + 1) * columns).min(w.out_len);
                     for start in mine.clone().step_by(tile) {
                         let end = (start + tile).min(mine.end);
                         let width = end - start;
                         im2col(x, cg, w, start..end, part, 1);
                         let epilogue = epilogue(start);
-                        let y_tile = MatMut {
-                            // SAFETY: column `start` < out_len of row 0 of this group's
-                            // output, in bounds of `y`.
-                            ptr: unsafe { y.ptr.add(start) },
-                            ..y
-                        };
+                        let y_tile = y.shifted_to_column(start);
                         // SAFETY: rows 0..mg and columns start..end of `y` (row stride
                         // out_len) lie inside this group's output, borrowed mutably for this
                         // whole loop; the threads' column ranges are disjoint.
