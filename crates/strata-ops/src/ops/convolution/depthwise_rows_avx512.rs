@@ -59,7 +59,7 @@ pub(super) unsafe fn band(
             macro_rules! rows_of {
                 ($c:literal, $($r:literal),*) => {{
                     $(
-                        while oy + $r <= rows {
+                        while rows - oy >= $r {
                             args.run::<$r, $c>(oy, v0, mask);
                             oy += $r;
                         }

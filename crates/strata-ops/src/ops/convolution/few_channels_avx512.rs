@@ -8,17 +8,18 @@ use std::arch::x86_64::*;
 
 use super::few_channels::{Clamp, ClampKind, LANES, MAX_VECTORS, OC_BLOCK};
 
-/// Output columns `0..cols` (in `count` vectors, `cols > (count - 1) * LANES`) of one row for
-/// every channel `c < channels`: `out[at + c * plane + j] = clamp(bias[c] + sum over taps t of
-/// weights[(c / OC_BLOCK * taps + t) * OC_BLOCK + c % OC_BLOCK] * src[taps[t] + j])`, one
-/// register block of [`OC_BLOCK`] channels x `count` vectors at a time.
+/// One output row (`ow` columns) of every channel `c < channels`: `out[at + c * plane + j] =
+/// clamp(bias[c] + sum over taps t of weights[(c / OC_BLOCK * taps + t) * OC_BLOCK + c %
+/// OC_BLOCK] * src[taps[t] + j])`. A register block of [`OC_BLOCK`] channels x up to
+/// [`MAX_VECTORS`] column vectors at a time, each block of channels finishing its whole row
+/// before the next (written in one go, its cache lines are filled once).
 ///
 /// # Safety
 /// AVX-512F is available; every tap offset is at most `reach`; `out + at + c * plane` is valid
-/// for `cols` writes for every channel, written by no other thread meanwhile.
+/// for `ow` writes for every channel, written by no other thread meanwhile.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn block(
+pub(super) unsafe fn row(
     src: &[f32],
     (taps, reach): (&[usize], usize),
     weights: &[f32],
@@ -26,15 +27,13 @@ pub(super) unsafe fn block(
     clamp: Clamp,
     out: *mut f32,
     (at, plane, channels): (usize, usize, usize),
-    count: usize,
-    cols: usize,
+    ow: usize,
 ) {
+    let vectors = ow.div_ceil(LANES);
     // Every tap's loads stay inside `src` (taps[t] <= reach, the caller's contract).
-    assert!(reach + count * LANES <= src.len());
+    assert!(reach + vectors * LANES <= src.len());
     assert!(weights.len() >= channels.div_ceil(OC_BLOCK) * taps.len() * OC_BLOCK);
     assert!(bias.is_none_or(|b| b.len() >= channels));
-    assert!((1..=MAX_VECTORS).contains(&count));
-    assert!(cols > (count - 1) * LANES && cols <= count * LANES);
     let args = Args {
         src: src.as_ptr(),
         taps,
@@ -45,16 +44,25 @@ pub(super) unsafe fn block(
         at,
         plane,
         channels,
-        cols,
     };
-    // SAFETY: the extents were asserted above; the writes are the caller's contract.
-    unsafe {
-        match count {
-            1 => args.run::<1>(),
-            2 => args.run::<2>(),
-            3 => args.run::<3>(),
-            4 => args.run::<4>(),
-            _ => args.run::<5>(),
+    let chunks = vectors.div_ceil(MAX_VECTORS);
+    for oc0 in (0..channels).step_by(OC_BLOCK) {
+        let mut v0 = 0;
+        for k in 0..chunks {
+            // Chunks as even as possible: the first `vectors % chunks` get one more.
+            let count = vectors / chunks + usize::from(k < vectors % chunks);
+            let cols = (ow - v0 * LANES).min(count * LANES);
+            // SAFETY: the reads were asserted above; the writes are the caller's contract.
+            unsafe {
+                match count {
+                    1 => args.run::<1>(oc0, v0, cols),
+                    2 => args.run::<2>(oc0, v0, cols),
+                    3 => args.run::<3>(oc0, v0, cols),
+                    4 => args.run::<4>(oc0, v0, cols),
+                    _ => args.run::<5>(oc0, v0, cols),
+                }
+            }
+            v0 += count;
         }
     }
 }
@@ -69,65 +77,72 @@ struct Args<'a> {
     at: usize,
     plane: usize,
     channels: usize,
-    cols: usize,
 }
 
 impl Args<'_> {
+    /// Channels `oc0..oc0 + OC_BLOCK` (those below `channels`), vectors `v0..v0 + C` holding
+    /// columns `v0 * LANES..` up to `cols` of them.
+    ///
     /// # Safety
-    /// As [`block`], with `C` its `count`.
+    /// As [`row`], for vectors inside the row.
     #[target_feature(enable = "avx512f")]
     #[inline]
-    unsafe fn run<const C: usize>(&self) {
+    unsafe fn run<const C: usize>(&self, oc0: usize, v0: usize, cols: usize) {
         const R: usize = OC_BLOCK;
         let depth = self.taps.len();
-        let tail = self.cols - (C - 1) * LANES;
+        let tail = cols - (C - 1) * LANES;
         let mask: __mmask16 = if tail >= LANES {
             0xffff
         } else {
             (1u16 << tail) - 1
         };
         let (lo, hi) = (_mm512_set1_ps(self.clamp.lo), _mm512_set1_ps(self.clamp.hi));
-        for oc0 in (0..self.channels).step_by(R) {
-            let valid = (self.channels - oc0).min(R);
-            let mut acc = [[_mm512_setzero_ps(); C]; R];
-            if let Some(bias) = self.bias {
-                for (a, &b) in acc.iter_mut().zip(&bias[oc0..oc0 + valid]) {
-                    *a = [_mm512_set1_ps(b); C];
+        let valid = (self.channels - oc0).min(R);
+        // The bias (zero past the last channel) as a plain array: with the accumulators
+        // started conditionally LLVM kept them in memory, a store after every multiply-add.
+        let mut start = [0.0f32; R];
+        if let Some(bias) = self.bias {
+            start[..valid].copy_from_slice(&bias[oc0..oc0 + valid]);
+        }
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        for (a, &s) in acc.iter_mut().zip(&start) {
+            *a = [_mm512_set1_ps(s); C];
+        }
+        let w = self.weights[oc0 / R * depth * R..][..depth * R].as_ptr();
+        let src = self.src.wrapping_add(v0 * LANES);
+        for (t, &off) in self.taps.iter().enumerate() {
+            let mut x = [_mm512_setzero_ps(); C];
+            for (c, x) in x.iter_mut().enumerate() {
+                // SAFETY: `off + (v0 + C) * LANES <= src.len()` (asserted by `row`).
+                *x = unsafe { _mm512_loadu_ps(src.add(off + c * LANES)) };
+            }
+            for (i, a) in acc.iter_mut().enumerate() {
+                // SAFETY: the block's weights hold `depth * R` values.
+                let w = _mm512_set1_ps(unsafe { *w.add(t * R + i) });
+                for (a, &x) in a.iter_mut().zip(&x) {
+                    *a = _mm512_fmadd_ps(x, w, *a);
                 }
             }
-            let w = self.weights[oc0 / R * depth * R..][..depth * R].as_ptr();
-            for (t, &off) in self.taps.iter().enumerate() {
-                let mut x = [_mm512_setzero_ps(); C];
-                for (c, x) in x.iter_mut().enumerate() {
-                    // SAFETY: `off + C * LANES <= src.len()` (asserted by `block`).
-                    *x = unsafe { _mm512_loadu_ps(self.src.add(off + c * LANES)) };
-                }
-                for (i, a) in acc.iter_mut().enumerate() {
-                    // SAFETY: the block's weights hold `depth * R` values.
-                    let w = _mm512_set1_ps(unsafe { *w.add(t * R + i) });
-                    for (a, &x) in a.iter_mut().zip(&x) {
-                        *a = _mm512_fmadd_ps(x, w, *a);
-                    }
-                }
-            }
-            for (i, a) in acc.iter().enumerate().take(valid) {
-                let o = self.out.wrapping_add(self.at + (oc0 + i) * self.plane);
-                for (c, &v) in a.iter().enumerate() {
-                    let v = match self.clamp.kind {
-                        ClampKind::None => v,
-                        // max(v, lo): a NaN becomes lo, as Relu's `x > 0 ? x : 0`.
-                        ClampKind::NanToLow => _mm512_min_ps(_mm512_max_ps(v, lo), hi),
-                        // max(lo, v): a NaN stays NaN, as Clip's comparisons.
-                        ClampKind::KeepNan => _mm512_min_ps(hi, _mm512_max_ps(lo, v)),
-                    };
-                    // SAFETY: columns c * LANES.. of this row are inside the `cols` the caller
-                    // may write; the last vector is masked to them.
-                    unsafe {
-                        if c + 1 < C {
-                            _mm512_storeu_ps(o.add(c * LANES), v);
-                        } else {
-                            _mm512_mask_storeu_ps(o.add(c * LANES), mask, v);
-                        }
+        }
+        for (i, a) in acc.iter().enumerate().take(valid) {
+            let o = self
+                .out
+                .wrapping_add(self.at + (oc0 + i) * self.plane + v0 * LANES);
+            for (c, &v) in a.iter().enumerate() {
+                let v = match self.clamp.kind {
+                    ClampKind::None => v,
+                    // max(v, lo): a NaN becomes lo, as Relu's `x > 0 ? x : 0`.
+                    ClampKind::NanToLow => _mm512_min_ps(_mm512_max_ps(v, lo), hi),
+                    // max(lo, v): a NaN stays NaN, as Clip's comparisons.
+                    ClampKind::KeepNan => _mm512_min_ps(hi, _mm512_max_ps(lo, v)),
+                };
+                // SAFETY: columns c * LANES.. of this row are inside the `cols` the caller
+                // may write; the last vector is masked to them.
+                unsafe {
+                    if c + 1 < C {
+                        _mm512_storeu_ps(o.add(c * LANES), v);
+                    } else {
+                        _mm512_mask_storeu_ps(o.add(c * LANES), mask, v);
                     }
                 }
             }

@@ -26,6 +26,7 @@ mod integer_conv_gemm;
 pub(crate) mod integer_conv_kernel;
 mod integer_depthwise;
 pub mod qlinear_conv;
+mod row_band;
 pub mod winograd;
 
 use crate::OpTable;
