@@ -13,6 +13,8 @@ use crate::kernels::{resolve_auto_pad, Activation, GemmFloat, Prepacked};
 use crate::ops::convolution::conv_kernel::{
     conv, conv_output_dims, conv_scratch_len, prepack_conv_weights, ConvParams,
 };
+use crate::ops::convolution::depthwise_blocked::{self, BlockedWeights};
+use crate::ops::convolution::few_channels::{self, FewChannelWeights};
 use crate::ops::convolution::winograd::{self, WinogradWeights};
 use crate::support::inputs::{optional, required};
 use crate::support::numeric::Real;
@@ -267,13 +269,17 @@ impl Operator for Conv {
         match (inputs[0].dtype, device) {
             (DType::F32, Device::Cpu) => {
                 let winograd = winograd_weights(inputs, &planned)?;
+                let few_channels = few_channel_weights(inputs, &planned)?;
+                let depthwise = depthwise_weights(inputs, &planned)?;
                 Ok(Box::new(ConvKernel::<f32> {
                     op: self.clone(),
-                    packed: match winograd {
-                        Some(_) => None,
-                        None => prepack(inputs, &planned)?,
+                    packed: match (&winograd, &few_channels) {
+                        (None, None) => prepack(inputs, &planned)?,
+                        _ => None,
                     },
                     winograd,
+                    few_channels,
+                    depthwise,
                     weight_dims: inputs[1].concrete(),
                     planned,
                 }))
@@ -282,6 +288,8 @@ impl Operator for Conv {
                 op: self.clone(),
                 packed: prepack(inputs, &planned)?,
                 winograd: None,
+                few_channels: None,
+                depthwise: None,
                 weight_dims: inputs[1].concrete(),
                 planned,
             })),
@@ -339,6 +347,44 @@ fn winograd_weights(
     Ok(Some(WinogradWeights::new(values, w_dims[0], w_dims[1])?))
 }
 
+/// A constant f32 weight reordered for the direct few-input-channel kernel, when the planned
+/// dims make it pay (see `few_channels::pays`); it then replaces the packed weight for every run.
+fn few_channel_weights(
+    inputs: &[&Fact],
+    planned: &Option<(Vec<usize>, ConvParams)>,
+) -> OpResult<Option<FewChannelWeights>> {
+    let (Some((x_dims, params)), Some(weight)) = (planned, inputs[1].value.as_ref()) else {
+        return Ok(None);
+    };
+    if !few_channels::pays(x_dims, weight.dims(), params) {
+        return Ok(None);
+    }
+    let read = weight.read::<f32>()?;
+    let Some(values) = read.as_slice() else {
+        return Ok(None);
+    };
+    Ok(Some(FewChannelWeights::new(values, weight.dims())?))
+}
+
+/// A constant f32 depthwise weight interleaved for the blocked kernel, when the planned dims
+/// take it (see `depthwise_blocked::prepack_pays`).
+fn depthwise_weights(
+    inputs: &[&Fact],
+    planned: &Option<(Vec<usize>, ConvParams)>,
+) -> OpResult<Option<BlockedWeights>> {
+    let (Some((x_dims, params)), Some(weight)) = (planned, inputs[1].value.as_ref()) else {
+        return Ok(None);
+    };
+    if !depthwise_blocked::prepack_pays(x_dims, weight.dims(), params) {
+        return Ok(None);
+    }
+    let read = weight.read::<f32>()?;
+    let Some(values) = read.as_slice() else {
+        return Ok(None);
+    };
+    Ok(Some(BlockedWeights::new(values, weight.dims())?))
+}
+
 #[derive(Debug)]
 struct ConvKernel<T> {
     op: Conv,
@@ -347,9 +393,23 @@ struct ConvKernel<T> {
     packed: Option<Vec<Prepacked<T>>>,
     /// Or the weight transformed for Winograd (f32 3x3 stride 1 only).
     winograd: Option<WinogradWeights>,
+    /// Or the weight reordered for the direct few-input-channel kernel (f32 only).
+    few_channels: Option<FewChannelWeights>,
+    /// Or the depthwise weight interleaved for the blocked kernel (f32 only).
+    depthwise: Option<BlockedWeights>,
     /// The weight's dims when they were known at plan time: with the weight packed, the plan
     /// frees the original and binds an undefined tensor in its place.
     weight_dims: Option<Vec<usize>>,
+}
+
+impl<T> ConvKernel<T> {
+    /// Whether the kernel holds its own copy of the weight (packed, transformed or reordered).
+    fn holds_weight(&self) -> bool {
+        self.packed.is_some()
+            || self.winograd.is_some()
+            || self.few_channels.is_some()
+            || self.depthwise.is_some()
+    }
 }
 
 impl<T: Element + GemmFloat> Kernel for ConvKernel<T> {
@@ -357,9 +417,7 @@ impl<T: Element + GemmFloat> Kernel for ConvKernel<T> {
         let (x, w, b, out) = (io.input(0), io.input(1), io.input(2), io.output(0));
         let weight_dims = match (&self.weight_dims, w.is_defined()) {
             (_, true) => w.dims(),
-            (Some(dims), false) if self.packed.is_some() || self.winograd.is_some() => {
-                dims.as_slice()
-            }
+            (Some(dims), false) if self.holds_weight() => dims.as_slice(),
             _ => return Err(OpError::kernel("Conv", "the weight input is missing")),
         };
         let fresh;
@@ -420,6 +478,27 @@ impl<T: Element + GemmFloat> Kernel for ConvKernel<T> {
         };
         let input = rx.as_slice().ok_or_else(not_contiguous)?;
         let output = wo.as_mut_slice().ok_or_else(not_contiguous)?;
+        if self.few_channels.is_some() || self.depthwise.is_some() {
+            fn cast<T: Pod>(v: &[T]) -> Option<&[f32]> {
+                bytemuck::try_cast_slice::<T, f32>(v).ok()
+            }
+            let wrong = || OpError::kernel("Conv", "prepacked direct kernels run on f32 only");
+            let input = cast(input).ok_or_else(wrong)?;
+            let bias = bias.map(|b| cast(b).ok_or_else(wrong)).transpose()?;
+            let residual = residual.map(|r| cast(r).ok_or_else(wrong)).transpose()?;
+            let output = bytemuck::try_cast_slice_mut::<T, f32>(output).map_err(|_| wrong())?;
+            let (dims, threads) = (x.dims(), io.threads);
+            match (&self.few_channels, &self.depthwise) {
+                (Some(fc), _) => {
+                    few_channels::conv(input, dims, fc, params, bias, residual, output, threads)?
+                }
+                (_, Some(dw)) => depthwise_blocked::depthwise_prepacked(
+                    input, dims, dw, params, bias, residual, output, threads,
+                )?,
+                (None, None) => {}
+            }
+            return Ok(());
+        }
         if let Some(transformed) = &self.winograd {
             // Built for f32 only, so these casts are identities.
             fn as_f32<T: Pod>(v: &[T]) -> Option<&[f32]> {
@@ -468,11 +547,7 @@ impl<T: Element + GemmFloat> Kernel for ConvKernel<T> {
     fn capabilities(&self) -> KernelCapabilities<'_> {
         KernelCapabilities {
             // Every product reads the packed groups, whatever dims a run brings.
-            packed_inputs: if self.packed.is_some() || self.winograd.is_some() {
-                &[1]
-            } else {
-                &[]
-            },
+            packed_inputs: if self.holds_weight() { &[1] } else { &[] },
             ..KernelCapabilities::default()
         }
     }

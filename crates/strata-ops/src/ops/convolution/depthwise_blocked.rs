@@ -25,6 +25,11 @@ use crate::kernels::spatial::WindowGeometry;
 use super::depthwise_band::BandShape;
 #[cfg(target_arch = "x86_64")]
 use super::depthwise_blocked_avx512;
+use super::depthwise_rows;
+use super::few_channels::window;
+use crate::kernels::error::{KernelError, KernelResult};
+use crate::ops::convolution::conv_kernel::ConvParams;
+use strata_core::{DType, Device, MemoryKind, Tensor};
 
 /// An element the blocked kernel computes in.
 trait FloatPod: Float + Pod {}
@@ -66,6 +71,62 @@ pub(crate) fn depthwise_blocked<T: Float + Pod>(
     if w.out_len == 0 || channels == 0 {
         return;
     }
+    // Wide f32 planes go row by row on the NCHW data instead (no transposes).
+    if TypeId::of::<T>() == TypeId::of::<f32>() && depthwise_rows::pays(w, channels, channels) {
+        fn cast<T: Pod>(v: &[T]) -> &[f32] {
+            bytemuck::cast_slice(v)
+        }
+        depthwise_rows::depthwise_rows(
+            cast(input),
+            cast(weight),
+            bias.map(cast),
+            channels,
+            w,
+            post,
+            residual.map(cast),
+            bytemuck::cast_slice_mut(out),
+            threads,
+        );
+        return;
+    }
+    blocked(
+        input,
+        Weights::Plain(weight),
+        bias,
+        channels,
+        w,
+        post,
+        residual,
+        out,
+        threads,
+    );
+}
+
+/// A depthwise weight as the blocked kernel reads it.
+#[derive(Clone, Copy)]
+enum Weights<'a, T> {
+    /// `[channels, taps]`, interleaved per block on every run.
+    Plain(&'a [T]),
+    /// Interleaved once ([`BlockedWeights`]): block `b`'s taps at `[b * taps..][..taps]`.
+    Interleaved(&'a [[T; LANES]]),
+}
+
+/// [`depthwise_blocked`] on the blocked kernel, whatever the plane width.
+#[allow(clippy::too_many_arguments)]
+fn blocked<T: Float + Pod>(
+    input: &[T],
+    weight: Weights<'_, T>,
+    bias: Option<&[T]>,
+    channels: usize,
+    w: &WindowGeometry,
+    post: Activation,
+    residual: Option<&[T]>,
+    out: &mut [T],
+    threads: usize,
+) {
+    if w.out_len == 0 || channels == 0 {
+        return;
+    }
     let (rows, cols) = (Axis::of(w, 0), Axis::of(w, 1));
     let bands = Bands::of(rows, cols);
     let batch_in = channels * w.in_len;
@@ -84,10 +145,24 @@ pub(crate) fn depthwise_blocked<T: Float + Pod>(
             let c0 = blk * LANES;
             let lanes = (channels - c0).min(LANES);
             let taps = w.kernel_len;
+            let mut local = [[T::ZERO; LANES]; MAX_TAPS];
+            let wt = match weight {
+                Weights::Interleaved(all) => &all[blk * taps..][..taps],
+                Weights::Plain(weight) => {
+                    // Interleaved now; lanes past the block's channels stay zero.
+                    let k = &weight[c0 * taps..][..lanes * taps];
+                    for (l, kl) in k.chunks_exact(taps).enumerate() {
+                        for (t, &v) in kl.iter().enumerate() {
+                            local[t][l] = v;
+                        }
+                    }
+                    &local[..taps]
+                }
+            };
             with_pack_buffers::<T, _>(bands.in_len, bands.out_len, |band_in, band_out| {
                 block(
                     &x[c0 * w.in_len..][..lanes * w.in_len],
-                    &weight[c0 * taps..][..lanes * taps],
+                    wt,
                     bias.map(|b| &b[c0..c0 + lanes]),
                     &bands,
                     post,
@@ -108,6 +183,143 @@ pub(crate) fn depthwise_blocked<T: Float + Pod>(
             crate::parallel::for_each_chunk_mut_pinned(y, block_out, task);
         }
     }
+}
+
+/// A constant f32 depthwise weight `[channels, 1, kh, kw]` interleaved once, at plan time, for
+/// the blocked kernel: per block of [`LANES`] channels, one vector per tap (zero past the last
+/// channel). Held by the plan in Persistent memory; the original is freed.
+#[derive(Debug)]
+pub struct BlockedWeights {
+    data: Tensor,
+    /// `[channels, 1, kh, kw]`.
+    dims: [usize; 4],
+}
+
+impl BlockedWeights {
+    pub fn new(weight: &[f32], weight_dims: &[usize]) -> KernelResult<Self> {
+        let invalid = |reason: String| KernelError::InvalidParam {
+            op: "Conv",
+            param: "weight",
+            reason,
+        };
+        let &[channels, 1, kh, kw] = weight_dims else {
+            return Err(invalid(format!(
+                "{weight_dims:?} is not a 2-D depthwise kernel"
+            )));
+        };
+        let taps = kh * kw;
+        if taps == 0 || taps > MAX_TAPS || channels.checked_mul(taps) != Some(weight.len()) {
+            return Err(invalid(format!(
+                "{} values do not make a {weight_dims:?} kernel of at most {MAX_TAPS} taps",
+                weight.len()
+            )));
+        }
+        let len = channels.div_ceil(LANES) * taps * LANES;
+        let data = Tensor::empty(&[len], DType::F32, Device::Cpu, MemoryKind::Persistent)
+            .map_err(|e| invalid(e.to_string()))?;
+        {
+            let mut guard = data.write::<f32>().map_err(|e| invalid(e.to_string()))?;
+            let dst = guard
+                .as_mut_slice()
+                .ok_or_else(|| invalid("fresh buffer is not contiguous".into()))?;
+            dst.fill(0.0);
+            for (c, k) in weight.chunks_exact(taps).enumerate() {
+                let (b, l) = (c / LANES, c % LANES);
+                for (t, &v) in k.iter().enumerate() {
+                    dst[(b * taps + t) * LANES + l] = v;
+                }
+            }
+        }
+        Ok(BlockedWeights {
+            data,
+            dims: [channels, 1, kh, kw],
+        })
+    }
+}
+
+/// Whether a constant depthwise weight of a Conv with these planned dims is worth interleaving
+/// at plan time: the layer takes the blocked kernel (not the row kernel, which reads the
+/// original weight as it is).
+pub(crate) fn prepack_pays(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) -> bool {
+    let (Some(&c), [m, 1, _, _]) = (input_dims.get(1), weight_dims) else {
+        return false;
+    };
+    input_dims.len() == 4
+        && p.groups == c
+        && *m == c
+        && window(input_dims, weight_dims, p)
+            .is_ok_and(|w| pays(&w, c, c) && !depthwise_rows::pays(&w, c, c))
+}
+
+/// The depthwise Conv `out = post(conv(input, weight) + bias + residual)` with the weight in
+/// `weights`, for an NCHW `input` of `input_dims`. Lengths are checked.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn depthwise_prepacked(
+    input: &[f32],
+    input_dims: &[usize],
+    weights: &BlockedWeights,
+    p: &ConvParams,
+    bias: Option<&[f32]>,
+    residual: Option<&[f32]>,
+    out: &mut [f32],
+    threads: usize,
+) -> KernelResult<()> {
+    let channels = weights.dims[0];
+    if input_dims.len() != 4 || input_dims[1] != channels || p.groups != channels {
+        return Err(KernelError::InvalidParam {
+            op: "Conv",
+            param: "input",
+            reason: format!("{input_dims:?} does not fit the {:?} kernel", weights.dims),
+        });
+    }
+    let w = window(input_dims, &weights.dims, p)?;
+    let planes = input_dims[0] * channels;
+    let check = |buffer: &'static str, actual: usize, expected: usize| {
+        if actual == expected {
+            Ok(())
+        } else {
+            Err(KernelError::BufferLength {
+                op: "Conv",
+                buffer,
+                expected,
+                actual,
+            })
+        }
+    };
+    check("input", input.len(), planes * w.in_len)?;
+    check("output", out.len(), planes * w.out_len)?;
+    if let Some(r) = residual {
+        check("residual", r.len(), out.len())?;
+    }
+    if let Some(b) = bias {
+        check("bias", b.len(), channels)?;
+    }
+    let read = weights
+        .data
+        .read::<f32>()
+        .map_err(|e| KernelError::InvalidParam {
+            op: "Conv",
+            param: "weight",
+            reason: e.to_string(),
+        })?;
+    let packed = read.as_slice().ok_or_else(|| KernelError::InvalidParam {
+        op: "Conv",
+        param: "weight",
+        reason: "packed weight is not contiguous".into(),
+    })?;
+    let vectors: &[[f32; LANES]] = bytemuck::cast_slice(packed);
+    blocked(
+        input,
+        Weights::Interleaved(vectors),
+        bias,
+        channels,
+        &w,
+        p.post,
+        residual,
+        out,
+        threads,
+    );
+    Ok(())
 }
 
 /// How a plane is cut into bands of output rows, and the buffers one band needs.
@@ -146,11 +358,12 @@ impl Bands {
 }
 
 multiversion! {
-    /// One block of `lanes <= LANES` channels: `x` holds its input planes, `k` its weights
-    /// (`taps` per channel), `y` (and `residual`) its output planes.
+    /// One block of `lanes <= LANES` channels: `x` holds its input planes, `wt` its weights
+    /// interleaved (one vector per tap, zero past the block's channels), `y` (and `residual`)
+    /// its output planes.
     fn block<T: FloatPod>(
         x: &[T],
-        k: &[T],
+        wt: &[[T; LANES]],
         bias: Option<&[T]>,
         bands: &Bands,
         post: Activation,
@@ -162,13 +375,6 @@ multiversion! {
         let Bands { rows, cols, span, .. } = *bands;
         let (taps, lanes) = (rows.taps * cols.taps, y.len() / (rows.output * cols.output));
         let (in_len, out_len) = (rows.input * cols.input, rows.output * cols.output);
-        // Weights and bias interleaved; lanes past the block's channels stay zero.
-        let mut wt = [[T::ZERO; LANES]; MAX_TAPS];
-        for (l, kl) in k.chunks_exact(taps).enumerate() {
-            for (t, &v) in kl.iter().enumerate() {
-                wt[t][l] = v;
-            }
-        }
         let mut start = [T::ZERO; LANES];
         if let Some(bias) = bias {
             start[..lanes].copy_from_slice(bias);
@@ -178,7 +384,7 @@ multiversion! {
         for (t, at) in tap_at[..taps].iter_mut().enumerate() {
             *at = (t / cols.taps) * rows.dilation * span + (t % cols.taps) * cols.dilation;
         }
-        let (wt, tap_at) = (&wt[..taps], &tap_at[..taps]);
+        let tap_at = &tap_at[..taps];
         let ow = cols.output;
         let mut oy0 = 0;
         while oy0 < rows.output {
@@ -448,6 +654,68 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The blocked kernel on weights interleaved at plan time equals the plane kernel, wide
+    /// planes included (the Conv only prepacks narrow ones, but the kernel takes any), with
+    /// bias, residual and activation, at 1 and 2 threads; bad lengths are errors.
+    #[test]
+    fn prepacked_equals_the_plane_kernel() {
+        let cases = [
+            // (channels, hw, k, stride, pads, batch)
+            (960, [7, 7], 3, 1, [1, 1], 1),
+            (40, [14, 14], 3, 2, [1, 1], 2),
+            (17, [9, 11], 5, 1, [2, 2], 1),
+            (33, [12, 12], 3, 2, [0, 1], 1),
+            (24, [30, 30], 3, 1, [1, 1], 1),
+        ];
+        for (i, &(c, hw, k, s, pad, batch)) in cases.iter().enumerate() {
+            let w = geometry(hw, k, s, pad, 1);
+            let x = values(batch * c * w.in_len, i as u32);
+            let kw = values(c * w.kernel_len, 100 + i as u32);
+            let bias = values(c, 200 + i as u32);
+            let res = values(batch * c * w.out_len, 300 + i as u32);
+            let packed = BlockedWeights::new(&kw, &[c, 1, k, k]).unwrap();
+            for (post, residual) in [
+                (Activation::None, None),
+                (Activation::Clip { min: 0.0, max: 6.0 }, None),
+                (Activation::HardSwish, Some(&res[..])),
+            ] {
+                let p = ConvParams {
+                    kernel: vec![k, k],
+                    strides: vec![s, s],
+                    pads_begin: vec![pad[0], pad[0]],
+                    pads_end: vec![pad[1], pad[1]],
+                    dilations: vec![1, 1],
+                    groups: c,
+                    post,
+                };
+                let dims = [batch, c, hw[0], hw[1]];
+                let mut want = vec![0.0f32; batch * c * w.out_len];
+                depthwise(&x, &kw, Some(&bias), c, c, &w, post, residual, &mut want, 1);
+                for threads in [1, 2] {
+                    let pool = crate::parallel::ThreadPool::new(threads).unwrap();
+                    let mut got = vec![f32::NAN; want.len()];
+                    crate::parallel::install(&pool, || {
+                        let b = Some(&bias[..]);
+                        depthwise_prepacked(&x, &dims, &packed, &p, b, residual, &mut got, threads)
+                    })
+                    .unwrap();
+                    for (j, (a, b)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                            "case {i} {post:?} threads {threads}: element {j}: {a} vs {b}"
+                        );
+                    }
+                }
+                let mut short = vec![0.0f32; want.len() - 1];
+                let b = Some(&bias[..]);
+                assert!(
+                    depthwise_prepacked(&x, &dims, &packed, &p, b, None, &mut short, 1).is_err()
+                );
+            }
+        }
+        assert!(BlockedWeights::new(&[1.0; 8], &[3, 1, 3, 3]).is_err());
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Convolution in one place: Conv (im2col + GEMM kernels in `conv_kernel` / `im2col`, the direct
-//! depthwise kernels in `depthwise` (per plane) and `depthwise_blocked` (channel blocks), Winograd F(4x4, 3x3) for 3x3 stride-1 layers in `winograd`),
+//! depthwise kernels in `depthwise` (per plane) and `depthwise_blocked` (channel blocks), Winograd F(4x4, 3x3) for 3x3 stride-1 layers in `winograd`, a direct kernel for layers with few input channels in `few_channels`),
 //! ConvTranspose (GEMM then the `col2im_fold`), DeformConv, the Col2Im operator, and the integer
 //! convolutions ConvInteger and QLinearConv on `integer_conv_kernel`.
 
@@ -12,14 +12,21 @@ pub mod conv_transpose;
 pub mod deform_conv;
 pub(crate) mod depthwise;
 mod depthwise_band;
-mod depthwise_blocked;
+pub(crate) mod depthwise_blocked;
 #[cfg(target_arch = "x86_64")]
 mod depthwise_blocked_avx512;
+mod depthwise_rows;
+#[cfg(target_arch = "x86_64")]
+mod depthwise_rows_avx512;
+pub(crate) mod few_channels;
+#[cfg(target_arch = "x86_64")]
+mod few_channels_avx512;
 mod im2col;
 mod integer_conv_gemm;
 pub(crate) mod integer_conv_kernel;
 mod integer_depthwise;
 pub mod qlinear_conv;
+mod row_band;
 pub mod winograd;
 
 use crate::OpTable;
