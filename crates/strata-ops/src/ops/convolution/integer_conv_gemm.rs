@@ -15,8 +15,8 @@ use std::sync::Arc;
 use strata_core::Tensor;
 
 use crate::kernels::igemm::{
-    igemm, nhwc_scratch, pack_b_into, tap_major_weights, Epilogue, Im2colA, Im2colGeometry,
-    Im2colNhwc, IntSlice, MatrixA, OutMat, PackedB, Requant,
+    igemm, nhwc_scratch, pack_b_into, padded_channels, tap_major_weights, Epilogue, Im2colA,
+    Im2colGeometry, Im2colNhwc, IntSlice, MatrixA, OutMat, PackedB, Requant,
 };
 use crate::ops::convolution::integer_conv_kernel::ResolvedConv;
 use crate::ops::convolution::integer_depthwise::{depthwise, DepthwiseGeometry};
@@ -103,10 +103,14 @@ impl Plane {
         self.kernel == (1, 1) && self.stride == (1, 1) && self.pad == (0, 0)
     }
 
-    /// Whether constant weights are packed tap-major for [`Im2colNhwc`] (every im2col
-    /// convolution).
+    /// Whether constant weights are packed tap-major for [`Im2colNhwc`]: every im2col
+    /// convolution whose channels padded to 4 add at most a quarter to the depth (3 input
+    /// channels, as in a network's first layer, would add a third: those read NCHW).
     fn tap_major(&self) -> bool {
-        !self.is_depthwise() && !self.is_pointwise()
+        let cg = self.group_in();
+        !self.is_depthwise()
+            && !self.is_pointwise()
+            && padded_channels(cg).is_some_and(|c4| c4 * 4 <= cg * 5)
     }
 
     /// The im2col view of one image and group whose input starts at `offset`.
