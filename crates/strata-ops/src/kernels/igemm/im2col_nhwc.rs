@@ -8,7 +8,10 @@
 //! [`tap_major_weights`].
 //!
 //! The extra channels cost nothing in the result: their A values equal the zero point, so
-//! `(a - a_zero) (b - b_zero) = 0` whatever B holds there.
+//! `(a - a_zero) (b - b_zero) = 0` whatever B holds there. Where rounding up to 4 would add
+//! more than a quarter to the depth (3 channels, as in a network's first layer), the copy keeps
+//! `C` bytes a pixel instead ("dense"), and each pixel's depth row is assembled from its
+//! windows' contiguous runs (one of `kw * C` bytes per kernel row) before going to the slots.
 
 use super::im2col::Im2colGeometry;
 use super::pack::{IntSlice, PackA};
@@ -38,25 +41,45 @@ fn padded_plane(g: &Im2colGeometry) -> Option<(usize, usize)> {
     ))
 }
 
+/// The dense path's depth row buffer (on the stack): its depth plus [`SLACK`] must fit.
+const ROW_MAX: usize = 1024;
+/// Bytes past the copy's end and the depth row's end that the dense path's 16-byte moves may
+/// touch.
+const SLACK: usize = 16;
+
+/// Bytes a pixel of the channels-last copy of `g`'s input: its channels rounded up to 4, or
+/// as they are (dense) when that would add more than a quarter and the depth fits the row
+/// buffer.
+pub fn pixel_bytes(g: &Im2colGeometry) -> Option<usize> {
+    let c = g.channels;
+    let c4 = padded_channels(c)?;
+    let taps = g.kernel.0.checked_mul(g.kernel.1)?;
+    let dense = c4 * 4 > c * 5 && taps.checked_mul(c)?.checked_add(SLACK)? <= ROW_MAX;
+    Some(if dense { c } else { c4 })
+}
+
 /// `(bytes, pixels)`: the sizes of the channels-last copy and of its per-pixel sums
 /// ([`Im2colNhwc::new`]'s `buf` and `pixel_sums`); `None` on overflow.
 pub fn nhwc_scratch(g: &Im2colGeometry) -> Option<(usize, usize)> {
     let (h, w) = padded_plane(g)?;
     let pixels = h.checked_mul(w)?;
-    Some((pixels.checked_mul(padded_channels(g.channels)?)?, pixels))
+    let bytes = pixels.checked_mul(pixel_bytes(g)?)?.checked_add(SLACK)?;
+    Some((bytes, pixels))
 }
 
 /// `w` (`[out][channels][taps]`, taps = `kh * kw` in row-major order) reordered as
-/// `[out][taps][C4]` for [`Im2colNhwc`]'s depth order, zero in the added channels.
+/// `[out][taps][c4]` for [`Im2colNhwc`]'s depth order (`c4` = [`pixel_bytes`] >= channels),
+/// zero in the added channels.
 pub fn tap_major_weights<T: Copy + Default>(
     w: &[T],
     out: usize,
     channels: usize,
     taps: usize,
+    c4: usize,
 ) -> Option<Vec<T>> {
-    let c4 = padded_channels(channels)?;
     let k = c4.checked_mul(taps)?;
-    if Some(w.len()) != out.checked_mul(channels).and_then(|v| v.checked_mul(taps)) {
+    if c4 < channels || Some(w.len()) != out.checked_mul(channels).and_then(|v| v.checked_mul(taps))
+    {
         return None;
     }
     let mut r = vec![T::default(); out.checked_mul(k)?];
@@ -77,6 +100,7 @@ pub struct Im2colNhwc<'a> {
     buf: &'a [u8],
     pixel_sums: &'a [i32],
     geometry: Im2colGeometry,
+    /// Bytes a pixel ([`pixel_bytes`]): a multiple of 4, or the channels (dense).
     c4: usize,
     /// Padded plane width (W').
     width: usize,
@@ -119,7 +143,7 @@ impl<'a> Im2colNhwc<'a> {
             op: OP,
             what: "channels-last input",
         })?;
-        let c4 = padded_channels(g.channels).unwrap_or(0);
+        let c4 = pixel_bytes(g).unwrap_or(0);
         if buf.len() < bytes || pixel_sums.len() < pixels {
             return Err(KernelError::BufferLength {
                 op: OP,
@@ -129,6 +153,8 @@ impl<'a> Im2colNhwc<'a> {
             });
         }
         let (buf, pixel_sums) = (&mut buf[..bytes], &mut pixel_sums[..pixels]);
+        let (plane, slack) = buf.split_at_mut(bytes - SLACK);
+        slack.fill(0);
         let shift = data.a_shift();
         let pad = (zero_point + shift).clamp(0, 255) as u8;
         let flip = if data.is_signed() { 0x80 } else { 0 };
@@ -142,7 +168,7 @@ impl<'a> Im2colNhwc<'a> {
         } else {
             hp
         };
-        for_each_chunk_mut(buf, line_bytes, per_task, |yp, out| {
+        for_each_chunk_mut(plane, line_bytes, per_task, |yp, out| {
             out.fill(pad);
             let Some(y) = yp.checked_sub(g.pad.0).filter(|&y| y < g.in_h) else {
                 return;
@@ -198,11 +224,14 @@ impl PackA for Im2colNhwc<'_> {
         let (c4, wp) = (self.c4, self.width);
         let per_tap = c4 / 4;
         #[cfg(target_arch = "x86_64")]
-        if self.avx512 && rows == 8 && mr == 8 && c4 >= 16 && kh > 0 && kw > 0 {
+        if self.avx512 && rows == 8 && mr == 8 && c4 % 4 == 0 && c4 >= 16 && kh > 0 && kw > 0 {
             return self.pack_eight_avx512(i0, dst, sums);
         }
         if rows < mr {
             dst.fill(0);
+        }
+        if c4 % 4 != 0 {
+            return self.pack_dense(i0, rows, mr, dst, sums);
         }
         let (mut oy, mut ox) = (i0 / g.out_w, i0 % g.out_w);
         for (i, sum) in sums.iter_mut().enumerate().take(rows) {
@@ -234,6 +263,58 @@ impl PackA for Im2colNhwc<'_> {
 }
 
 impl Im2colNhwc<'_> {
+    /// [`PackA::pack_tile`] for a dense copy (`c4` = the channels, not a multiple of 4): each
+    /// pixel's depth row is assembled from its windows' runs (a kernel row's `kw * c4` bytes
+    /// when columns are not dilated, else a tap's `c4`) with 16-byte moves, then written to
+    /// the slots 4 bytes at a time. `dst` was zeroed past `rows` by the caller.
+    fn pack_dense(&self, i0: usize, rows: usize, mr: usize, dst: &mut [u8], sums: &mut [i32]) {
+        let g = &self.geometry;
+        let (kh, kw) = g.kernel;
+        let (c4, wp) = (self.c4, self.width);
+        let k = self.depth();
+        let kp = k.div_ceil(4) * 4;
+        let (runs_per_row, run_len) = if g.dilation.1 == 1 {
+            (1, kw * c4)
+        } else {
+            (kw, c4)
+        };
+        let mut row = [0u8; ROW_MAX];
+        assert!(kp + SLACK <= ROW_MAX, "dense depth beyond the row buffer");
+        let (mut oy, mut ox) = (i0 / g.out_w, i0 % g.out_w);
+        for (i, sum) in sums.iter_mut().enumerate().take(rows) {
+            let (y0, x0) = (oy * g.stride.0, ox * g.stride.1);
+            let mut at = 0;
+            let mut s = 0;
+            for ky in 0..kh {
+                let line = (y0 + ky * g.dilation.0) * wp + x0;
+                for kx in 0..kw {
+                    s += self.pixel_sums[line + kx * g.dilation.1];
+                }
+                for r in 0..runs_per_row {
+                    let from = (line + r * g.dilation.1) * c4;
+                    // Whole 16-byte moves: the last may read into the next pixels (or the
+                    // copy's slack) and write past the run, overwritten by the next one.
+                    for off in (0..run_len).step_by(SLACK) {
+                        row[at + off..at + off + SLACK]
+                            .copy_from_slice(&self.buf[from + off..from + off + SLACK]);
+                    }
+                    at += run_len;
+                }
+            }
+            row[k..kp].fill(0);
+            for (q, four) in row[..kp].chunks_exact(4).enumerate() {
+                let to = q * mr * 4 + i * 4;
+                dst[to..to + 4].copy_from_slice(four);
+            }
+            *sum = s;
+            ox += 1;
+            if ox == g.out_w {
+                (oy, ox) = (oy + 1, 0);
+            }
+        }
+        sums[rows..].fill(0);
+    }
+
     /// [`PackA::pack_tile`] for a full tile of 8 rows with AVX-512 ([`pack_taps_avx512`]); the
     /// row sums from the per-pixel sums.
     #[cfg(target_arch = "x86_64")]
@@ -406,12 +487,15 @@ mod tests {
             };
             let zero = rng.below(256) as i32 - if signed { 128 } else { 0 };
             let packed_zero = (zero + data.a_shift()) as u8;
+            let c4 = pixel_bytes(&geometry).unwrap();
+            assert!(c4 == padded_channels(channels).unwrap() || c4 == channels);
             let (bytes, pixels) = nhwc_scratch(&geometry).unwrap();
             let (mut buf, mut pixel_sums) = (vec![0x5Au8; bytes + 3], vec![9i32; pixels]);
             let a = Im2colNhwc::new(data, geometry, zero, &mut buf, &mut pixel_sums).unwrap();
             let reference = Im2colA::new(data, geometry, zero).unwrap();
-            let (taps, c4) = (kernel.0 * kernel.1, padded_channels(channels).unwrap());
+            let taps = kernel.0 * kernel.1;
             assert_eq!(a.depth(), taps * c4);
+            let got_kp = a.depth().div_ceil(4) * 4;
             assert_eq!(a.rows(), out_h * out_w);
             let kp = reference.depth().div_ceil(4) * 4;
             for mr in [1, 4, 8] {
@@ -419,7 +503,7 @@ mod tests {
                     let rows = mr.min(a.rows() - i0);
                     let (mut want, mut want_sums) = (vec![0u8; kp * mr], vec![0i32; mr]);
                     reference.pack_tile(i0, rows, mr, &mut want, &mut want_sums);
-                    let (mut got, mut got_sums) = (vec![0xC3u8; a.depth() * mr], vec![-1; mr]);
+                    let (mut got, mut got_sums) = (vec![0xC3u8; got_kp * mr], vec![-1; mr]);
                     a.pack_tile(i0, rows, mr, &mut got, &mut got_sums);
                     let at = |d: usize, i: usize| (d / 4) * mr * 4 + i * 4 + d % 4;
                     for i in 0..mr {
@@ -433,6 +517,9 @@ mod tests {
                                 };
                                 assert_eq!(v, expected, "{geometry:?} mr {mr} i0 {i0} row {i}");
                             }
+                        }
+                        for d in a.depth()..got_kp {
+                            assert_eq!(got[at(d, i)], 0, "{geometry:?} depth padding");
                         }
                     }
                     // Row sums: the reference's plus the added channels' zero points.
@@ -458,10 +545,14 @@ mod tests {
                 (0..3).flat_map(move |c| (0..2).map(move |t| (100 * j + 10 * c + t) as i8))
             })
             .collect();
-        let r = tap_major_weights(&w, 2, 3, 2).unwrap();
+        let r = tap_major_weights(&w, 2, 3, 2, 4).unwrap();
         assert_eq!(r.len(), 2 * 2 * 4);
         assert_eq!(&r[..8], &[0, 10, 20, 0, 1, 11, 21, 0]);
         assert_eq!(&r[8..], &[100, 110, 120, 0, 101, 111, 121, 0]);
-        assert!(tap_major_weights(&w, 2, 3, 3).is_none());
+        assert!(tap_major_weights(&w, 2, 3, 3, 4).is_none());
+        assert!(tap_major_weights(&w, 2, 3, 2, 2).is_none());
+        // Dense: no added channels.
+        let r = tap_major_weights(&w, 2, 3, 2, 3).unwrap();
+        assert_eq!(&r[..6], &[0, 10, 20, 1, 11, 21]);
     }
 }

@@ -31,7 +31,7 @@ mod x86;
 pub use driver::igemm;
 pub use epilogue::{round_half_even, write_line, Dest, Epilogue, OutMat, Requant};
 pub use im2col::{Im2colA, Im2colGeometry};
-pub use im2col_nhwc::{nhwc_scratch, padded_channels, tap_major_weights, Im2colNhwc};
+pub use im2col_nhwc::{nhwc_scratch, padded_channels, pixel_bytes, tap_major_weights, Im2colNhwc};
 pub use pack::{pack_b_into, IntSlice, MatrixA, PackA, PackedB, PackedBRef};
 
 /// Columns of one packed B panel (one 512-bit vector of i32 lanes).

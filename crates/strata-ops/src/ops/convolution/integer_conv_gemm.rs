@@ -15,7 +15,7 @@ use std::sync::Arc;
 use strata_core::Tensor;
 
 use crate::kernels::igemm::{
-    igemm, nhwc_scratch, pack_b_into, padded_channels, tap_major_weights, Epilogue, Im2colA,
+    igemm, nhwc_scratch, pack_b_into, pixel_bytes, tap_major_weights, Epilogue, Im2colA,
     Im2colGeometry, Im2colNhwc, IntSlice, MatrixA, OutMat, PackedB, Requant,
 };
 use crate::ops::convolution::integer_conv_kernel::ResolvedConv;
@@ -103,14 +103,10 @@ impl Plane {
         self.kernel == (1, 1) && self.stride == (1, 1) && self.pad == (0, 0)
     }
 
-    /// Whether constant weights are packed tap-major for [`Im2colNhwc`]: every im2col
-    /// convolution whose channels padded to 4 add at most a quarter to the depth (3 input
-    /// channels, as in a network's first layer, would add a third: those read NCHW).
+    /// Whether constant weights are packed tap-major for [`Im2colNhwc`] (every im2col
+    /// convolution).
     fn tap_major(&self) -> bool {
-        let cg = self.group_in();
-        !self.is_depthwise()
-            && !self.is_pointwise()
-            && padded_channels(cg).is_some_and(|c4| c4 * 4 <= cg * 5)
+        !self.is_depthwise() && !self.is_pointwise()
     }
 
     /// The im2col view of one image and group whose input starts at `offset`.
@@ -165,6 +161,7 @@ pub(crate) fn prepack_weights(
     let (k, cog) = (plane.depth(), plane.group_out());
     let (cg, taps) = (plane.group_in(), plane.kernel.0 * plane.kernel.1);
     let tap_major = plane.tap_major();
+    let c4 = pixel_bytes(&plane.im2col(0)).ok_or_else(|| OpError::shape(op, "input too large"))?;
     let too_large = || OpError::shape(op, "weights too large");
     with_int_slice(op, value, |wv| {
         let groups = (0..plane.groups)
@@ -175,11 +172,11 @@ pub(crate) fn prepack_weights(
                 }
                 let packed = match w {
                     IntSlice::U8(w) => {
-                        let r = tap_major_weights(w, cog, cg, taps).ok_or_else(too_large)?;
+                        let r = tap_major_weights(w, cog, cg, taps, c4).ok_or_else(too_large)?;
                         PackedB::new(IntSlice::U8(&r), r.len() / cog, cog, (1, r.len() / cog))
                     }
                     IntSlice::I8(w) => {
-                        let r = tap_major_weights(w, cog, cg, taps).ok_or_else(too_large)?;
+                        let r = tap_major_weights(w, cog, cg, taps, c4).ok_or_else(too_large)?;
                         PackedB::new(IntSlice::I8(&r), r.len() / cog, cog, (1, r.len() / cog))
                     }
                 };
