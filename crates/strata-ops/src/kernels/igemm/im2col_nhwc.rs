@@ -168,11 +168,43 @@ impl<'a> Im2colNhwc<'a> {
         } else {
             hp
         };
+        #[cfg(target_arch = "x86_64")]
+        let vbmi = (c4 < 4 || c4 % 4 == 0)
+            && std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vbmi");
         for_each_chunk_mut(plane, line_bytes, per_task, |yp, out| {
             out.fill(pad);
-            let Some(y) = yp.checked_sub(g.pad.0).filter(|&y| y < g.in_h) else {
+            // Rows (or, with `cols == 0`, whole planes) no window reaches stay padding.
+            let Some(y) = yp.checked_sub(g.pad.0).filter(|&y| y < g.in_h && cols > 0) else {
                 return;
             };
+            #[cfg(target_arch = "x86_64")]
+            if vbmi && g.channels > 0 && cols > 0 {
+                let first = g.offset + y * g.in_w;
+                let last = first + (g.channels - 1) * g.in_h * g.in_w + cols;
+                let row = RowCopy {
+                    channels: g.channels,
+                    plane: g.in_h * g.in_w,
+                    cols,
+                    c4,
+                    pad,
+                    flip,
+                };
+                assert!(last <= src.len() && out.len() >= (g.pad.1 + cols) * c4);
+                // SAFETY: AVX-512F/BW/VBMI were detected. Channel c's row, `cols` bytes
+                // from first + c · plane, lies in `src` (asserted for the last channel);
+                // the pixels written, pad.1 .. pad.1 + cols of c4 bytes each, lie in `out`
+                // (asserted).
+                unsafe {
+                    copy_row_vbmi(
+                        src.as_ptr().add(first),
+                        &row,
+                        out.as_mut_ptr().add(g.pad.1 * c4),
+                    )
+                };
+                return;
+            }
             for c in 0..g.channels {
                 let at = g.offset + c * g.in_h * g.in_w + y * g.in_w;
                 let line = &src[at..at + cols];
@@ -202,6 +234,95 @@ impl<'a> Im2colNhwc<'a> {
             shift,
             avx512,
         })
+    }
+}
+
+/// What [`copy_row_vbmi`] copies: `cols` pixels of `channels` rows `plane` bytes apart, as
+/// `c4` bytes a pixel (channels past `channels` at `pad`), bytes xor `flip`.
+#[cfg(target_arch = "x86_64")]
+struct RowCopy {
+    channels: usize,
+    plane: usize,
+    cols: usize,
+    c4: usize,
+    pad: u8,
+    flip: u8,
+}
+
+/// One input row channels-last: 16 pixels at a time, 4 channels' 16-byte runs are loaded into
+/// one vector and interleaved by one byte permute into 16 pixels of 4 bytes, then stored whole
+/// (4 bytes a pixel), scattered 4 bytes a pixel (more), or — a dense copy of fewer than 4
+/// channels — permuted straight to `c4` bytes a pixel.
+///
+/// # Safety
+/// AVX-512F, BW and VBMI are available; `src + c * plane` is valid for reads of `cols` bytes
+/// for every channel `c`; `out` for writes of `cols * c4` bytes; `c4 < 4` (then equal to the
+/// channels) or a multiple of 4.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+unsafe fn copy_row_vbmi(src: *const u8, r: &RowCopy, out: *mut u8) {
+    use std::arch::x86_64::*;
+    let c4 = r.c4;
+    // Byte k of the output (pixel k / w, channel k % w, w = min(c4, 4)) is lane 16 · channel +
+    // pixel of the loaded vector.
+    let w = c4.min(4);
+    let mut idx = [0u8; 64];
+    for (k, v) in idx.iter_mut().enumerate().take(16 * w) {
+        *v = (16 * (k % w) + k / w) as u8;
+    }
+    // SAFETY: `idx` holds 64 bytes.
+    let idx = unsafe { _mm512_loadu_si512(idx.as_ptr().cast()) };
+    let f = _mm512_set1_epi8(r.flip as i8);
+    let pad = _mm512_set1_epi8(r.pad as i8);
+    let stride = c4 as i32;
+    let offsets = _mm512_setr_epi32(
+        0,
+        stride,
+        2 * stride,
+        3 * stride,
+        4 * stride,
+        5 * stride,
+        6 * stride,
+        7 * stride,
+        8 * stride,
+        9 * stride,
+        10 * stride,
+        11 * stride,
+        12 * stride,
+        13 * stride,
+        14 * stride,
+        15 * stride,
+    );
+    for x0 in (0..r.cols).step_by(16) {
+        let n = (r.cols - x0).min(16);
+        let pixels = (1u64 << n) - 1;
+        for q in 0..c4.div_ceil(4) {
+            let mut v = pad;
+            for j in 0..4.min(r.channels.saturating_sub(4 * q)) {
+                let m = pixels << (16 * j);
+                let at = src.wrapping_add((4 * q + j) * r.plane + x0);
+                // SAFETY: lanes 16 j .. 16 j + n read bytes at .. at + n of channel 4q + j's
+                // row (inside it: x0 + n <= cols); masked-off lanes are not read.
+                let loaded = unsafe { _mm512_maskz_loadu_epi8(m, at.wrapping_sub(16 * j).cast()) };
+                v = _mm512_mask_mov_epi8(v, m, _mm512_xor_si512(loaded, f));
+            }
+            let px = _mm512_permutexvar_epi8(idx, v);
+            // SAFETY (all three stores): pixels x0 .. x0 + n of c4 bytes each, inside `out`.
+            unsafe {
+                if c4 <= 4 {
+                    let bytes = n * c4;
+                    let m = if bytes >= 64 {
+                        u64::MAX
+                    } else {
+                        (1u64 << bytes) - 1
+                    };
+                    _mm512_mask_storeu_epi8(out.add(x0 * c4).cast(), m, px);
+                } else {
+                    let base = out.add(x0 * c4 + 4 * q).cast::<i32>();
+                    _mm512_mask_i32scatter_epi32::<1>(base, pixels as u16, offsets, px);
+                }
+            }
+        }
     }
 }
 
@@ -452,7 +573,9 @@ mod tests {
             let stride = (rng.range(1, 3), rng.range(1, 3));
             let dilation = (rng.range(1, 3), rng.range(1, 3));
             let pad = (rng.below(3), rng.below(3));
-            let (in_h, in_w) = (rng.range(1, 9), rng.range(1, 14));
+            // Some rows wider than one 16-pixel step of the channels-last copy.
+            let wide = if case % 4 == 1 { 40 } else { 14 };
+            let (in_h, in_w) = (rng.range(1, 9), rng.range(1, wide));
             let span = |k: usize, d: usize| (k - 1) * d + 1;
             let (eh, ew) = (span(kernel.0, dilation.0), span(kernel.1, dilation.1));
             // Up to one extra padding row/column at the end (asymmetric pads).
