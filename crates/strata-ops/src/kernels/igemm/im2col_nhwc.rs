@@ -169,7 +169,7 @@ impl<'a> Im2colNhwc<'a> {
             hp
         };
         #[cfg(target_arch = "x86_64")]
-        let vbmi = (c4 < 4 || c4 % 4 == 0)
+        let vbmi = (c4 < 4 || c4.is_multiple_of(4))
             && std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("avx512bw")
             && std::arch::is_x86_feature_detected!("avx512vbmi");
@@ -345,13 +345,20 @@ impl PackA for Im2colNhwc<'_> {
         let (c4, wp) = (self.c4, self.width);
         let per_tap = c4 / 4;
         #[cfg(target_arch = "x86_64")]
-        if self.avx512 && rows == 8 && mr == 8 && c4 % 4 == 0 && c4 >= 16 && kh > 0 && kw > 0 {
+        if self.avx512
+            && rows == 8
+            && mr == 8
+            && c4.is_multiple_of(4)
+            && c4 >= 16
+            && kh > 0
+            && kw > 0
+        {
             return self.pack_eight_avx512(i0, dst, sums);
         }
         if rows < mr {
             dst.fill(0);
         }
-        if c4 % 4 != 0 {
+        if !c4.is_multiple_of(4) {
             return self.pack_dense(i0, rows, mr, dst, sums);
         }
         let (mut oy, mut ox) = (i0 / g.out_w, i0 % g.out_w);
