@@ -19,6 +19,8 @@
 
 mod driver;
 pub mod epilogue;
+mod im2col;
+mod im2col_nhwc;
 mod microkernel;
 pub mod pack;
 #[cfg(test)]
@@ -28,9 +30,9 @@ mod x86;
 
 pub use driver::igemm;
 pub use epilogue::{round_half_even, write_line, Dest, Epilogue, OutMat, Requant};
-pub use pack::{
-    pack_b_into, Im2colA, Im2colGeometry, IntSlice, MatrixA, PackA, PackedB, PackedBRef,
-};
+pub use im2col::{Im2colA, Im2colGeometry};
+pub use im2col_nhwc::{nhwc_scratch, padded_channels, pixel_bytes, tap_major_weights, Im2colNhwc};
+pub use pack::{pack_b_into, IntSlice, MatrixA, PackA, PackedB, PackedBRef};
 
 /// Columns of one packed B panel (one 512-bit vector of i32 lanes).
 pub const PANEL: usize = 16;

@@ -1,5 +1,5 @@
 //! Operand packing for the integer GEMM: A (activations) per register tile, from a strided
-//! matrix ([`MatrixA`]) or straight from a convolution input ([`Im2colA`]); B (weights) whole,
+//! matrix ([`MatrixA`]; a convolution input is `super::im2col`'s); B (weights) whole,
 //! in panels ([`PackedB`], once at plan time for constant weights).
 
 use super::{padded_depth, NR, PANEL};
@@ -333,105 +333,6 @@ fn tile_row_sums(dst: &[u8], rows: usize, mr: usize, sums: &mut [i32]) {
     }
     for (sum, slots) in sums.iter_mut().zip(acc.chunks_exact(4)).take(rows) {
         *sum = slots.iter().sum::<u32>() as i32;
-    }
-}
-
-/// A read from one image (and channel group) of a 2-D convolution input `[C, H, W]` as the
-/// im2col matrix: row `p` is output pixel `(p / out_w, p % out_w)`, column `(c, ky, kx)` its
-/// input under that kernel tap, the zero point where the tap falls in the padding.
-#[derive(Clone, Copy, Debug)]
-pub struct Im2colA<'a> {
-    data: IntSlice<'a>,
-    geometry: Im2colGeometry,
-    /// The zero point in the packed (unsigned) domain.
-    pad: u8,
-}
-
-/// Where an [`Im2colA`] reads: `channels` planes of `in_h x in_w` from `offset` on, a
-/// `kernel_h x kernel_w` window moved by `stride`, spread by `dilation`, starting at `-pad`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Im2colGeometry {
-    pub offset: usize,
-    pub channels: usize,
-    pub in_h: usize,
-    pub in_w: usize,
-    pub kernel: (usize, usize),
-    pub stride: (usize, usize),
-    pub dilation: (usize, usize),
-    pub pad: (usize, usize),
-    pub out_h: usize,
-    pub out_w: usize,
-}
-
-impl<'a> Im2colA<'a> {
-    /// `zero_point` is the input's own zero point (of `data`'s signedness).
-    pub fn new(
-        data: IntSlice<'a>,
-        geometry: Im2colGeometry,
-        zero_point: i32,
-    ) -> KernelResult<Self> {
-        let g = &geometry;
-        let plane = g.in_h.checked_mul(g.in_w);
-        let end = plane
-            .and_then(|p| p.checked_mul(g.channels))
-            .and_then(|v| v.checked_add(g.offset));
-        if end.is_none_or(|end| end > data.len()) {
-            return Err(KernelError::BufferLength {
-                op: OP,
-                buffer: "convolution input",
-                expected: end.unwrap_or(usize::MAX),
-                actual: data.len(),
-            });
-        }
-        let pad = (zero_point + data.a_shift()).clamp(0, 255) as u8;
-        Ok(Im2colA {
-            data,
-            geometry,
-            pad,
-        })
-    }
-}
-
-impl PackA for Im2colA<'_> {
-    fn rows(&self) -> usize {
-        self.geometry.out_h * self.geometry.out_w
-    }
-
-    fn depth(&self) -> usize {
-        self.geometry.channels * self.geometry.kernel.0 * self.geometry.kernel.1
-    }
-
-    fn shift(&self) -> i32 {
-        self.data.a_shift()
-    }
-
-    fn pack_tile(&self, i0: usize, rows: usize, mr: usize, dst: &mut [u8], sums: &mut [i32]) {
-        let g = &self.geometry;
-        let (kh, kw) = g.kernel;
-        dst.fill(0);
-        sums.fill(0);
-        for (i, sum) in sums.iter_mut().enumerate().take(rows) {
-            let p = i0 + i;
-            let (oy, ox) = (p / g.out_w, p % g.out_w);
-            let mut k = 0;
-            for c in 0..g.channels {
-                let plane = g.offset + c * g.in_h * g.in_w;
-                for ky in 0..kh {
-                    let iy = (oy * g.stride.0 + ky * g.dilation.0).wrapping_sub(g.pad.0);
-                    for kx in 0..kw {
-                        let ix = (ox * g.stride.1 + kx * g.dilation.1).wrapping_sub(g.pad.1);
-                        let v = if iy < g.in_h && ix < g.in_w {
-                            self.data.a_at(plane + iy * g.in_w + ix)
-                        } else {
-                            self.pad
-                        };
-                        dst[slot(k, i, mr)] = v;
-                        *sum += i32::from(v);
-                        k += 1;
-                    }
-                }
-            }
-        }
     }
 }
 

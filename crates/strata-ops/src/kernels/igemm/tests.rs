@@ -1,7 +1,6 @@
 //! The integer GEMM against a naive i32 reference, on every microkernel this CPU can run.
 
 use super::driver::igemm_with;
-use super::pack::Im2colGeometry;
 use super::*;
 use crate::support::rng::Rng;
 

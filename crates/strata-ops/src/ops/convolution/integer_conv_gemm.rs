@@ -2,7 +2,10 @@
 //! convolutions: per image and group, output pixels are GEMM rows and output channels its
 //! columns, so the weights are the packed B (once at plan time when constant) and the
 //! activations A — read straight from the input for a 1x1 stride-1 unpadded kernel, else
-//! unfolded tile by tile (im2col) with the padding at the zero point. The write-back puts each
+//! unfolded tile by tile (im2col) with the padding at the zero point. With weights packed at
+//! plan time, im2col reads a padded channels-last copy of the input made once per image and
+//! group (`Im2colNhwc`, depth ordered by tap then channel, the weights reordered to match);
+//! otherwise it reads the input as it is (`Im2colA`). The write-back puts each
 //! tile into the NCHW output (channel stride = pixels per image) and applies the bias and the
 //! requantization. A depthwise convolution (one input and one output channel per group) skips
 //! the GEMM: each channel accumulates its taps directly in i32.
@@ -12,7 +15,8 @@ use std::sync::Arc;
 use strata_core::Tensor;
 
 use crate::kernels::igemm::{
-    igemm, pack_b_into, Epilogue, Im2colA, Im2colGeometry, MatrixA, OutMat, PackedB, Requant,
+    igemm, nhwc_scratch, pack_b_into, pixel_bytes, tap_major_weights, Epilogue, Im2colA,
+    Im2colGeometry, Im2colNhwc, IntSlice, MatrixA, OutMat, PackedB, Requant,
 };
 use crate::ops::convolution::integer_conv_kernel::ResolvedConv;
 use crate::ops::convolution::integer_depthwise::{depthwise, DepthwiseGeometry};
@@ -98,6 +102,34 @@ impl Plane {
     fn is_pointwise(&self) -> bool {
         self.kernel == (1, 1) && self.stride == (1, 1) && self.pad == (0, 0)
     }
+
+    /// Whether constant weights are packed tap-major for [`Im2colNhwc`] (every im2col
+    /// convolution).
+    fn tap_major(&self) -> bool {
+        !self.is_depthwise() && !self.is_pointwise()
+    }
+
+    /// The im2col view of one image and group whose input starts at `offset`.
+    fn im2col(&self, offset: usize) -> Im2colGeometry {
+        Im2colGeometry {
+            offset,
+            channels: self.group_in(),
+            in_h: self.in_hw.0,
+            in_w: self.in_hw.1,
+            kernel: self.kernel,
+            stride: self.stride,
+            dilation: self.dilation,
+            pad: self.pad,
+            out_h: self.out_hw.0,
+            out_w: self.out_hw.1,
+        }
+    }
+
+    /// Scratch words of the channels-last input copy and its pixel sums.
+    fn nhwc_words(&self) -> Option<usize> {
+        let (bytes, pixels) = nhwc_scratch(&self.im2col(0))?;
+        bytes.div_ceil(4).checked_add(pixels)
+    }
 }
 
 /// Whether [`int_conv`] handles this convolution (1-D or 2-D).
@@ -109,6 +141,8 @@ pub(crate) fn supports(r: &ResolvedConv) -> bool {
 #[derive(Debug)]
 pub(crate) struct ConvWeights {
     groups: Vec<PackedB>,
+    /// Depth ordered `(ky, kx, c)` with channels padded to 4, for [`Im2colNhwc`].
+    tap_major: bool,
 }
 
 /// The weights packed at plan time when they are a constant (and the convolution runs on the
@@ -125,11 +159,31 @@ pub(crate) fn prepack_weights(
         return Ok(None);
     };
     let (k, cog) = (plane.depth(), plane.group_out());
+    let (cg, taps) = (plane.group_in(), plane.kernel.0 * plane.kernel.1);
+    let tap_major = plane.tap_major();
+    let c4 = pixel_bytes(&plane.im2col(0)).ok_or_else(|| OpError::shape(op, "input too large"))?;
+    let too_large = || OpError::shape(op, "weights too large");
     with_int_slice(op, value, |wv| {
         let groups = (0..plane.groups)
-            .map(|g| PackedB::new(wv.range(g * cog * k, cog * k), k, cog, (1, k)))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Some(Arc::new(ConvWeights { groups })))
+            .map(|g| {
+                let w = wv.range(g * cog * k, cog * k);
+                if !tap_major {
+                    return Ok(PackedB::new(w, k, cog, (1, k))?);
+                }
+                let packed = match w {
+                    IntSlice::U8(w) => {
+                        let r = tap_major_weights(w, cog, cg, taps, c4).ok_or_else(too_large)?;
+                        PackedB::new(IntSlice::U8(&r), r.len() / cog, cog, (1, r.len() / cog))
+                    }
+                    IntSlice::I8(w) => {
+                        let r = tap_major_weights(w, cog, cg, taps, c4).ok_or_else(too_large)?;
+                        PackedB::new(IntSlice::I8(&r), r.len() / cog, cog, (1, r.len() / cog))
+                    }
+                };
+                Ok(packed?)
+            })
+            .collect::<OpResult<Vec<_>>>()?;
+        Ok(Some(Arc::new(ConvWeights { groups, tap_major })))
     })
 }
 
@@ -141,7 +195,11 @@ pub(crate) fn int_conv_words(r: &ResolvedConv, prepacked: bool) -> Option<usize>
         return Some(0);
     }
     if prepacked {
-        return Some(0);
+        return if plane.tap_major() {
+            plane.nhwc_words()
+        } else {
+            Some(0)
+        };
     }
     packed_b_words(plane.depth(), plane.group_out())
 }
@@ -194,6 +252,17 @@ pub(crate) fn int_conv(
             let (bytes, sums) = buf.split_at_mut(words - cog);
             Some((bytemuck::cast_slice_mut::<i32, i8>(bytes), sums))
         }
+    };
+    // The channels-last input copy and its pixel sums, reused by every image and group.
+    let mut nhwc = match packed {
+        Some(p) if p.tap_major => {
+            let (bytes, pixels) = nhwc_scratch(&plane.im2col(0))
+                .ok_or_else(|| OpError::shape(op, "input too large"))?;
+            let buf = carve(op, work, bytes.div_ceil(4))?;
+            let sums = carve(op, work, pixels)?;
+            Some((&mut bytemuck::cast_slice_mut::<i32, u8>(buf)[..bytes], sums))
+        }
+        _ => None,
     };
     let (h, w_in) = plane.in_hw;
     with_int_slice(op, x, |xv| {
@@ -248,20 +317,12 @@ pub(crate) fn int_conv(
                                 (1, h * w_in),
                             )?;
                             igemm(&a, &[x_zero], b, w_zero_g, c, &group_epilogue, threads)?;
+                        } else if let Some((buf, sums)) = nhwc.as_mut() {
+                            let geometry = plane.im2col(offset);
+                            let a = Im2colNhwc::new(xv, geometry, x_zero, buf, sums)?;
+                            igemm(&a, &[x_zero], b, w_zero_g, c, &group_epilogue, threads)?;
                         } else {
-                            let geometry = Im2colGeometry {
-                                offset,
-                                channels: plane.group_in(),
-                                in_h: h,
-                                in_w: w_in,
-                                kernel: plane.kernel,
-                                stride: plane.stride,
-                                dilation: plane.dilation,
-                                pad: plane.pad,
-                                out_h: plane.out_hw.0,
-                                out_w: plane.out_hw.1,
-                            };
-                            let a = Im2colA::new(xv, geometry, x_zero)?;
+                            let a = Im2colA::new(xv, plane.im2col(offset), x_zero)?;
                             igemm(&a, &[x_zero], b, w_zero_g, c, &group_epilogue, threads)?;
                         }
                     }

@@ -92,6 +92,14 @@ fn plane_max<T: MaxPoolElement>(g: &WindowGeometry, x: &[T], y: &mut [T]) {
             return;
         }
     }
+    #[cfg(target_arch = "x86_64")]
+    if let Some(flip) = byte_flip::<T>() {
+        if super::max_pool_int_avx512::supports(g) {
+            let x = bytemuck::cast_slice::<T, u8>(x);
+            super::max_pool_int_avx512::plane_max(g, x, bytemuck::cast_slice_mut(y), flip);
+            return;
+        }
+    }
     let (rows, cols) = (Axis::of(g, 0), Axis::of(g, 1));
     if let Some(flat) = FlatGeometry::of(rows, cols) {
         with_pack_buffers::<T, _>(flat.buffer_len, flat.virtual_len, |buffer, virtual_y| {
@@ -192,6 +200,19 @@ multiversion! {
                 *d = v;
             }
         }
+    }
+}
+
+/// For a byte type, what maps it to u8 order (0 for u8, the sign bit for i8).
+#[cfg(target_arch = "x86_64")]
+fn byte_flip<T: Pod>() -> Option<u8> {
+    let t = TypeId::of::<T>();
+    if t == TypeId::of::<u8>() {
+        Some(0)
+    } else if t == TypeId::of::<i8>() {
+        Some(0x80)
+    } else {
+        None
     }
 }
 

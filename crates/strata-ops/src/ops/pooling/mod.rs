@@ -5,6 +5,8 @@ pub mod global_pool;
 pub mod max_pool_2d;
 #[cfg(target_arch = "x86_64")]
 mod max_pool_avx512;
+#[cfg(target_arch = "x86_64")]
+mod max_pool_int_avx512;
 pub mod max_unpool;
 pub mod pool;
 pub mod pool_kernel;
