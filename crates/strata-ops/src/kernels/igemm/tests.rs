@@ -6,10 +6,15 @@ use super::*;
 use crate::support::rng::Rng;
 
 fn isas() -> Vec<IntIsa> {
-    [IntIsa::Portable, IntIsa::Avx2, IntIsa::Avx512Vnni]
-        .into_iter()
-        .filter(|isa| isa.is_available())
-        .collect()
+    [
+        IntIsa::Portable,
+        IntIsa::Avx2,
+        IntIsa::Avx512Vnni,
+        IntIsa::Amx,
+    ]
+    .into_iter()
+    .filter(|isa| isa.is_available())
+    .collect()
 }
 
 /// Random 8-bit values as i32, in u8's or i8's range.
