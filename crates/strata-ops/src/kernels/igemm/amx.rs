@@ -35,7 +35,7 @@ pub(super) const MR: usize = 32;
 const STEP: usize = 64;
 
 /// Bytes of row-major A a block works through at once (L2 holds it with B's panels).
-const A_CHUNK_BYTES: usize = 256 * 1024;
+const A_CHUNK_BYTES: usize = 512 * 1024;
 
 /// Whether AMX-INT8 is there and this process may use it (asked once).
 pub(super) fn available() -> bool {
@@ -195,6 +195,14 @@ impl Drop for Tiles {
     }
 }
 
+/// Asks for the cache line at `p` in L2.
+#[inline(always)]
+fn prefetch_l2(p: *const i8) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+    // SAFETY: a prefetch is a hint: it reads nothing architecturally and cannot fault.
+    unsafe { _mm_prefetch::<_MM_HINT_T1>(p) };
+}
+
 /// `kp` rounded up to whole AMX steps.
 fn row_len(kp: usize) -> usize {
     kp.div_ceil(STEP) * STEP
@@ -219,7 +227,8 @@ pub(super) unsafe fn block(p: &Problem<'_>, rows: Range<usize>, cols: Range<usiz
     with_a_buffers(chunk_rows * lda, chunk_rows, |packed, sums| {
         // SAFETY: AMX is available (caller's contract).
         let tiles = unsafe { Tiles::configure() };
-        let mut c = [0i32; MR * NR];
+        // Two C blocks: one being written back while the next is stored.
+        let mut c = [[0i32; MR * NR]; 2];
         let mut tail = [[0i8; STEP * 16]; 2];
         for ic in rows.clone().step_by(chunk_rows) {
             let chunk = chunk_rows.min(rows.end - ic);
@@ -239,50 +248,76 @@ pub(super) unsafe fn block(p: &Problem<'_>, rows: Range<usize>, cols: Range<usiz
                     }
                 }
                 let terms = strip_terms(&p.correction(&[]), p.epilogue, p.dest, (jr, width));
-                for t in 0..chunk.div_ceil(MR) {
-                    let i0 = ic + t * MR;
-                    let count = MR.min(rows.end - i0);
-                    let a_tile = &packed[t * MR * lda..(t + 1) * MR * lda];
-                    tiles.zero();
-                    for s in 0..steps {
-                        let (b0, b1) = if s < full_steps {
-                            (&panel0[s * STEP * 16..], &panel1[s * STEP * 16..])
-                        } else {
-                            (&tail[0][..], &tail[1][..])
-                        };
-                        // SAFETY: A's tile holds 32 rows of `lda` bytes, this step's 64
-                        // bytes of each inside; a full step's 16 groups of 64 bytes lie in
-                        // each panel (s < kp / 64), the partial one's in `tail` (1024 bytes).
-                        unsafe {
-                            tiles.step(
-                                a_tile[s * STEP..].as_ptr(),
-                                a_tile[16 * lda + s * STEP..].as_ptr(),
-                                lda,
-                                b0.as_ptr(),
-                                b1.as_ptr(),
-                            )
-                        };
+                // The next strip's two panels (contiguous), pulled into L2 a few lines per
+                // step while this strip computes: tile loads get little from the hardware
+                // prefetchers, and weights are usually in memory, not cache.
+                let next_strip = if jr + NR < cols.end {
+                    &p.b.data[(jr / PANEL + 2) * p.kp * PANEL..][..2 * p.kp * PANEL]
+                } else {
+                    &[]
+                };
+                let a_tiles = chunk.div_ceil(MR);
+                let lines_per_step = (next_strip.len() / 64).div_ceil(a_tiles * steps);
+                // Software-pipelined: tile t's products are issued before tile t - 1's
+                // write-back runs, so the AMX unit works while the core writes back.
+                let mut pending: Option<usize> = None;
+                for t in 0..=a_tiles {
+                    if t < a_tiles {
+                        let a_tile = &packed[t * MR * lda..(t + 1) * MR * lda];
+                        tiles.zero();
+                        for s in 0..steps {
+                            let first = (t * steps + s) * lines_per_step * 64;
+                            for line in (first..next_strip.len()).step_by(64).take(lines_per_step) {
+                                prefetch_l2(next_strip[line..].as_ptr());
+                            }
+                            let (b0, b1) = if s < full_steps {
+                                (&panel0[s * STEP * 16..], &panel1[s * STEP * 16..])
+                            } else {
+                                (&tail[0][..], &tail[1][..])
+                            };
+                            // SAFETY: A's tile holds 32 rows of `lda` bytes, this step's 64
+                            // bytes of each inside; a full step's 16 groups of 64 bytes lie in
+                            // each panel (s < kp / 64), the partial one's in `tail` (1024
+                            // bytes).
+                            unsafe {
+                                tiles.step(
+                                    a_tile[s * STEP..].as_ptr(),
+                                    a_tile[16 * lda + s * STEP..].as_ptr(),
+                                    lda,
+                                    b0.as_ptr(),
+                                    b1.as_ptr(),
+                                )
+                            };
+                        }
                     }
-                    tiles.store(&mut c);
-                    // The write-back takes at most 8 rows a call.
-                    for r in (0..count).step_by(8) {
-                        let rows8 = 8.min(count - r);
-                        let row0 = t * MR + r;
-                        let fix = p.correction(&sums[row0..row0 + rows8]);
-                        // SAFETY: rows i0 + r.. and columns jr.. of C lie in this block, which
-                        // no other task touches; `igemm` checked C's extent.
-                        unsafe {
-                            write_tile(
-                                &c[r * NR..],
-                                (i0 + r, rows8),
-                                (jr, width),
-                                &fix,
-                                p.epilogue,
-                                p.dest,
-                                p.strides,
-                                terms.as_ref(),
-                            )
-                        };
+                    if let Some(done) = pending.take() {
+                        let i0 = ic + done * MR;
+                        let count = MR.min(rows.end - i0);
+                        let acc = &c[done % 2];
+                        // The write-back takes at most 8 rows a call.
+                        for r in (0..count).step_by(8) {
+                            let rows8 = 8.min(count - r);
+                            let row0 = done * MR + r;
+                            let fix = p.correction(&sums[row0..row0 + rows8]);
+                            // SAFETY: rows i0 + r.. and columns jr.. of C lie in this block,
+                            // which no other task touches; `igemm` checked C's extent.
+                            unsafe {
+                                write_tile(
+                                    &acc[r * NR..],
+                                    (i0 + r, rows8),
+                                    (jr, width),
+                                    &fix,
+                                    p.epilogue,
+                                    p.dest,
+                                    p.strides,
+                                    terms.as_ref(),
+                                )
+                            };
+                        }
+                    }
+                    if t < a_tiles {
+                        tiles.store(&mut c[t % 2]);
+                        pending = Some(t);
                     }
                 }
             }

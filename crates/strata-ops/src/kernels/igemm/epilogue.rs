@@ -447,9 +447,16 @@ unsafe fn write_tile_scaled<T: Finish>(
     );
     if cs == 1 {
         for (i, row) in out.iter().enumerate().take(rows) {
-            // SAFETY: row i0 + i, columns j0..j0 + cols of C lie in its storage and are this
-            // call's alone (the caller's contract); `row` holds NR >= cols values.
-            unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), p.add((i0 + i) * rs + j0), cols) };
+            let dst = p.wrapping_add((i0 + i) * rs + j0);
+            if cols == NR {
+                // A whole row as one fixed-size move (vector stores, not a `memcpy` call).
+                // SAFETY: row i0 + i, columns j0..j0 + NR of C lie in its storage and are this
+                // call's alone (the caller's contract); unaligned write.
+                unsafe { dst.cast::<[T; NR]>().write_unaligned(*row) };
+            } else {
+                // SAFETY: as above, columns j0..j0 + cols; `row` holds NR >= cols values.
+                unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), dst, cols) };
+            }
         }
     } else {
         #[cfg(target_arch = "x86_64")]
