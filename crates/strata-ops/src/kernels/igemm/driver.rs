@@ -111,8 +111,11 @@ pub fn igemm(
     };
     let isa = match IntIsa::detect() {
         // Short or shallow products keep the VNNI tiles: AMX's 32 x 32 blocks over steps of
-        // 64 depths would mostly multiply padding.
-        IntIsa::Amx if m < AMX_MIN_ROWS || kp < AMX_MIN_DEPTH => IntIsa::Avx512Vnni,
+        // 64 depths would mostly multiply padding. So do operands whose rows are not plain
+        // copies (im2col, channel-major): their row-major packing is element by element.
+        IntIsa::Amx if m < AMX_MIN_ROWS || kp < AMX_MIN_DEPTH || !a.rows_are_contiguous() => {
+            IntIsa::Avx512Vnni
+        }
         isa => isa,
     };
     run_isa(isa, &problem, threads);

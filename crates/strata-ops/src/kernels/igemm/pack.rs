@@ -129,6 +129,12 @@ pub trait PackA: Sync {
     fn pack_rows(&self, i0: usize, rows: usize, stride: usize, dst: &mut [u8], sums: &mut [i32]) {
         pack_rows_by_tiles(self, i0, rows, stride, dst, sums);
     }
+
+    /// Whether [`PackA::pack_rows`] is a plain copy (rather than one-row tiles, element by
+    /// element): the AMX path is only worth it then.
+    fn rows_are_contiguous(&self) -> bool {
+        false
+    }
 }
 
 /// [`PackA::pack_rows`] through `pack_tile`: a one-row tile is the row itself.
@@ -195,6 +201,10 @@ impl MatrixA<'_> {
 impl PackA for MatrixA<'_> {
     fn rows(&self) -> usize {
         self.m
+    }
+
+    fn rows_are_contiguous(&self) -> bool {
+        self.cs == 1
     }
 
     fn pack_rows(&self, i0: usize, rows: usize, stride: usize, dst: &mut [u8], sums: &mut [i32]) {
