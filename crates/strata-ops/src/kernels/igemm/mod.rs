@@ -16,8 +16,8 @@
 //! VNNI (`vpdpbusd`, exact: no intermediate saturation), AVX2 (operands widened to i16 and
 //! multiplied with `vpmaddwd`, which cannot saturate, unlike `vpmaddubsw` on u8 × i8 pairs),
 //! and a portable one; chosen at run time. Where the CPU has AMX-INT8 and Linux grants its tile
-//! state, products of at least 16 rows and 64 depths run on AMX tiles instead ([`amx`]: A
-//! row-major, B's panels as they are). Blocks of C are spread over the intra-op pool.
+//! state, products of a row-major A with at least 16 rows and 64 depths run on AMX tiles
+//! instead ([`amx`]: A row-major, B's panels as they are). Blocks of C are spread over the intra-op pool.
 
 #[cfg(target_arch = "x86_64")]
 mod amx;
