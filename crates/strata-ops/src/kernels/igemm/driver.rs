@@ -12,7 +12,7 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
-use super::epilogue::{write_tile, Epilogue, OutMat, RawDest, TileCorrection};
+use super::epilogue::{strip_terms, write_tile, Epilogue, OutMat, RawDest, TileCorrection};
 use super::microkernel::{IntMicrokernel, Portable};
 use super::pack::{PackA, PackedBRef};
 use super::{padded_depth, IntIsa, NR, PANEL};
@@ -109,14 +109,35 @@ pub fn igemm(
         dest: out.dest.raw(),
         strides: (out.rs, out.cs),
     };
-    match IntIsa::detect() {
-        #[cfg(target_arch = "x86_64")]
-        IntIsa::Avx512Vnni => run::<super::x86::Avx512Vnni>(&problem, threads),
-        #[cfg(target_arch = "x86_64")]
-        IntIsa::Avx2 => run::<super::x86::Avx2>(&problem, threads),
-        _ => run::<Portable>(&problem, threads),
-    }
+    let isa = match IntIsa::detect() {
+        // Short or shallow products keep the VNNI tiles: AMX's 32 x 32 blocks over steps of
+        // 64 depths would mostly multiply padding. So do operands whose rows are not plain
+        // copies (im2col, channel-major): their row-major packing is element by element.
+        IntIsa::Amx if m < AMX_MIN_ROWS || kp < AMX_MIN_DEPTH || !a.rows_are_contiguous() => {
+            IntIsa::Avx512Vnni
+        }
+        isa => isa,
+    };
+    run_isa(isa, &problem, threads);
     Ok(())
+}
+
+/// Rows below which a product does not use AMX.
+const AMX_MIN_ROWS: usize = 16;
+/// Packed depth below which a product does not use AMX.
+const AMX_MIN_DEPTH: usize = 64;
+
+/// Runs a checked product with the kernels of `isa`, which this CPU has.
+fn run_isa(isa: IntIsa, problem: &Problem<'_>, threads: usize) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        IntIsa::Amx => run_amx(problem, threads),
+        #[cfg(target_arch = "x86_64")]
+        IntIsa::Avx512Vnni => run::<super::x86::Avx512Vnni>(problem, threads),
+        #[cfg(target_arch = "x86_64")]
+        IntIsa::Avx2 => run::<super::x86::Avx2>(problem, threads),
+        _ => run::<Portable>(problem, threads),
+    }
 }
 
 /// Runs a product with the microkernels of `isa` (for tests).
@@ -147,13 +168,7 @@ pub(super) fn igemm_with(
     };
     assert!(isa.is_available());
     check_output(&out, problem.m, problem.n).unwrap();
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        IntIsa::Avx512Vnni => run::<super::x86::Avx512Vnni>(&problem, threads),
-        #[cfg(target_arch = "x86_64")]
-        IntIsa::Avx2 => run::<super::x86::Avx2>(&problem, threads),
-        _ => run::<Portable>(&problem, threads),
-    }
+    run_isa(isa, &problem, threads);
 }
 
 /// Checks that C's `m x n` elements lie in its storage and are distinct.
@@ -183,18 +198,34 @@ fn check_output(out: &OutMat<'_>, m: usize, n: usize) -> KernelResult<()> {
     Ok(())
 }
 
-struct Problem<'a> {
-    a: &'a dyn PackA,
-    a_zero: &'a [i32],
-    a_shift: i32,
-    b: PackedBRef<'a>,
-    b_zero: &'a [i32],
-    m: usize,
-    n: usize,
-    kp: usize,
-    epilogue: &'a Epilogue<'a>,
-    dest: RawDest,
-    strides: (usize, usize),
+/// One product, checked: what every block of it reads and where it writes.
+pub(super) struct Problem<'a> {
+    pub(super) a: &'a dyn PackA,
+    pub(super) a_zero: &'a [i32],
+    pub(super) a_shift: i32,
+    pub(super) b: PackedBRef<'a>,
+    pub(super) b_zero: &'a [i32],
+    pub(super) m: usize,
+    pub(super) n: usize,
+    pub(super) kp: usize,
+    pub(super) epilogue: &'a Epilogue<'a>,
+    pub(super) dest: RawDest,
+    pub(super) strides: (usize, usize),
+}
+
+impl Problem<'_> {
+    /// The zero-point correction of a tile whose rows have the packed sums `row_sums`.
+    pub(super) fn correction<'s>(&'s self, row_sums: &'s [i32]) -> TileCorrection<'s> {
+        TileCorrection {
+            depth: self.a.depth() as i32,
+            a_zero: self.a_zero,
+            a_shift: self.a_shift,
+            b_zero: self.b_zero,
+            b_shift: self.b.shift,
+            row_sums,
+            col_sums: self.b.col_sums,
+        }
+    }
 }
 
 fn run<K: IntMicrokernel>(p: &Problem<'_>, threads: usize) {
@@ -218,6 +249,33 @@ fn run<K: IntMicrokernel>(p: &Problem<'_>, threads: usize) {
     });
 }
 
+/// [`run`] on AMX tiles (32-row blocks).
+#[cfg(target_arch = "x86_64")]
+fn run_amx(p: &Problem<'_>, threads: usize) {
+    use super::amx;
+    debug_assert!(amx::available());
+    let work = p.m.saturating_mul(p.n).saturating_mul(p.kp);
+    let threads = if work < PARALLEL_MIN_MULADDS {
+        1
+    } else {
+        threads.min(crate::parallel::threads())
+    };
+    if threads <= 1 {
+        // SAFETY: AMX is only chosen once `amx::available()` said so.
+        unsafe { amx::block(p, 0..p.m, 0..p.n) };
+        return;
+    }
+    let (row_chunk, col_chunk) = split(p.m, p.n, amx::MR, threads);
+    let (row_blocks, col_blocks) = (p.m.div_ceil(row_chunk), p.n.div_ceil(col_chunk));
+    crate::parallel::for_each_thread(row_blocks * col_blocks, |index| {
+        let (r, c) = (index / col_blocks, index % col_blocks);
+        let rows = r * row_chunk..((r + 1) * row_chunk).min(p.m);
+        let cols = c * col_chunk..((c + 1) * col_chunk).min(p.n);
+        // SAFETY: as above.
+        unsafe { amx::block(p, rows, cols) };
+    });
+}
+
 /// Rows and columns per parallel block, in whole tiles: the dimension with more tiles is split
 /// (columns keep A's packing per block, rows B's panels).
 fn split(m: usize, n: usize, mr: usize, threads: usize) -> (usize, usize) {
@@ -235,7 +293,11 @@ thread_local! {
 
 /// Runs `f` with this thread's A packing buffers (`bytes` and `sums` long), or temporary ones
 /// should they be in use or gone.
-fn with_a_buffers<R>(bytes: usize, sums: usize, f: impl FnOnce(&mut [u8], &mut [i32]) -> R) -> R {
+pub(super) fn with_a_buffers<R>(
+    bytes: usize,
+    sums: usize,
+    f: impl FnOnce(&mut [u8], &mut [i32]) -> R,
+) -> R {
     let mut f = Some(f);
     let reused = A_BUFFERS.try_with(|cell| {
         let mut buffers = cell.try_borrow_mut().ok()?;
@@ -287,6 +349,7 @@ fn block<K: IntMicrokernel>(p: &Problem<'_>, rows: Range<usize>, cols: Range<usi
             for jr in cols.clone().step_by(NR) {
                 let width = NR.min(cols.end - jr);
                 let panels = &p.b.data[(jr / PANEL) * p.kp * PANEL..];
+                let terms = strip_terms(&p.correction(&[]), p.epilogue, p.dest, (jr, width));
                 for t in 0..tiles {
                     let i0 = ic + t * mr;
                     let count = mr.min(rows.end - i0);
@@ -302,15 +365,7 @@ fn block<K: IntMicrokernel>(p: &Problem<'_>, rows: Range<usize>, cols: Range<usi
                             tile.as_mut_ptr(),
                         )
                     };
-                    let fix = TileCorrection {
-                        depth: p.a.depth() as i32,
-                        a_zero: p.a_zero,
-                        a_shift: p.a_shift,
-                        b_zero: p.b_zero,
-                        b_shift: p.b.shift,
-                        row_sums: &sums[t * mr..t * mr + count],
-                        col_sums: p.b.col_sums,
-                    };
+                    let fix = p.correction(&sums[t * mr..t * mr + count]);
                     // SAFETY: rows i0.. and columns jr.. of this tile lie in this block,
                     // which no other task touches; `igemm` checked C's extent.
                     unsafe {
@@ -322,6 +377,7 @@ fn block<K: IntMicrokernel>(p: &Problem<'_>, rows: Range<usize>, cols: Range<usi
                             p.epilogue,
                             p.dest,
                             p.strides,
+                            terms.as_ref(),
                         )
                     };
                 }

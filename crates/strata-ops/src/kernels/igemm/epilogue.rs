@@ -148,8 +148,9 @@ fn quantize(value: f32, zero_point: i32, lo: f32, hi: f32) -> f32 {
 }
 
 /// Writes rows `i0..i0 + rows` by columns `j0..j0 + cols` of C from the raw sums `acc` (row
-/// stride [`super::NR`]). Per-column terms (zero-point corrections, bias, multipliers) are
-/// computed once per tile; the loops run along whichever of C's axes is contiguous.
+/// stride [`super::NR`]). Per-column terms (zero-point corrections, bias, multipliers) come
+/// from `terms` (the strip's [`strip_terms`], shared by the strip's tiles) or are computed here;
+/// the loops run along whichever of C's axes is contiguous.
 ///
 /// # Safety
 /// Every element `(i, j)` written is inside C's storage (the driver checked C's extent) and no
@@ -163,29 +164,39 @@ pub(super) unsafe fn write_tile(
     epilogue: &Epilogue<'_>,
     dest: RawDest,
     (rs, cs): (usize, usize),
+    terms: Option<&ColumnTerms>,
 ) {
     const NR: usize = super::NR;
-    if epilogue.scale.is_none_or(|s| s.row.is_none()) {
+    let owned;
+    let terms = match terms {
+        Some(terms) => Some(terms),
+        None => {
+            owned = strip_terms(fix, epilogue, dest, (j0, cols));
+            owned.as_ref()
+        }
+    };
+    if let Some(terms) = terms {
+        let (zero_point, tile) = (epilogue.zero_point, (i0, rows));
         match dest {
             // SAFETY: forwarded caller's contract.
             RawDest::U8(p) => {
                 return unsafe {
-                    write_tile_scaled(acc, (i0, rows), (j0, cols), fix, epilogue, p, (rs, cs))
+                    write_tile_scaled(acc, tile, (j0, cols), fix, terms, zero_point, p, (rs, cs))
                 }
             }
             // SAFETY: forwarded caller's contract.
             RawDest::I8(p) => {
                 return unsafe {
-                    write_tile_scaled(acc, (i0, rows), (j0, cols), fix, epilogue, p, (rs, cs))
+                    write_tile_scaled(acc, tile, (j0, cols), fix, terms, zero_point, p, (rs, cs))
                 }
             }
             // SAFETY: forwarded caller's contract.
             RawDest::F32(p) => {
                 return unsafe {
-                    write_tile_scaled(acc, (i0, rows), (j0, cols), fix, epilogue, p, (rs, cs))
+                    write_tile_scaled(acc, tile, (j0, cols), fix, terms, zero_point, p, (rs, cs))
                 }
             }
-            _ => {}
+            RawDest::I32(_) => {}
         }
     }
     // Per column: the constant term, B's zero point, the multiplier and the float bias.
@@ -328,8 +339,9 @@ pub(crate) fn round_to_i32(x: f32) -> i32 {
     ((x + MAGIC).to_bits() as i32).wrapping_sub(0x4B40_0000)
 }
 
-/// Per-column terms of a requantizing write-back, for one tile's columns.
-struct ColumnTerms {
+/// Per-column terms of a requantizing write-back, for one strip of columns (shared by every
+/// tile of the strip).
+pub(super) struct ColumnTerms {
     /// B's zero point (in the packed domain).
     zero: [i32; super::NR],
     /// `depth · zb − Σb`: multiplied by A's zero point.
@@ -370,22 +382,19 @@ crate::kernels::simd::multiversion! {
 /// Rows a tile may have (the largest microkernel's `MR`).
 const MAX_TILE_ROWS: usize = 8;
 
-/// [`write_tile`] for u8/i8/f32 outputs scaled per column (or per tensor): the scaling runs
-/// vectorized over a whole tile, then the values are stored along C's contiguous axis.
-///
-/// # Safety
-/// As [`write_tile`]; `p` is C's storage.
-#[allow(clippy::too_many_arguments)]
-unsafe fn write_tile_scaled<T: Finish>(
-    acc: &[i32],
-    (i0, rows): (usize, usize),
-    (j0, cols): (usize, usize),
+/// The per-column terms of columns `j0..j0 + cols` (at most [`super::NR`]) for the scaled
+/// write-back, computed once per strip rather than per tile; `None` when the output takes
+/// [`write_tile`]'s general path (int32 output or per-row scales).
+pub(super) fn strip_terms(
     fix: &TileCorrection<'_>,
     epilogue: &Epilogue<'_>,
-    p: *mut T,
-    (rs, cs): (usize, usize),
-) {
+    dest: RawDest,
+    (j0, cols): (usize, usize),
+) -> Option<ColumnTerms> {
     const NR: usize = super::NR;
+    if matches!(dest, RawDest::I32(_)) || epilogue.scale.is_some_and(|s| s.row.is_some()) {
+        return None;
+    }
     let mut terms = ColumnTerms {
         zero: [0; NR],
         a_term: [0; NR],
@@ -402,6 +411,26 @@ unsafe fn write_tile_scaled<T: Finish>(
         terms.mult[jj] = epilogue.scale.map_or(1.0, |s| s.multiplier(0, col));
         terms.float_bias[jj] = epilogue.bias_f32.map_or(0.0, |b| b[col]);
     }
+    Some(terms)
+}
+
+/// [`write_tile`] for u8/i8/f32 outputs scaled per column (or per tensor): the scaling runs
+/// vectorized over a whole tile, then the values are stored along C's contiguous axis.
+///
+/// # Safety
+/// As [`write_tile`]; `p` is C's storage; `terms` are [`strip_terms`] of these columns.
+#[allow(clippy::too_many_arguments)]
+unsafe fn write_tile_scaled<T: Finish>(
+    acc: &[i32],
+    (i0, rows): (usize, usize),
+    (j0, cols): (usize, usize),
+    fix: &TileCorrection<'_>,
+    terms: &ColumnTerms,
+    zero_point: i32,
+    p: *mut T,
+    (rs, cs): (usize, usize),
+) {
+    const NR: usize = super::NR;
     let mut row_zero = [0i32; MAX_TILE_ROWS];
     for (i, z) in row_zero.iter_mut().enumerate().take(rows) {
         *z = pick(fix.a_zero, i0 + i).wrapping_add(fix.a_shift);
@@ -412,15 +441,22 @@ unsafe fn write_tile_scaled<T: Finish>(
         rows,
         fix.row_sums,
         &row_zero,
-        &terms,
-        epilogue.zero_point,
+        terms,
+        zero_point,
         &mut out,
     );
     if cs == 1 {
         for (i, row) in out.iter().enumerate().take(rows) {
-            // SAFETY: row i0 + i, columns j0..j0 + cols of C lie in its storage and are this
-            // call's alone (the caller's contract); `row` holds NR >= cols values.
-            unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), p.add((i0 + i) * rs + j0), cols) };
+            let dst = p.wrapping_add((i0 + i) * rs + j0);
+            if cols == NR {
+                // A whole row as one fixed-size move (vector stores, not a `memcpy` call).
+                // SAFETY: row i0 + i, columns j0..j0 + NR of C lie in its storage and are this
+                // call's alone (the caller's contract); unaligned write.
+                unsafe { dst.cast::<[T; NR]>().write_unaligned(*row) };
+            } else {
+                // SAFETY: as above, columns j0..j0 + cols; `row` holds NR >= cols values.
+                unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), dst, cols) };
+            }
         }
     } else {
         #[cfg(target_arch = "x86_64")]

@@ -15,8 +15,12 @@
 //! an `MR × NR` tile of raw sums and the [`epilogue`] corrects and writes it. Microkernels: AVX-512
 //! VNNI (`vpdpbusd`, exact: no intermediate saturation), AVX2 (operands widened to i16 and
 //! multiplied with `vpmaddwd`, which cannot saturate, unlike `vpmaddubsw` on u8 × i8 pairs),
-//! and a portable one; chosen at run time. Blocks of C are spread over the intra-op pool.
+//! and a portable one; chosen at run time. Where the CPU has AMX-INT8 and Linux grants its tile
+//! state, products of a row-major A with at least 16 rows and 64 depths run on AMX tiles
+//! instead ([`amx`]: A row-major, B's panels as they are). Blocks of C are spread over the intra-op pool.
 
+#[cfg(target_arch = "x86_64")]
+mod amx;
 mod driver;
 pub mod epilogue;
 mod im2col;
@@ -53,12 +57,14 @@ pub enum IntIsa {
     Avx2,
     /// x86_64 AVX-512 with VNNI (`vpdpbusd`).
     Avx512Vnni,
+    /// x86_64 AMX-INT8 tiles (`tdpbusd`), granted by the OS.
+    Amx,
 }
 
 impl IntIsa {
     /// The fastest one this CPU has.
     pub fn detect() -> IntIsa {
-        [IntIsa::Avx512Vnni, IntIsa::Avx2]
+        [IntIsa::Amx, IntIsa::Avx512Vnni, IntIsa::Avx2]
             .into_iter()
             .find(|isa| isa.is_available())
             .unwrap_or(IntIsa::Portable)
@@ -76,8 +82,12 @@ impl IntIsa {
                     && std::arch::is_x86_feature_detected!("avx512bw")
                     && std::arch::is_x86_feature_detected!("avx512vnni")
             }
+            // AMX blocks write back through the VNNI path's epilogue, and short products fall
+            // back to VNNI: both must be there.
+            #[cfg(target_arch = "x86_64")]
+            IntIsa::Amx => IntIsa::Avx512Vnni.is_available() && amx::available(),
             #[cfg(not(target_arch = "x86_64"))]
-            IntIsa::Avx2 | IntIsa::Avx512Vnni => false,
+            IntIsa::Avx2 | IntIsa::Avx512Vnni | IntIsa::Amx => false,
         }
     }
 }

@@ -122,6 +122,40 @@ pub trait PackA: Sync {
     /// `dst[(k / 4) * mr * 4 + i * 4 + k % 4]`, zero past the depth and past `rows`; `sums[i]`
     /// is the sum of row `i`'s packed values. `dst` holds `padded_depth * mr` bytes, `sums` `mr`.
     fn pack_tile(&self, i0: usize, rows: usize, mr: usize, dst: &mut [u8], sums: &mut [i32]);
+
+    /// Packs rows `i0..i0 + rows` row-major (the AMX layout): row `i`'s depth `k` at
+    /// `dst[i * stride + k]`, zero from the depth to `stride`; `sums[i]` is the sum of row `i`'s
+    /// packed values. `stride >= padded_depth`; `dst` holds `rows * stride` bytes, `sums` `rows`.
+    fn pack_rows(&self, i0: usize, rows: usize, stride: usize, dst: &mut [u8], sums: &mut [i32]) {
+        pack_rows_by_tiles(self, i0, rows, stride, dst, sums);
+    }
+
+    /// Whether [`PackA::pack_rows`] is a plain copy (rather than one-row tiles, element by
+    /// element): the AMX path is only worth it then.
+    fn rows_are_contiguous(&self) -> bool {
+        false
+    }
+}
+
+/// [`PackA::pack_rows`] through `pack_tile`: a one-row tile is the row itself.
+fn pack_rows_by_tiles<A: PackA + ?Sized>(
+    a: &A,
+    i0: usize,
+    rows: usize,
+    stride: usize,
+    dst: &mut [u8],
+    sums: &mut [i32],
+) {
+    let kp = padded_depth(a.depth()).unwrap_or(0);
+    for (i, (row, sum)) in dst
+        .chunks_exact_mut(stride)
+        .zip(sums.iter_mut())
+        .take(rows)
+        .enumerate()
+    {
+        a.pack_tile(i0 + i, 1, 1, &mut row[..kp], std::slice::from_mut(sum));
+        row[kp..].fill(0);
+    }
 }
 
 #[inline(always)]
@@ -169,6 +203,28 @@ impl PackA for MatrixA<'_> {
         self.m
     }
 
+    fn rows_are_contiguous(&self) -> bool {
+        self.cs == 1
+    }
+
+    fn pack_rows(&self, i0: usize, rows: usize, stride: usize, dst: &mut [u8], sums: &mut [i32]) {
+        if self.cs != 1 {
+            pack_rows_by_tiles(self, i0, rows, stride, dst, sums);
+            return;
+        }
+        let bytes = self.data.bytes();
+        let flip = if self.data.is_signed() { 0x80 } else { 0 };
+        for (i, (row, sum)) in dst
+            .chunks_exact_mut(stride)
+            .zip(sums.iter_mut())
+            .take(rows)
+            .enumerate()
+        {
+            let start = (i0 + i) * self.rs;
+            *sum = copy_row(&bytes[start..start + self.k], flip, row);
+        }
+    }
+
     fn depth(&self) -> usize {
         self.k
     }
@@ -205,6 +261,40 @@ impl PackA for MatrixA<'_> {
                 }
             }
         }
+    }
+}
+
+/// Copies `src` XOR `flip` into the front of `dst`, zeroes the rest, and returns the sum of
+/// the copied values.
+fn copy_row(src: &[u8], flip: u8, dst: &mut [u8]) -> i32 {
+    let mut sum = 0i32;
+    copy_row_lanes((), src, flip, dst, &mut sum);
+    sum
+}
+
+crate::kernels::simd::multiversion! {
+    /// [`copy_row`]'s loops, vectorized (`T` is unused: the macro wants a type parameter).
+    fn copy_row_lanes<T: Copy>(_unit: T, src: &[u8], flip: u8, dst: &mut [u8], sum: &mut i32) {
+        let (head, rest) = dst.split_at_mut(src.len());
+        // Per-lane u32 sums of 64-byte blocks: no overflow below 2^24 blocks.
+        let mut lanes = [0u32; 64];
+        let mut blocks_src = src.chunks_exact(64);
+        let mut blocks_dst = head.chunks_exact_mut(64);
+        for (d, s) in (&mut blocks_dst).zip(&mut blocks_src) {
+            for ((o, &v), l) in d.iter_mut().zip(s).zip(lanes.iter_mut()) {
+                let x = v ^ flip;
+                *o = x;
+                *l += u32::from(x);
+            }
+        }
+        let mut total: u32 = lanes.iter().sum();
+        for (o, &v) in blocks_dst.into_remainder().iter_mut().zip(blocks_src.remainder()) {
+            let x = v ^ flip;
+            *o = x;
+            total += u32::from(x);
+        }
+        rest.fill(0);
+        *sum = total as i32;
     }
 }
 

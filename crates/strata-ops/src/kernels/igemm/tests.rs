@@ -5,10 +5,15 @@ use super::*;
 use crate::support::rng::Rng;
 
 fn isas() -> Vec<IntIsa> {
-    [IntIsa::Portable, IntIsa::Avx2, IntIsa::Avx512Vnni]
-        .into_iter()
-        .filter(|isa| isa.is_available())
-        .collect()
+    [
+        IntIsa::Portable,
+        IntIsa::Avx2,
+        IntIsa::Avx512Vnni,
+        IntIsa::Amx,
+    ]
+    .into_iter()
+    .filter(|isa| isa.is_available())
+    .collect()
 }
 
 /// Random 8-bit values as i32, in u8's or i8's range.
@@ -64,6 +69,9 @@ fn int32_products_match_the_reference_for_every_sign_size_and_zero_point() {
         (13, 37, 45),
         (17, 64, 33),
         (64, 129, 70),
+        // AMX: two 32-row tiles (one partial), several 64-deep steps and a partial one, a
+        // partial last strip, the next strip prefetched.
+        (40, 300, 97),
     ];
     for isa in isas() {
         for &(m, k, n) in &shapes {
@@ -382,8 +390,11 @@ fn requantized_tiles_match_the_reference_in_both_layouts_with_zero_points_and_bi
     // Partial tiles in both directions, per-row A and per-column B zero points, an int32 bias
     // and per-column scales: the vectorized 8-bit write-back against a naive one.
     let mut rng = Rng::new(21);
-    let (m, k, n) = (13, 37, 45);
-    for (a_signed, b_signed, out_signed) in [(false, true, false), (true, false, true)] {
+    // The second shape takes AMX's partial tiles and steps (where the CPU has AMX).
+    for ((m, k, n), (a_signed, b_signed, out_signed)) in [(13, 37, 45), (45, 130, 70)]
+        .into_iter()
+        .flat_map(|shape| [(shape, (false, true, false)), (shape, (true, false, true))])
+    {
         let a = values(&mut rng, m * k, a_signed);
         let b = values(&mut rng, k * n, b_signed);
         let za = values(&mut rng, m, a_signed);
@@ -437,7 +448,7 @@ fn requantized_tiles_match_the_reference_in_both_layouts_with_zero_points_and_bi
                         assert_eq!(
                             got,
                             want[i * n + j],
-                            "{isa:?} transposed {transposed} ({i}, {j})"
+                            "{isa:?} {m}x{k}x{n} transposed {transposed} ({i}, {j})"
                         );
                     }
                 }

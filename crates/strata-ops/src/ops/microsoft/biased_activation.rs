@@ -241,12 +241,45 @@ fn map_rows<T: Real>(x: &[T], bias: &[T], y: &mut [T], f: impl Fn(T::Wide) -> T:
 /// those elements (a fraction of a percent in practice) are recomputed in f64.
 const TAIL: f64 = -3.0;
 
-/// Recomputes the elements whose pre-activation is below [`TAIL`] in f64. `bias` (when not
-/// empty) is as long as `x`: one row.
-fn fix_negative_tail<T: Real>(form: GeluForm, x: &[T], bias: &[T], y: &mut [T]) {
-    if matches!(form, GeluForm::Sigmoid { .. }) {
-        return;
+/// Lanes [`fix_negative_tail`] checks at once before looking at single elements.
+const TAIL_LANES: usize = 16;
+
+multiversion! {
+    /// Recomputes the elements whose pre-activation is below [`TAIL`] in f64. `bias` (when not
+    /// empty) is as long as `x`: one row. Runs of [`TAIL_LANES`] are checked with one vector
+    /// compare each; only runs holding such an element are fixed element by element.
+    fn fix_negative_tail<T: Real>(form: GeluForm, x: &[T], bias: &[T], y: &mut [T]) {
+        if matches!(form, GeluForm::Sigmoid { .. }) {
+            return;
+        }
+        let tail = <T::Wide as WideFloat>::lit(TAIL);
+        let biased = !bias.is_empty();
+        for (run, (xs, ys)) in x
+            .chunks(TAIL_LANES)
+            .zip(y.chunks_mut(TAIL_LANES))
+            .enumerate()
+        {
+            let bs = if biased {
+                &bias[run * TAIL_LANES..][..xs.len()]
+            } else {
+                &[]
+            };
+            let below = if biased {
+                xs.iter()
+                    .zip(bs)
+                    .fold(false, |any, (&v, &b)| any | (v.widen() + b.widen() < tail))
+            } else {
+                xs.iter().fold(false, |any, &v| any | (v.widen() < tail))
+            };
+            if below {
+                fix_run(form, xs, bs, ys);
+            }
+        }
     }
+}
+
+/// [`fix_negative_tail`] for one run, element by element.
+fn fix_run<T: Real>(form: GeluForm, x: &[T], bias: &[T], y: &mut [T]) {
     let lit = <T::Wide as WideFloat>::lit;
     let tail = lit(TAIL);
     let zero = lit(0.0);

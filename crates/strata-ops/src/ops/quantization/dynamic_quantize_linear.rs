@@ -56,9 +56,89 @@ impl Operator for DynamicQuantizeLinear {
 
 /// The smallest and largest value (NaNs skipped).
 fn range(xs: &[f32]) -> (f32, f32) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512F was detected just now.
+        return unsafe { range_avx512(xs) };
+    }
     let mut out = (f32::INFINITY, f32::NEG_INFINITY);
     lane_range((), xs, &mut out);
     out
+}
+
+/// [`range`] with AVX-512: four independent min and max accumulators of 16 lanes (`vminps`
+/// returns its second operand when the first is NaN, so NaNs are skipped).
+///
+/// # Safety
+/// The CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn range_avx512(xs: &[f32]) -> (f32, f32) {
+    use std::arch::x86_64::*;
+    let mut lo = [_mm512_set1_ps(f32::INFINITY); 4];
+    let mut hi = [_mm512_set1_ps(f32::NEG_INFINITY); 4];
+    let chunks = xs.chunks_exact(64);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (q, (l, h)) in lo.iter_mut().zip(hi.iter_mut()).enumerate() {
+            // SAFETY: lanes 16q..16q + 16 of a 64-value chunk; unaligned load.
+            let v = unsafe { _mm512_loadu_ps(chunk.as_ptr().add(16 * q)) };
+            *l = _mm512_min_ps(v, *l);
+            *h = _mm512_max_ps(v, *h);
+        }
+    }
+    let (mut los, mut his) = ([0f32; 64], [0f32; 64]);
+    for q in 0..4 {
+        // SAFETY: each store writes 16 values inside the 64-value arrays.
+        unsafe {
+            _mm512_storeu_ps(los.as_mut_ptr().add(16 * q), lo[q]);
+            _mm512_storeu_ps(his.as_mut_ptr().add(16 * q), hi[q]);
+        }
+    }
+    let (a, b) = lanes(tail);
+    let min = los.iter().fold(a, |m, &v| m.min(v));
+    let max = his.iter().fold(b, |m, &v| m.max(v));
+    (min, max)
+}
+
+/// `dst[i] = saturate(round_half_even(xs[i] / scale) + zero_point)` (NaN to 0), as
+/// `quantize_slice` computes it, with AVX-512 where the CPU has it.
+fn quantize(xs: &[f32], scale: f32, zero_point: i32, dst: &mut [u8]) {
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512F was detected just now.
+        done = unsafe { quantize_avx512(xs, scale, zero_point as f32, dst) };
+    }
+    super::per_tensor::quantize_slice(&xs[done..], scale, zero_point, &mut dst[done..]);
+}
+
+/// The whole 16-value blocks of [`quantize`]; returns how many values it wrote. The quotient is
+/// rounded half to even (`vrndscaleps`), offset, then clamped with NaN going to the low bound
+/// (`vmaxps` returns its second operand on NaN); the clamped values are exact integers.
+///
+/// # Safety
+/// The CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn quantize_avx512(xs: &[f32], scale: f32, zero_point: f32, dst: &mut [u8]) -> usize {
+    use std::arch::x86_64::*;
+    let (s, z) = (_mm512_set1_ps(scale), _mm512_set1_ps(zero_point));
+    let (lo, hi) = (_mm512_set1_ps(0.0), _mm512_set1_ps(255.0));
+    let blocks = xs.len().min(dst.len()) / 16;
+    for b in 0..blocks {
+        // SAFETY: values 16b..16b + 16 lie in both `xs` and `dst` (b < blocks); unaligned.
+        unsafe {
+            let v = _mm512_loadu_ps(xs.as_ptr().add(16 * b));
+            let q = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                _mm512_div_ps(v, s),
+            );
+            let q = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(q, z), lo), hi);
+            let bytes = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(q));
+            _mm_storeu_si128(dst.as_mut_ptr().add(16 * b).cast(), bytes);
+        }
+    }
+    blocks * 16
 }
 
 crate::kernels::simd::multiversion! {
@@ -111,7 +191,7 @@ impl Kernel for DynamicQuantizeLinear {
             let dst = write
                 .as_mut_slice()
                 .ok_or_else(|| OpError::kernel(OP, "output is not contiguous"))?;
-            super::per_tensor::quantize_slice(&xs, scale, zero_point as i32, dst);
+            quantize(&xs, scale, zero_point as i32, dst);
         }
         {
             let mut write = io.output(1).write::<f32>()?;
@@ -162,6 +242,32 @@ mod tests {
             .collect();
         assert_eq!(y[0].to_vec::<u8>().unwrap(), want);
         assert!(want.contains(&0) && want.contains(&255));
+    }
+
+    #[test]
+    fn vector_paths_match_the_scalar_ones_on_ties_nan_and_infinities() {
+        // Quotients k / 2: every odd k is a tie (rounded to even); NaN and infinities saturate.
+        let mut xs: Vec<f32> = (-700..700).map(|k| k as f32 * 0.25).collect();
+        xs[17] = f32::NAN;
+        xs[40] = f32::INFINITY;
+        xs[41] = f32::NEG_INFINITY;
+        xs[1000] = 3.0e9;
+        let mut want = vec![0u8; xs.len()];
+        crate::ops::quantization::per_tensor::quantize_slice(&xs, 0.5, 77, &mut want);
+        let mut got = vec![0u8; xs.len()];
+        quantize(&xs, 0.5, 77, &mut got);
+        assert_eq!(got, want);
+        assert_eq!(got[17], 0);
+        assert_eq!((got[40], got[41]), (255, 0));
+        // (k=1 -> 0.5 rounds to 0, k=3 -> 1.5 rounds to 2) around the zero point.
+        assert_eq!((got[701], got[703]), (77, 79));
+        // NaN skipped by the range; the extremes found wherever they sit.
+        let mut ys: Vec<f32> = (0..1000).map(|i| (i % 37) as f32 - 10.0).collect();
+        ys[5] = f32::NAN;
+        ys[999] = -55.0;
+        ys[640] = 70.0;
+        assert_eq!(range(&ys), (-55.0, 70.0));
+        assert_eq!(range(&ys[..3]), (-10.0, -8.0));
     }
 
     #[test]
