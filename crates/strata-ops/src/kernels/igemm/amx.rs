@@ -24,8 +24,8 @@ use std::arch::asm;
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use super::driver::{with_a_buffers, Problem};
 use super::epilogue::{strip_terms, write_tile};
+use super::problem::{with_a_buffers, Problem};
 use super::{NR, PANEL};
 
 /// Rows of C one tile pair covers (two 16-row tiles).

@@ -9,12 +9,12 @@
 //!       microkernel (all of K) -> raw sums -> write-back (zero points, bias, conversion)
 //! ```
 
-use std::cell::RefCell;
 use std::ops::Range;
 
-use super::epilogue::{strip_terms, write_tile, Epilogue, OutMat, RawDest, TileCorrection};
+use super::epilogue::{strip_terms, write_tile, Epilogue, OutMat};
 use super::microkernel::{IntMicrokernel, Portable};
 use super::pack::{PackA, PackedBRef};
+use super::problem::{with_a_buffers, Problem};
 use super::{padded_depth, IntIsa, NR, PANEL};
 use crate::kernels::error::{KernelError, KernelResult};
 
@@ -198,36 +198,6 @@ fn check_output(out: &OutMat<'_>, m: usize, n: usize) -> KernelResult<()> {
     Ok(())
 }
 
-/// One product, checked: what every block of it reads and where it writes.
-pub(super) struct Problem<'a> {
-    pub(super) a: &'a dyn PackA,
-    pub(super) a_zero: &'a [i32],
-    pub(super) a_shift: i32,
-    pub(super) b: PackedBRef<'a>,
-    pub(super) b_zero: &'a [i32],
-    pub(super) m: usize,
-    pub(super) n: usize,
-    pub(super) kp: usize,
-    pub(super) epilogue: &'a Epilogue<'a>,
-    pub(super) dest: RawDest,
-    pub(super) strides: (usize, usize),
-}
-
-impl Problem<'_> {
-    /// The zero-point correction of a tile whose rows have the packed sums `row_sums`.
-    pub(super) fn correction<'s>(&'s self, row_sums: &'s [i32]) -> TileCorrection<'s> {
-        TileCorrection {
-            depth: self.a.depth() as i32,
-            a_zero: self.a_zero,
-            a_shift: self.a_shift,
-            b_zero: self.b_zero,
-            b_shift: self.b.shift,
-            row_sums,
-            col_sums: self.b.col_sums,
-        }
-    }
-}
-
 fn run<K: IntMicrokernel>(p: &Problem<'_>, threads: usize) {
     let work = p.m.saturating_mul(p.n).saturating_mul(p.kp);
     let threads = if work < PARALLEL_MIN_MULADDS {
@@ -284,40 +254,6 @@ fn split(m: usize, n: usize, mr: usize, threads: usize) -> (usize, usize) {
         (m, col_tiles.div_ceil(threads) * NR)
     } else {
         (row_tiles.div_ceil(threads) * mr, n)
-    }
-}
-
-thread_local! {
-    static A_BUFFERS: RefCell<(Vec<u8>, Vec<i32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
-}
-
-/// Runs `f` with this thread's A packing buffers (`bytes` and `sums` long), or temporary ones
-/// should they be in use or gone.
-pub(super) fn with_a_buffers<R>(
-    bytes: usize,
-    sums: usize,
-    f: impl FnOnce(&mut [u8], &mut [i32]) -> R,
-) -> R {
-    let mut f = Some(f);
-    let reused = A_BUFFERS.try_with(|cell| {
-        let mut buffers = cell.try_borrow_mut().ok()?;
-        let (a, s) = &mut *buffers;
-        if a.len() < bytes {
-            a.resize(bytes, 0);
-        }
-        if s.len() < sums {
-            s.resize(sums, 0);
-        }
-        let f = f.take()?;
-        Some(f(&mut a[..bytes], &mut s[..sums]))
-    });
-    if let Ok(Some(result)) = reused {
-        return result;
-    }
-    let (mut a, mut s) = (vec![0u8; bytes], vec![0i32; sums]);
-    match f.take() {
-        Some(f) => f(&mut a, &mut s),
-        None => unreachable!("`f` is only taken on the path that returns its result"),
     }
 }
 

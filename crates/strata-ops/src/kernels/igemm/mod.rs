@@ -25,8 +25,10 @@ mod driver;
 pub mod epilogue;
 mod im2col;
 mod im2col_nhwc;
+mod isa;
 mod microkernel;
 pub mod pack;
+mod problem;
 #[cfg(test)]
 mod tests;
 #[cfg(target_arch = "x86_64")]
@@ -36,6 +38,7 @@ pub use driver::igemm;
 pub use epilogue::{round_half_even, write_line, Dest, Epilogue, OutMat, Requant};
 pub use im2col::{Im2colA, Im2colGeometry};
 pub use im2col_nhwc::{nhwc_scratch, padded_channels, pixel_bytes, tap_major_weights, Im2colNhwc};
+pub use isa::IntIsa;
 pub use pack::{pack_b_into, IntSlice, MatrixA, PackA, PackedB, PackedBRef};
 
 /// Columns of one packed B panel (one 512-bit vector of i32 lanes).
@@ -46,48 +49,4 @@ pub const NR: usize = 2 * PANEL;
 /// `k` rounded up to whole groups of 4 (the packed depth), `None` on overflow.
 pub fn padded_depth(k: usize) -> Option<usize> {
     k.checked_add(3).map(|v| v / 4 * 4)
-}
-
-/// The microkernels an integer product may run with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IntIsa {
-    /// Plain Rust.
-    Portable,
-    /// x86_64 AVX2 (`vpmaddwd` on widened operands).
-    Avx2,
-    /// x86_64 AVX-512 with VNNI (`vpdpbusd`).
-    Avx512Vnni,
-    /// x86_64 AMX-INT8 tiles (`tdpbusd`), granted by the OS.
-    Amx,
-}
-
-impl IntIsa {
-    /// The fastest one this CPU has.
-    pub fn detect() -> IntIsa {
-        [IntIsa::Amx, IntIsa::Avx512Vnni, IntIsa::Avx2]
-            .into_iter()
-            .find(|isa| isa.is_available())
-            .unwrap_or(IntIsa::Portable)
-    }
-
-    /// Whether this CPU can run it (checked at run time).
-    pub fn is_available(self) -> bool {
-        match self {
-            IntIsa::Portable => true,
-            #[cfg(target_arch = "x86_64")]
-            IntIsa::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
-            #[cfg(target_arch = "x86_64")]
-            IntIsa::Avx512Vnni => {
-                std::arch::is_x86_feature_detected!("avx512f")
-                    && std::arch::is_x86_feature_detected!("avx512bw")
-                    && std::arch::is_x86_feature_detected!("avx512vnni")
-            }
-            // AMX blocks write back through the VNNI path's epilogue, and short products fall
-            // back to VNNI: both must be there.
-            #[cfg(target_arch = "x86_64")]
-            IntIsa::Amx => IntIsa::Avx512Vnni.is_available() && amx::available(),
-            #[cfg(not(target_arch = "x86_64"))]
-            IntIsa::Avx2 | IntIsa::Avx512Vnni | IntIsa::Amx => false,
-        }
-    }
 }

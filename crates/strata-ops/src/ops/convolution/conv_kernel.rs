@@ -8,6 +8,7 @@ use crate::kernels::gemm::{
     gemm, gemm_prepacked_raw, gemm_prepacked_with, Epilogue, GemmFloat, MatMut, Prepacked,
 };
 use crate::kernels::spatial::{check_len, checked_product, WindowAttrs, WindowGeometry};
+pub use crate::ops::convolution::conv_params::ConvParams;
 use crate::ops::convolution::depthwise::{self, depthwise};
 use crate::ops::convolution::depthwise_blocked::{self, depthwise_blocked};
 use crate::ops::convolution::im2col::im2col;
@@ -21,35 +22,6 @@ const OP: &str = "Conv";
 const TILE_ELEMENTS: usize = 1 << 18;
 /// Narrower tiles would make the GEMM repack the weights too often for too little work.
 const MIN_TILE_COLUMNS: usize = 256;
-
-/// Conv attributes. Empty vectors take the ONNX defaults: `kernel` from the weight's spatial
-/// dims, strides and dilations 1, pads 0. `auto_pad` is resolved beforehand with
-/// [`resolve_auto_pad`](super::resolve_auto_pad).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ConvParams {
-    pub kernel: Vec<usize>,
-    pub strides: Vec<usize>,
-    pub pads_begin: Vec<usize>,
-    pub pads_end: Vec<usize>,
-    pub dilations: Vec<usize>,
-    pub groups: usize,
-    /// Activation applied while the output is written (a fused Conv+Relu, say).
-    pub post: Activation,
-}
-
-impl Default for ConvParams {
-    fn default() -> Self {
-        ConvParams {
-            kernel: Vec::new(),
-            strides: Vec::new(),
-            pads_begin: Vec::new(),
-            pads_end: Vec::new(),
-            dilations: Vec::new(),
-            groups: 1,
-            post: Activation::None,
-        }
-    }
-}
 
 /// Output dims `[N, M, out spatial...]` for an input `[N, C, spatial...]` and a weight
 /// `[M, C / groups, kernel...]`; errors name the mismatch.

@@ -22,13 +22,13 @@ use crate::kernels::phase_planes::{Axis, MAX_TAPS};
 use crate::kernels::simd::multiversion;
 use crate::kernels::spatial::WindowGeometry;
 
+use super::conv_params::ConvParams;
 use super::depthwise_band::BandShape;
 #[cfg(target_arch = "x86_64")]
 use super::depthwise_blocked_avx512;
 use super::depthwise_rows;
 use super::few_channels::window;
 use crate::kernels::error::{KernelError, KernelResult};
-use crate::ops::convolution::conv_kernel::ConvParams;
 use strata_core::{DType, Device, MemoryKind, Tensor};
 
 /// An element the blocked kernel computes in.

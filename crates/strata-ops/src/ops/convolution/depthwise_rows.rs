@@ -17,7 +17,7 @@ use crate::kernels::spatial::WindowGeometry;
 
 #[cfg(target_arch = "x86_64")]
 use super::depthwise_rows_avx512;
-use super::few_channels::{avx512, Band, Clamp, ClampKind};
+use super::row_band::{avx512, Band, Clamp, ClampKind};
 
 /// The narrowest output rows this kernel takes. Measured on MobileNetV2 (1 thread): 112 and 56
 /// wide it beat the blocked kernel (217 vs 250 us, 238 vs 261 us), 28 wide it tied, 14 wide it

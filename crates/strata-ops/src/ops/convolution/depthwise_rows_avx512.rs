@@ -5,7 +5,7 @@
 
 use std::arch::x86_64::*;
 
-use super::few_channels::{Clamp, ClampKind, LANES};
+use super::row_band::{Clamp, ClampKind, LANES};
 
 /// Column vectors of a row computed together, at most.
 const MAX_CHUNK: usize = 4;

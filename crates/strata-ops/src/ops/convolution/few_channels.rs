@@ -4,7 +4,8 @@
 //! im2col + GEMM gives such a layer a depth of only `channels x taps` (27), so unfolding and
 //! the short products cost more than the multiply-adds. Here the output stays in NCHW: sixteen
 //! output columns of one row sit in a vector, each tap's weight is broadcast, and a register
-//! block of [`OC_BLOCK`] output channels x up to [`MAX_VECTORS`] column vectors shares every
+//! block of [`OC_BLOCK`] output channels x up to
+//! [`MAX_VECTORS`](super::few_channels_block::MAX_VECTORS) column vectors shares every
 //! input load. A band of input rows is first copied into zero-padded column phases (one per
 //! column stride phase), so every tap of a strided or padded convolution reads contiguous
 //! columns with no edge cases. Bands of output rows are spread over the threads.
@@ -14,21 +15,17 @@
 
 use strata_core::{Device, MemoryKind, Tensor};
 
+use super::conv_params::ConvParams;
 use crate::kernels::error::{KernelError, KernelResult};
 use crate::kernels::gemm::with_pack_buffers;
 use crate::kernels::spatial::{WindowAttrs, WindowGeometry};
-use crate::ops::convolution::conv_kernel::ConvParams;
 
 #[cfg(target_arch = "x86_64")]
 use super::few_channels_avx512;
-pub(super) use super::row_band::{avx512, Band, Clamp, ClampKind, LANES, MAX_DEPTH};
+use super::few_channels_block::OC_BLOCK;
+use super::row_band::{avx512, Band, Clamp, ClampKind, MAX_DEPTH};
 
 const OP: &str = "Conv";
-/// Output channels computed together (one broadcast weight each per tap).
-pub(crate) const OC_BLOCK: usize = 4;
-/// Column vectors (16 outputs each) of one row computed together: 20 accumulators, with room
-/// for the loads and a weight.
-pub(super) const MAX_VECTORS: usize = 5;
 
 /// Whether the direct kernel takes this convolution: f32 on AVX-512, 2-D, one group, at most 4
 /// input channels and [`MAX_DEPTH`] taps over them, at least [`OC_BLOCK`] output channels and

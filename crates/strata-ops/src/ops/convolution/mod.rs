@@ -8,6 +8,7 @@ pub(crate) mod col2im_fold;
 pub mod conv;
 pub mod conv_integer;
 pub mod conv_kernel;
+mod conv_params;
 pub mod conv_transpose;
 pub mod deform_conv;
 pub(crate) mod depthwise;
@@ -21,12 +22,15 @@ mod depthwise_rows_avx512;
 pub(crate) mod few_channels;
 #[cfg(target_arch = "x86_64")]
 mod few_channels_avx512;
+mod few_channels_block;
 mod im2col;
 mod integer_conv_gemm;
 pub(crate) mod integer_conv_kernel;
 mod integer_depthwise;
 pub mod qlinear_conv;
 mod row_band;
+#[cfg(target_arch = "x86_64")]
+mod row_band_avx512;
 pub mod winograd;
 
 use crate::OpTable;

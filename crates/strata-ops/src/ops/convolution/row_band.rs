@@ -8,7 +8,7 @@ use crate::kernels::phase_planes::Axis;
 use crate::kernels::spatial::WindowGeometry;
 
 #[cfg(target_arch = "x86_64")]
-use super::few_channels_avx512;
+use super::row_band_avx512;
 
 /// Elements per vector.
 pub(crate) const LANES: usize = 16;
@@ -163,7 +163,7 @@ impl Band {
                 #[cfg(target_arch = "x86_64")]
                 if self.phases == 1 && avx512() {
                     // SAFETY: AVX-512F was detected just now.
-                    unsafe { few_channels_avx512::pad_row(src, pad, channel) };
+                    unsafe { row_band_avx512::pad_row(src, pad, channel) };
                     continue;
                 }
                 for (q, dst) in channel.chunks_exact_mut(self.phase_len).enumerate() {
@@ -197,7 +197,7 @@ fn split_row(src: &[f32], pad: usize, (phase0, phase1): (&mut [f32], &mut [f32])
     #[cfg(target_arch = "x86_64")]
     // SAFETY: AVX-512F was detected by the caller.
     unsafe {
-        few_channels_avx512::split_phases(
+        row_band_avx512::split_phases(
             &src[..2 * pairs],
             &mut even[je..je + pairs],
             &mut odd[jo..jo + pairs],
