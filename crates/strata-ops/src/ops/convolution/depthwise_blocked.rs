@@ -28,8 +28,9 @@ use super::depthwise_band::BandShape;
 use super::depthwise_blocked_avx512;
 use super::depthwise_rows;
 use super::few_channels::window;
+use super::interleaved_weights::interleave_weight_rows;
 use crate::kernels::error::{KernelError, KernelResult};
-use strata_core::{DType, Device, MemoryKind, Tensor};
+use strata_core::Tensor;
 
 /// An element the blocked kernel computes in.
 trait FloatPod: Float + Pod {}
@@ -214,22 +215,7 @@ impl BlockedWeights {
                 weight.len()
             )));
         }
-        let len = channels.div_ceil(LANES) * taps * LANES;
-        let data = Tensor::empty(&[len], DType::F32, Device::Cpu, MemoryKind::Persistent)
-            .map_err(|e| invalid(e.to_string()))?;
-        {
-            let mut guard = data.write::<f32>().map_err(|e| invalid(e.to_string()))?;
-            let dst = guard
-                .as_mut_slice()
-                .ok_or_else(|| invalid("fresh buffer is not contiguous".into()))?;
-            dst.fill(0.0);
-            for (c, k) in weight.chunks_exact(taps).enumerate() {
-                let (b, l) = (c / LANES, c % LANES);
-                for (t, &v) in k.iter().enumerate() {
-                    dst[(b * taps + t) * LANES + l] = v;
-                }
-            }
-        }
+        let data = interleave_weight_rows(weight, taps, LANES).map_err(invalid)?;
         Ok(BlockedWeights {
             data,
             dims: [channels, 1, kh, kw],

@@ -13,7 +13,7 @@
 //! f32 on AVX-512 only (elsewhere the GEMM path stays); the weights are reordered once at plan
 //! time ([`FewChannelWeights`], Persistent memory).
 
-use strata_core::{Device, MemoryKind, Tensor};
+use strata_core::Tensor;
 
 use super::conv_params::ConvParams;
 use crate::kernels::error::{KernelError, KernelResult};
@@ -23,6 +23,7 @@ use crate::kernels::spatial::{WindowAttrs, WindowGeometry};
 #[cfg(target_arch = "x86_64")]
 use super::few_channels_avx512;
 use super::few_channels_block::OC_BLOCK;
+use super::interleaved_weights::interleave_weight_rows;
 use super::row_band::{avx512, Band, Clamp, ClampKind, MAX_DEPTH};
 
 const OP: &str = "Conv";
@@ -90,28 +91,7 @@ impl FewChannelWeights {
                 weight.len()
             )));
         }
-        let blocks = cout.div_ceil(OC_BLOCK);
-        let len = blocks * depth * OC_BLOCK;
-        let data = Tensor::empty(
-            &[len],
-            strata_core::DType::F32,
-            Device::Cpu,
-            MemoryKind::Persistent,
-        )
-        .map_err(|e| invalid(e.to_string()))?;
-        {
-            let mut guard = data.write::<f32>().map_err(|e| invalid(e.to_string()))?;
-            let dst = guard
-                .as_mut_slice()
-                .ok_or_else(|| invalid("fresh buffer is not contiguous".into()))?;
-            dst.fill(0.0);
-            for (oc, taps) in weight.chunks_exact(depth).enumerate() {
-                let (b, r) = (oc / OC_BLOCK, oc % OC_BLOCK);
-                for (t, &v) in taps.iter().enumerate() {
-                    dst[(b * depth + t) * OC_BLOCK + r] = v;
-                }
-            }
-        }
+        let data = interleave_weight_rows(weight, depth, OC_BLOCK).map_err(invalid)?;
         Ok(FewChannelWeights {
             data,
             dims: [cout, cin, kh, kw],

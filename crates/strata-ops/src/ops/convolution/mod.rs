@@ -27,6 +27,7 @@ mod im2col;
 mod integer_conv_gemm;
 pub(crate) mod integer_conv_kernel;
 mod integer_depthwise;
+mod interleaved_weights;
 pub mod qlinear_conv;
 mod row_band;
 #[cfg(target_arch = "x86_64")]
