@@ -5,7 +5,8 @@
 
 use std::arch::x86_64::*;
 
-use super::row_band::{Clamp, ClampKind, LANES};
+use super::few_channels_avx512::clamp;
+use super::row_band::{Clamp, LANES};
 
 /// Column vectors of a row computed together, at most.
 const MAX_CHUNK: usize = 4;
@@ -113,11 +114,7 @@ impl Args<'_> {
         for (i, a) in acc.iter().enumerate() {
             let o = self.out.wrapping_add((oy + i) * self.ow + v0 * LANES);
             for (c, &v) in a.iter().enumerate() {
-                let v = match self.clamp.kind {
-                    ClampKind::None => v,
-                    ClampKind::NanToLow => _mm512_min_ps(_mm512_max_ps(v, lo), hi),
-                    ClampKind::KeepNan => _mm512_min_ps(hi, _mm512_max_ps(lo, v)),
-                };
+                let v = clamp(self.clamp.kind, v, lo, hi);
                 // SAFETY: inside the output row (the last vector masked to it).
                 unsafe {
                     if c + 1 < C {

@@ -128,13 +128,7 @@ impl Args<'_> {
                 .out
                 .wrapping_add(self.at + (oc0 + i) * self.plane + v0 * LANES);
             for (c, &v) in a.iter().enumerate() {
-                let v = match self.clamp.kind {
-                    ClampKind::None => v,
-                    // max(v, lo): a NaN becomes lo, as Relu's `x > 0 ? x : 0`.
-                    ClampKind::NanToLow => _mm512_min_ps(_mm512_max_ps(v, lo), hi),
-                    // max(lo, v): a NaN stays NaN, as Clip's comparisons.
-                    ClampKind::KeepNan => _mm512_min_ps(hi, _mm512_max_ps(lo, v)),
-                };
+                let v = clamp(self.clamp.kind, v, lo, hi);
                 // SAFETY: columns c * LANES.. of this row are inside the `cols` the caller
                 // may write; the last vector is masked to them.
                 unsafe {
@@ -146,5 +140,19 @@ impl Args<'_> {
                 }
             }
         }
+    }
+}
+
+/// `v` clamped to `[lo, hi]` the way `kind` says: the activation the row kernels apply in
+/// registers as they store.
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(super) fn clamp(kind: ClampKind, v: __m512, lo: __m512, hi: __m512) -> __m512 {
+    match kind {
+        ClampKind::None => v,
+        // max(v, lo): a NaN becomes lo, as Relu's `x > 0 ? x : 0`.
+        ClampKind::NanToLow => _mm512_min_ps(_mm512_max_ps(v, lo), hi),
+        // max(lo, v): a NaN stays NaN, as Clip's comparisons.
+        ClampKind::KeepNan => _mm512_min_ps(hi, _mm512_max_ps(lo, v)),
     }
 }
