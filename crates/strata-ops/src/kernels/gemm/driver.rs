@@ -13,6 +13,11 @@
 //!       for jr in jc.., step NR
 //!         microkernel: C[ir.., jr..] (MR x NR) = alpha * A B + (pc == 0 ? beta : 1) * C
 //! ```
+//!
+//! When the columns span several `NC` blocks, A would be packed once per block; instead all of
+//! this block's rows of A are packed once, up front (when that copy is small: [`WHOLE_A_MAX`]).
+//! B may also come from a [`ProduceB`] (quantized weights dequantized straight into the packed
+//! layout) instead of from memory.
 
 use std::ops::Range;
 
@@ -22,6 +27,10 @@ use super::super::float::Float;
 use super::microkernel::{Microkernel, Prefetch, Tile};
 use super::pack::{with_pack_buffers, MatRef};
 use crate::parallel;
+
+/// Most elements of A packed whole, up front, per thread (2 MiB of f32): above it, A is packed
+/// per block as it is needed.
+const WHOLE_A_MAX: usize = 1 << 19;
 
 /// Below this many multiply-adds a product stays on the calling thread: handing blocks to the
 /// pool costs more than it saves.
@@ -67,6 +76,8 @@ pub struct Problem<'a, T> {
     pub packed_a: Option<&'a [T]>,
     /// B packed once beforehand (in place of `b`): slivers of `NR` columns over all `k` rows.
     pub packed_b: Option<&'a [T]>,
+    /// B made block by block on demand (in place of `b`, which is then empty).
+    pub produce_b: Option<ProduceB<'a, T>>,
     /// Run on each finished piece of a row of C while it is still in cache (C's columns must be
     /// contiguous): `epilogue(i, j, row)` with `row` = C's elements `(i, j..j + row.len())`.
     pub epilogue: Option<&'a Epilogue<'a, T>>,
@@ -75,13 +86,41 @@ pub struct Problem<'a, T> {
 /// A step applied to finished pieces of C's rows: bias, residual, activation.
 pub type Epilogue<'a, T> = dyn Fn(usize, usize, &mut [T]) + Sync + 'a;
 
+/// One block of B a [`ProduceB`] is asked for: rows `p0..p0 + kc`, columns `j0..j0 + cols`, as
+/// `cols.div_ceil(nr)` slivers of `nr` columns (sliver `s` at `s * kc * nr`, row `p` of it at
+/// `p * nr`), zero past the last column: the layout [`super::pack::pack_block`] writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BBlock {
+    pub p0: usize,
+    pub kc: usize,
+    pub j0: usize,
+    pub cols: usize,
+    pub nr: usize,
+}
+
+impl BBlock {
+    /// Elements the block occupies.
+    pub fn elements(&self) -> usize {
+        self.cols.div_ceil(self.nr) * self.kc * self.nr
+    }
+}
+
+/// B that is computed rather than read: `fill(block, dst)` writes `block` into
+/// `dst[..block.elements()]`. Every `p0` it is asked for is a multiple of `align` (a quantization
+/// block's length, say), and so is every `kc` but the last one of the depth.
+#[derive(Clone, Copy)]
+pub struct ProduceB<'a, T> {
+    pub align: usize,
+    pub fill: &'a (dyn Fn(BBlock, &mut [T]) + Sync + 'a),
+}
+
 impl<T: Copy> Problem<'_, T> {
     /// The same product transposed: `C^T = alpha * B^T A^T + beta * C^T`. Only for products
     /// without prepacked operands (their sliver layouts are not each other's transposes) or an
     /// epilogue (it works on rows of C).
     pub fn transposed(&self) -> Self {
         debug_assert!(self.packed_a.is_none() && self.packed_b.is_none());
-        debug_assert!(self.epilogue.is_none());
+        debug_assert!(self.produce_b.is_none() && self.epilogue.is_none());
         Problem {
             m: self.n,
             n: self.m,
@@ -97,6 +136,7 @@ impl<T: Copy> Problem<'_, T> {
             beta: self.beta,
             packed_a: None,
             packed_b: None,
+            produce_b: None,
             epilogue: None,
         }
     }
@@ -173,14 +213,22 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
     stop: &crate::run_control::StopToken,
 ) {
     // Depth blocks of equal size (784 = 4 x 196, not 3 x 256 + 16): a short last block would
-    // pay a whole pass of C's loads and stores for a few steps of work.
-    let kc_max = p.k.div_ceil(p.k.div_ceil(K::KC).max(1)).max(1);
+    // pay a whole pass of C's loads and stores for a few steps of work. A producer of B gets
+    // blocks that start on its alignment.
+    let mut kc_max = p.k.div_ceil(p.k.div_ceil(K::KC).max(1)).max(1);
+    if let Some(produce) = p.produce_b {
+        kc_max = kc_max.next_multiple_of(produce.align.max(1)).min(p.k);
+    }
     let nc_max = K::NC.min(cols.len().div_ceil(K::NR) * K::NR);
-    // Prepacked operands need no buffer of their own.
-    let a_buffer = if p.packed_a.is_some() {
-        0
-    } else {
-        K::MR * kc_max
+    let row_slivers = rows.len().div_ceil(K::MR);
+    // A packed whole (all `k` steps of every row sliver, as a prepacked A) when the columns
+    // take more than one block, so it is not packed again for each.
+    let whole_a =
+        p.packed_a.is_none() && cols.len() > K::NC && row_slivers * K::MR * p.k <= WHOLE_A_MAX;
+    let a_buffer = match p.packed_a {
+        Some(_) => 0,
+        None if whole_a => row_slivers * K::MR * p.k,
+        None => K::MR * kc_max,
     };
     let direct_b = reads_b_in_place(p);
     let b_buffer = if p.packed_b.is_some() {
@@ -192,6 +240,20 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
         kc_max * nc_max
     };
     with_pack_buffers::<T, _>(a_buffer, b_buffer, |packed_a, packed_b| {
+        if whole_a {
+            for (s, sliver) in packed_a.chunks_exact_mut(K::MR * p.k).enumerate() {
+                let ir = rows.start + s * K::MR;
+                K::pack_a(sliver, p.a, ir, K::MR.min(rows.end - ir), 0, p.k);
+            }
+        }
+        // A packed over all `k` steps with the index of its sliver for row `rows.start`, or
+        // else the buffer each block of A is packed into.
+        let (all_a, a_scratch): (Option<(&[T], usize)>, &mut [T]) = match p.packed_a {
+            Some(all) => (Some((all, rows.start / K::MR)), packed_a),
+            None if whole_a => (Some((&*packed_a, 0)), &mut []),
+            None => (None, packed_a),
+        };
+        let sliver_count = |all: &[T]| all.len() / (p.k * K::MR);
         for jc in cols.clone().step_by(K::NC) {
             let nc = K::NC.min(cols.end - jc);
             for pc in (0..p.k).step_by(kc_max) {
@@ -203,24 +265,39 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                 // In-place B: whole slivers are read where they are; the matrix's last sliver,
                 // if partial, is packed (reading NR columns would run past B's last row).
                 let partial_from = (p.n / K::NR) * K::NR;
-                let b_len = match p.packed_b {
-                    Some(_) => 0,
-                    None if direct_b && jc + nc > partial_from => {
+                let b_len = match (p.packed_b, p.produce_b) {
+                    (Some(_), _) => 0,
+                    (None, Some(produce)) => {
+                        let request = BBlock {
+                            p0: pc,
+                            kc,
+                            j0: jc,
+                            cols: nc,
+                            nr: K::NR,
+                        };
+                        (produce.fill)(request, &mut packed_b[..request.elements()]);
+                        request.elements()
+                    }
+                    _ if direct_b && jc + nc > partial_from => {
                         K::pack_b(packed_b, p.b, pc, kc, partial_from, p.n - partial_from)
                     }
-                    None if direct_b => 0,
-                    None => K::pack_b(packed_b, p.b, pc, kc, jc, nc),
+                    _ if direct_b => 0,
+                    _ => K::pack_b(packed_b, p.b, pc, kc, jc, nc),
                 };
                 let packed_b = &packed_b[..b_len];
+                // Later depth blocks accumulate onto the first one's result.
                 let beta = if pc == 0 { p.beta } else { T::ONE };
                 for ir in rows.clone().step_by(K::MR) {
                     let mr = K::MR.min(rows.end - ir);
-                    let sliver_a = match p.packed_a {
+                    let sliver_a = match all_a {
                         // Blocks start on whole register tiles, so `ir` is a multiple of MR.
-                        Some(all) => &all[(ir / K::MR) * p.k * K::MR + pc * K::MR..][..kc * K::MR],
+                        Some((all, first)) => {
+                            let s = first + (ir - rows.start) / K::MR;
+                            &all[s * p.k * K::MR + pc * K::MR..][..kc * K::MR]
+                        }
                         None => {
-                            let a_len = K::pack_a(packed_a, p.a, ir, mr, pc, kc);
-                            &packed_a[..a_len]
+                            let a_len = K::pack_a(a_scratch, p.a, ir, mr, pc, kc);
+                            &a_scratch[..a_len]
                         }
                     };
                     for (index, jr) in (jc..jc + nc).step_by(K::NR).enumerate() {
@@ -252,7 +329,11 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                         // The first pass over a prepacked operand streams it from memory: while
                         // the first row sliver walks B's slivers, fetch the next B sliver; while
                         // each row sliver's first tile runs, fetch the next A sliver.
-                        let prefetch = match (p.packed_a, p.packed_b) {
+                        let next_a = all_a.and_then(|(all, first)| {
+                            let s = first + (ir - rows.start) / K::MR;
+                            (s < sliver_count(all)).then_some((all, s))
+                        });
+                        let prefetch = match (next_a, p.packed_b) {
                             (_, Some(all)) if ir == rows.start && jr + K::NR < jc + nc => {
                                 Prefetch {
                                     ptr: all
@@ -261,12 +342,12 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                                     step: K::NR,
                                 }
                             }
-                            (Some(all), _) if index == 0 && ir + K::MR < rows.end => Prefetch {
-                                ptr: all
-                                    .as_ptr()
-                                    .wrapping_add((ir / K::MR + 1) * p.k * K::MR + pc * K::MR),
-                                step: K::MR,
-                            },
+                            (Some((all, s)), _) if index == 0 && ir + K::MR < rows.end => {
+                                Prefetch {
+                                    ptr: all.as_ptr().wrapping_add(s * p.k * K::MR + pc * K::MR),
+                                    step: K::MR,
+                                }
+                            }
                             _ => Prefetch::none(sliver_a.as_ptr(), K::MR),
                         };
                         // SAFETY: `sliver_a` holds kc * MR packed elements (one sliver, since
@@ -318,7 +399,11 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
 /// product has few rows of A to reuse each sliver for (a 1x1 convolution with few output
 /// channels, over many pixels).
 fn reads_b_in_place<T>(p: &Problem<'_, T>) -> bool {
-    p.packed_b.is_none() && p.b.cs == 1 && p.b.rs >= p.n as isize && p.m <= DIRECT_B_MAX_ROWS
+    p.packed_b.is_none()
+        && p.produce_b.is_none()
+        && p.b.cs == 1
+        && p.b.rs >= p.n as isize
+        && p.m <= DIRECT_B_MAX_ROWS
 }
 
 /// Rows of A up to which B is read in place (see [`reads_b_in_place`]). Measured on
@@ -371,6 +456,7 @@ mod tests {
                 beta: 0.0,
                 packed_a: None,
                 packed_b: None,
+                produce_b: None,
                 epilogue: None,
             };
             reads_b_in_place(&p)

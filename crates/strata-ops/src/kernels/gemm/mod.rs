@@ -13,6 +13,7 @@ mod driver;
 mod microkernel;
 mod pack;
 mod prepacked;
+mod produced;
 mod skinny;
 mod skinny_packed;
 #[cfg(target_arch = "x86_64")]
@@ -28,6 +29,7 @@ pub(crate) use self::pack::with_pack_buffers;
 use self::pack::MatRef;
 pub(crate) use self::prepacked::gemm_prepacked_raw;
 pub use self::prepacked::{gemm_prepacked, gemm_prepacked_with, PackedOperand, Prepacked};
+pub use self::produced::{gemm_produced_b, pack_transposed_sliver, BBlock, ProduceB};
 use super::error::{KernelError, KernelResult};
 use super::float::Float;
 
@@ -315,6 +317,7 @@ fn gemm_with_isa<T: GemmFloat>(
         beta,
         packed_a: None,
         packed_b: None,
+        produce_b: None,
         epilogue: None,
     };
     // One to four rows (or columns) of C: stream B, do not pack it.

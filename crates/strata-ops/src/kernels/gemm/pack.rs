@@ -113,6 +113,32 @@ pub fn pack_block<T: Float + Pod, const W: usize>(
     len
 }
 
+/// One packed sliver of `w` lanes by `kc` rows from columns stored contiguously: lane `l < cols`
+/// of row `p` is `src[l * cs + p]`, lanes `cols..w` are zero. For B given as its transpose (a
+/// weight matrix stored by output feature, as quantized weights are) by a [`super::ProduceB`].
+pub fn pack_transposed_sliver<T: Float + Pod>(
+    sliver: &mut [T],
+    w: usize,
+    src: &[T],
+    cs: usize,
+    kc: usize,
+    cols: usize,
+) {
+    let view = MatRef {
+        data: src,
+        rs: 1,
+        cs: cs as isize,
+    };
+    if pack_columns_fast(sliver, w, view, (0, kc), (0, cols)) {
+        return;
+    }
+    for (p, row) in sliver[..kc * w].chunks_exact_mut(w).enumerate() {
+        for (l, x) in row.iter_mut().enumerate() {
+            *x = if l < cols { src[l * cs + p] } else { T::ZERO };
+        }
+    }
+}
+
 /// One sliver (`w` lanes, `kc` rows) of a source whose columns are contiguous (`src.rs == 1`),
 /// columns `j..j + cols` from row `p0`, by 16x16 register transposes where the CPU has AVX-512
 /// and the element is f32; `false` (nothing written) otherwise. Column by column, each element

@@ -349,6 +349,7 @@ pub(crate) unsafe fn gemm_prepacked_raw<T: GemmFloat + Element>(
         beta,
         packed_a,
         packed_b,
+        produce_b: None,
         epilogue,
     };
     // A few rows against packed weights stream the slivers; anything else takes the driver.
