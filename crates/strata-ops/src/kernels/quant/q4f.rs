@@ -13,9 +13,9 @@
 //! Two ways to compute, chosen by the caller ([`Compute`]):
 //! - [`Compute::F32`]: weights dequantized to f32 on the fly and multiplied in f32, exact up to
 //!   f32 rounding (onnxruntime's accuracy levels 0–3). Few activation rows: a fused
-//!   dequantize-and-dot per weight row. Many rows: each chunk of weight rows is dequantized
-//!   once into a thread-local f32 panel and multiplied with every activation row by the f32
-//!   GEMM microkernels, so dequantization is amortized and the product runs at GEMM speed.
+//!   dequantize-and-dot per weight row. Many rows: the f32 GEMM, with the weights dequantized
+//!   block by block straight into its packed layout (once per block and thread), so
+//!   dequantization is amortized and the product runs at GEMM speed.
 //! - [`Compute::Int8`]: activations quantized to 8-bit blocks of 32 ([`Q8Block`]) and each group
 //!   multiplied with integer dots, as the GGUF formats are (onnxruntime's accuracy level 4).
 //!   Integer zero points only.
@@ -36,9 +36,12 @@ use crate::kernels::KernelResult;
 /// Bytes of one group of 32 elements.
 pub const GROUP_BYTES: usize = QUANT_BLOCK / 2;
 
-/// Activation rows from which the f32 product dequantizes panels for the GEMM microkernels
+/// Activation rows from which the f32 product dequantizes blocks for the GEMM microkernels
 /// instead of dotting each weight row with each activation row.
 pub(super) const PANEL_MIN_ROWS: usize = 4;
+
+/// Output rows a [`split_rows`] task computes between polls of the run's stop token.
+const STOP_POLL_ROWS: usize = 256;
 
 /// Below this many weight elements a product stays on the calling thread.
 const PARALLEL_MIN_WEIGHTS: usize = 1 << 15;
@@ -179,12 +182,20 @@ impl<'a> Q4Weights<'a> {
 
     /// Dequantizes row `j` into `out` (`k` values), for tests and the portable path.
     pub fn dequantize_row(&self, j: usize, out: &mut [f32]) {
+        self.dequantize_range(j, 0, out)
+    }
+
+    /// Dequantizes elements `p0..p0 + out.len()` of row `j` into `out`; `p0` is a multiple
+    /// of 32 (a group boundary). Elements past the row's groups are left alone.
+    pub fn dequantize_range(&self, j: usize, p0: usize, out: &mut [f32]) {
+        debug_assert_eq!(p0 % QUANT_BLOCK, 0);
         let qs = self.row_qs(j);
-        for g in 0..self.groups {
+        let end = p0 + out.len();
+        for g in p0 / QUANT_BLOCK..end.div_ceil(QUANT_BLOCK).min(self.groups) {
             let p = self.group_params(j, g);
             let bytes = &qs[g * GROUP_BYTES..(g + 1) * GROUP_BYTES];
             for (t, &b) in bytes.iter().enumerate() {
-                let at = g * QUANT_BLOCK + t;
+                let at = g * QUANT_BLOCK + t - p0;
                 for (half, q) in [(0, b & 0x0F), (1, b >> 4)] {
                     if let Some(o) = out.get_mut(at + 16 * half) {
                         *o = (f32::from(q) - p.z[half]) * p.s[half];
@@ -208,12 +219,11 @@ pub fn pack_group(values: &[u8; QUANT_BLOCK]) -> [u8; GROUP_BYTES] {
 }
 
 thread_local! {
-    /// Per-thread f32 scratch: a dequantized panel of weight rows, or a padded activation row.
+    /// Per-thread f32 scratch: dequantized weight rows of a GEMM block, or a padded activation
+    /// row.
     static PANEL: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// The quantized activations of an Int8 product.
     static Q8: RefCell<Vec<Q8Block>> = const { RefCell::new(Vec::new()) };
-    /// A GEMM result chunk before it is scattered into Y's columns.
-    static OUT: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// `y = x · Wᵀ`: `x` is `m × k` row-major, `y` `m × n` row-major. Runs on up to `threads`
@@ -289,11 +299,11 @@ pub(super) fn split_rows(
     (align, per_thread): (usize, usize),
     task: impl Fn(usize, usize) + Sync,
 ) {
-    // Each range runs in pieces of `step` rows (whole panels), polling the run's stop token
+    // Each range runs in pieces of `step` rows, polling the run's stop token
     // before each and skipping the rest once the run should stop (it then fails at its next
     // check). Taken here: the pool's workers have no run control installed.
     let stop = crate::run_control::stop_token();
-    let step = PANEL_ROWS.next_multiple_of(align);
+    let step = STOP_POLL_ROWS.next_multiple_of(align);
     let task = |j0: usize, j1: usize| {
         for (block, start) in (j0..j1).step_by(step).enumerate() {
             if stop.should_stop_at(block) {
@@ -338,12 +348,8 @@ fn dot_row_f32(isa: Isa, w: &Q4Weights<'_>, j: usize, x: &[f32]) -> f32 {
     })
 }
 
-/// Weight rows per panel. Each panel's GEMM packs all the activations again (a gather), so
-/// panels are wide; the GEMM's own cache blocking keeps its working set small.
-const PANEL_ROWS: usize = 256;
-
-/// The f32 product for many activation rows: each chunk of weight rows is dequantized once
-/// into a `k × rows` panel and multiplied by the f32 GEMM.
+/// The f32 product for many activation rows: the f32 GEMM, with B (`Wᵀ`) dequantized block by
+/// block straight into its packed layout ([`gemm::ProduceB`]), each block once per thread.
 fn panel_product(
     isa: Isa,
     w: &Q4Weights<'_>,
@@ -352,13 +358,13 @@ fn panel_product(
     y: &mut [f32],
     threads: usize,
 ) -> KernelResult<()> {
-    panel_product_with(w.n, w.k, x, m, y, threads, |j, out| {
-        dequantize_row(isa, w, j, out)
+    panel_product_with(w.n, w.k, x, m, y, threads, |j, p0, out| {
+        dequantize_range(isa, w, j, p0, out)
     })
 }
 
-/// [`panel_product`] for any weights `n × k` whose row `j` `dequantize(j, out)` writes into
-/// `out` (`k` values).
+/// [`panel_product`] for any weights `n × k` of which `dequantize(j, p0, out)` writes elements
+/// `p0..p0 + out.len()` of row `j` into `out` (`p0` a multiple of 32).
 pub(super) fn panel_product_with(
     n: usize,
     k: usize,
@@ -366,72 +372,61 @@ pub(super) fn panel_product_with(
     m: usize,
     y: &mut [f32],
     threads: usize,
-    dequantize: impl Fn(usize, &mut [f32]) + Sync,
+    dequantize: impl Fn(usize, usize, &mut [f32]) + Sync,
 ) -> KernelResult<()> {
-    let out = OutPtr(y.as_mut_ptr());
-    let failed = std::sync::Mutex::new(None);
-    split_rows(n, k, threads, (16, 1), |j0, j1| {
-        PANEL.with(|panel| {
-            OUT.with(|res| {
-                let (mut panel, mut res) = (panel.borrow_mut(), res.borrow_mut());
-                let mut j = j0;
-                while j < j1 {
-                    let rows = PANEL_ROWS.min(j1 - j);
-                    if panel.len() < rows * k {
-                        panel.resize(rows * k, 0.0);
-                    }
-                    if res.len() < m * rows {
-                        res.resize(m * rows, 0.0);
-                    }
-                    // Row r of the panel is weight row j + r: column r of B = Wᵀ.
-                    for r in 0..rows {
-                        dequantize(j + r, &mut panel[r * k..(r + 1) * k]);
-                    }
-                    let c = &mut res[..m * rows];
-                    let done = gemm(
-                        m,
-                        rows,
-                        k,
-                        x,
-                        (k as isize, 1),
-                        &panel[..rows * k],
-                        (1, k as isize),
-                        c,
-                        (rows as isize, 1),
-                        1.0,
-                        0.0,
-                        1,
-                    );
-                    if let Err(e) = done {
-                        *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                        return;
-                    }
-                    for i in 0..m {
-                        for r in 0..rows {
-                            // SAFETY: (i, j + r) is inside y and rows j0..j1 belong to this
-                            // task only.
-                            unsafe { out.write(i * n + j + r, c[i * rows + r]) };
-                        }
-                    }
-                    j += rows;
+    // Each sliver's weight rows are dequantized side by side, then transposed into the
+    // sliver (row `p` of a sliver holds element `p` of each of its weight rows).
+    let fill = |block: gemm::BBlock, dst: &mut [f32]| {
+        let (kc, nr) = (block.kc, block.nr);
+        with_panel(kc * nr, |rows| {
+            for (s, sliver) in dst.chunks_mut(kc * nr).enumerate() {
+                let j = block.j0 + s * nr;
+                let cols = (block.j0 + block.cols - j).min(nr);
+                for (l, row) in rows.chunks_exact_mut(kc).take(cols).enumerate() {
+                    dequantize(j + l, block.p0, row);
                 }
-            })
+                gemm::pack_transposed_sliver(sliver, nr, &rows[..cols * kc], kc, kc, cols);
+            }
         })
-    });
-    match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    };
+    gemm::gemm_produced_b(
+        m,
+        n,
+        k,
+        x,
+        (k as isize, 1),
+        y,
+        (n as isize, 1),
+        gemm::ProduceB {
+            align: QUANT_BLOCK,
+            fill: &fill,
+        },
+        threads,
+    )
 }
 
-fn dequantize_row(isa: Isa, w: &Q4Weights<'_>, j: usize, out: &mut [f32]) {
+/// Runs `f` with `len` values of this thread's f32 scratch ([`PANEL`]); should it be in use
+/// already, with a fresh buffer (correct, only not allocation-free).
+fn with_panel<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    PANEL.with(|panel| match panel.try_borrow_mut() {
+        Ok(mut panel) => {
+            if panel.len() < len {
+                panel.resize(len, 0.0);
+            }
+            f(&mut panel[..len])
+        }
+        Err(_) => f(&mut vec![0.0; len]),
+    })
+}
+
+fn dequantize_range(isa: Isa, w: &Q4Weights<'_>, j: usize, p0: usize, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if isa.has_avx2() {
         // SAFETY: AVX2, FMA and F16C were detected at run time.
-        return unsafe { super::q4f_avx2::dequantize_row(w, j, out) };
+        return unsafe { super::q4f_avx2::dequantize_range(w, j, p0, out) };
     }
     let _ = isa;
-    w.dequantize_row(j, out)
+    w.dequantize_range(j, p0, out)
 }
 
 /// The integer-dot product: activations quantized to [`Q8Block`]s (rows zero-padded to whole

@@ -35,22 +35,24 @@ unsafe fn group_f32(qs: *const u8, p: GroupParams) -> [__m256; 4] {
     out
 }
 
-/// Row `j` of `w` as `k` f32 values in `out`.
+/// Elements `p0..p0 + out.len()` of row `j` of `w` into `out` (`p0` a multiple of 32, the range
+/// inside the row).
 ///
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dequantize_row(w: &Q4Weights<'_>, j: usize, out: &mut [f32]) {
-    let k = w.cols().min(out.len());
+pub unsafe fn dequantize_range(w: &Q4Weights<'_>, j: usize, p0: usize, out: &mut [f32]) {
+    debug_assert_eq!(p0 % QUANT_BLOCK, 0);
+    let end = (p0 + out.len()).min(w.cols());
     let qs = w.qs_of(j);
-    for g in 0..w.groups() {
+    for g in p0 / QUANT_BLOCK..end.div_ceil(QUANT_BLOCK) {
         let k0 = g * QUANT_BLOCK;
-        // SAFETY: group g's 16 bytes are inside the row (`groups` groups of 16 bytes).
+        // SAFETY: group g's 16 bytes are inside the row (g < ceil(k / 32) = its groups).
         let v = unsafe { group_f32(qs.as_ptr().add(g * GROUP_BYTES), w.params(j, g)) };
-        if k0 + QUANT_BLOCK <= k {
+        if k0 + QUANT_BLOCK <= end {
             for (e, v) in v.into_iter().enumerate() {
-                // SAFETY: k0 + 8e + 8 <= k <= out.len().
-                unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(k0 + 8 * e), v) };
+                // SAFETY: k0 - p0 + 8e + 8 <= end - p0 <= out.len().
+                unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(k0 - p0 + 8 * e), v) };
             }
         } else {
             let mut tmp = [0.0f32; QUANT_BLOCK];
@@ -58,7 +60,7 @@ pub unsafe fn dequantize_row(w: &Q4Weights<'_>, j: usize, out: &mut [f32]) {
                 // SAFETY: `tmp` holds 32 values.
                 unsafe { _mm256_storeu_ps(tmp.as_mut_ptr().add(8 * e), v) };
             }
-            out[k0..k].copy_from_slice(&tmp[..k - k0]);
+            out[k0 - p0..end - p0].copy_from_slice(&tmp[..end - k0]);
         }
     }
 }

@@ -7,8 +7,8 @@
 //! byte, a float, or 128 for all). A quarter of the f32 matrix, read in place by every product.
 //!
 //! As for the 4-bit weights (`q4f`): few activation rows run a fused dequantize-and-dot per
-//! weight row; many rows dequantize each chunk of weight rows once into an f32 panel for the
-//! GEMM microkernels (the panel product is shared with `q4f`). Split over output rows on the
+//! weight row; many rows run the f32 GEMM with the weights dequantized block by block into its
+//! packed layout (the panel product is shared with `q4f`). Split over output features on the
 //! current intra-op pool.
 
 use super::error_at;
@@ -114,7 +114,12 @@ impl<'a> Q8Weights<'a> {
 
     /// Row `j` dequantized into `out` (`k` values).
     pub fn dequantize_row(&self, j: usize, out: &mut [f32]) {
-        dequantize_row(0u8, self, j, out);
+        dequantize_range(0u8, self, j, 0, &mut out[..self.k]);
+    }
+
+    /// Elements `p0..p0 + out.len()` of row `j` (inside the row) dequantized into `out`.
+    pub fn dequantize_range(&self, j: usize, p0: usize, out: &mut [f32]) {
+        dequantize_range(0u8, self, j, p0, out);
     }
 
     /// Row `j` dotted with `x` (`k` values).
@@ -126,19 +131,26 @@ impl<'a> Q8Weights<'a> {
 }
 
 crate::kernels::simd::multiversion! {
-    /// Row `j` of `w` as `k` f32 values in `out` (`T` is unused: the macro wants a type
-    /// parameter).
-    fn dequantize_row<T: Copy>(_unit: T, w: &Q8Weights<'_>, j: usize, out: &mut [f32]) {
+    /// Elements `p0..p0 + out.len()` of row `j` of `w` as f32 values in `out`, block by block
+    /// (`T` is unused: the macro wants a type parameter).
+    fn dequantize_range<T: Copy>(
+        _unit: T,
+        w: &Q8Weights<'_>,
+        j: usize,
+        p0: usize,
+        out: &mut [f32],
+    ) {
         let row = w.row(j);
-        for (b, (q, o)) in row
-            .chunks(w.block_size)
-            .zip(out[..w.k].chunks_mut(w.block_size))
-            .enumerate()
-        {
+        let mut done = 0;
+        while done < out.len() {
+            let at = p0 + done;
+            let b = at / w.block_size;
+            let len = ((b + 1) * w.block_size - at).min(out.len() - done);
             let (s, z) = w.block(j, b);
-            for (o, &q) in o.iter_mut().zip(q) {
+            for (o, &q) in out[done..done + len].iter_mut().zip(&row[at..at + len]) {
                 *o = (f32::from(q) - z) * s;
             }
+            done += len;
         }
     }
 }
@@ -194,7 +206,9 @@ pub fn q8_matmul(
         return Ok(());
     }
     if m >= PANEL_MIN_ROWS {
-        return panel_product_with(n, k, x, m, y, threads, |j, out| w.dequantize_row(j, out));
+        return panel_product_with(n, k, x, m, y, threads, |j, p0, out| {
+            w.dequantize_range(j, p0, out)
+        });
     }
     let out = OutPtr(y.as_mut_ptr());
     split_rows(n, k, threads, (1, 3), |j0, j1| {
@@ -219,7 +233,8 @@ mod tests {
     #[test]
     fn products_match_the_dequantized_matrix_for_every_block_size_and_zero_point_kind() {
         for block in [16usize, 32, 128] {
-            for (n, k) in [(3usize, 48usize), (37, 200)] {
+            // 290 x 520: several column blocks, depth blocks starting inside a weight block.
+            for (n, k) in [(3usize, 48usize), (37, 200), (290, 520)] {
                 let nb = k.div_ceil(block);
                 let qs: Vec<u8> = (0..n * k).map(|i| (i * 97 % 256) as u8).collect();
                 let scales: Vec<f32> = (0..n * nb).map(|i| 0.01 + i as f32 * 1e-3).collect();

@@ -390,7 +390,8 @@ fn q4_products_match_the_dequantized_reference_for_every_block_size() {
         .collect();
     let pool = crate::parallel::ThreadPool::new(2).unwrap();
     for block in [16, 32, 64, 128, 256] {
-        for (n, k) in [(37, 256), (70, 300), (9, 17)] {
+        // 290 x 520: several column and depth blocks of the GEMM (dequantized block by block).
+        for (n, k) in [(37, 256), (70, 300), (9, 17), (290, 520)] {
             for zeros in 0..3u8 {
                 let c = q4_case(n, k, block, zeros, (block + k + zeros as usize) as u32);
                 let z = match zeros {
