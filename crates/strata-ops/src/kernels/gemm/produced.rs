@@ -2,7 +2,7 @@
 //! dequantized straight into the microkernel's packed layout, one cache block at a time, so no
 //! dequantized copy of the matrix (or of a panel of it) is made, and A is packed once.
 
-use super::driver::{MatMut, Problem};
+use super::driver::{Epilogue, MatMut, Problem};
 use super::isa::Isa;
 use super::pack::MatRef;
 use super::{check_distinct, check_operand, GemmFloat};
@@ -15,7 +15,8 @@ pub use super::pack::pack_transposed_sliver;
 /// `m x n` with contiguous rows (`c_strides.1 == 1`), and B `k x n` written block by block by
 /// `produce` (see [`ProduceB`]), each block once per thread that needs it. `threads` as in
 /// [`super::gemm`]; several threads split C's columns when it has at least as many columns as
-/// rows, so each produces only its own part of B.
+/// rows, so each produces only its own part of B. `epilogue` runs on each finished piece of a
+/// row of C while it is still in cache, as in [`super::gemm_prepacked_with`].
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_produced_b<T: GemmFloat>(
     m: usize,
@@ -26,6 +27,7 @@ pub fn gemm_produced_b<T: GemmFloat>(
     c: &mut [T],
     c_strides: (isize, isize),
     produce: ProduceB<'_, T>,
+    epilogue: Option<&Epilogue<'_, T>>,
     threads: usize,
 ) -> KernelResult<()> {
     if m == 0 || n == 0 {
@@ -45,6 +47,12 @@ pub fn gemm_produced_b<T: GemmFloat>(
     }
     if k == 0 {
         super::scale(m, n, c, c_strides, T::ZERO);
+        if let Some(epilogue) = epilogue {
+            for i in 0..m {
+                let row = &mut c[(i as isize * c_strides.0) as usize..][..n];
+                epilogue(i, 0, row);
+            }
+        }
         return Ok(());
     }
     check_operand("A", a.len(), m, k, a_strides)?;
@@ -74,7 +82,7 @@ pub fn gemm_produced_b<T: GemmFloat>(
         packed_a: None,
         packed_b: None,
         produce_b: Some(produce),
-        epilogue: None,
+        epilogue,
     };
     // The driver, not the skinny paths: they read B from memory.
     T::dispatch(&problem, Isa::detect(), threads);
@@ -152,6 +160,7 @@ mod tests {
                 &mut got,
                 (n as isize, 1),
                 ProduceB { align, fill: &fill },
+                None,
                 threads,
             )
             .unwrap();
@@ -167,6 +176,59 @@ mod tests {
                 assert_eq!(r.p0 % align, 0, "{r:?}");
                 assert!(r.p0 + r.kc == k || r.kc % align == 0, "{r:?}");
                 assert!(r.j0 + r.cols <= n, "{r:?}");
+            }
+        }
+    }
+
+    /// The epilogue sees every element once, with its (row, column), after the whole depth.
+    #[test]
+    fn the_epilogue_runs_on_finished_rows() {
+        let (m, n, k) = (20, 300, 70);
+        let a: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32).collect();
+        let bt: Vec<f32> = (0..n * k).map(|i| (i % 5) as f32 - 2.0).collect();
+        let fill = |block: BBlock, dst: &mut [f32]| {
+            for (s, sliver) in dst.chunks_mut(block.kc * block.nr).enumerate() {
+                let j = block.j0 + s * block.nr;
+                let cols = (block.j0 + block.cols - j).min(block.nr);
+                pack_transposed_sliver(
+                    sliver,
+                    block.nr,
+                    &bt[j * k + block.p0..],
+                    k,
+                    block.kc,
+                    cols,
+                );
+            }
+        };
+        let finish = |i: usize, j: usize, row: &mut [f32]| {
+            for (t, v) in row.iter_mut().enumerate() {
+                *v = *v * 2.0 + (1000 * i + j + t) as f32;
+            }
+        };
+        for threads in [1, 2] {
+            let mut c = vec![f32::NAN; m * n];
+            gemm_produced_b(
+                m,
+                n,
+                k,
+                &a,
+                (k as isize, 1),
+                &mut c,
+                (n as isize, 1),
+                ProduceB {
+                    align: 32,
+                    fill: &fill,
+                },
+                Some(&finish),
+                threads,
+            )
+            .unwrap();
+            for i in 0..m {
+                for j in 0..n {
+                    let dot: f32 = (0..k).map(|p| a[i * k + p] * bt[j * k + p]).sum();
+                    let want = dot * 2.0 + (1000 * i + j) as f32;
+                    assert_eq!(c[i * n + j], want, "({i}, {j}) on {threads} threads");
+                }
             }
         }
     }
@@ -187,6 +249,7 @@ mod tests {
                 align: 1,
                 fill: &fill,
             },
+            None,
             1,
         );
         assert!(

@@ -44,9 +44,12 @@ use strata_core::{DType, QUANT_BLOCK};
 
 pub use embedding::embedding_lookup;
 pub use portable::RowDot;
-pub use q4f::{pack_group, q4_matmul, q4_matmul_with, Compute, Q4Weights, Q4Zeros, GROUP_BYTES};
+pub use q4f::{
+    pack_group, q4_matmul, q4_matmul_fused, q4_matmul_with, Compute, Q4Weights, Q4Zeros,
+    GROUP_BYTES,
+};
 pub use q8::Q8Block;
-pub use q8f::{q8_matmul, Q8Weights, Q8Zeros};
+pub use q8f::{q8_matmul, q8_matmul_fused, Q8Weights, Q8Zeros};
 pub use quantize::quantize_activations;
 
 use super::error::{KernelError, KernelResult};

@@ -237,10 +237,26 @@ pub fn q4_matmul(
     y: &mut [f32],
     threads: usize,
 ) -> KernelResult<()> {
-    q4_matmul_with(Isa::detect(), w, compute, x, m, y, threads)
+    q4_matmul_with(Isa::detect(), w, compute, x, m, y, threads, None)
 }
 
-/// [`q4_matmul`] on a chosen ISA (the portable one when it is not available), for tests.
+/// [`q4_matmul`], then `epilogue(i, j, row)` on every piece of Y's rows (`row` = Y's elements
+/// `(i, j..j + row.len())`): bias, residual, activation. On the GEMM path it runs while the
+/// piece is still in cache.
+pub fn q4_matmul_fused(
+    w: &Q4Weights<'_>,
+    compute: Compute,
+    x: &[f32],
+    m: usize,
+    y: &mut [f32],
+    threads: usize,
+    epilogue: Option<&gemm::Epilogue<'_, f32>>,
+) -> KernelResult<()> {
+    q4_matmul_with(Isa::detect(), w, compute, x, m, y, threads, epilogue)
+}
+
+/// [`q4_matmul_fused`] on a chosen ISA (the portable one when it is not available), for tests.
+#[allow(clippy::too_many_arguments)]
 pub fn q4_matmul_with(
     isa: Isa,
     w: &Q4Weights<'_>,
@@ -249,6 +265,7 @@ pub fn q4_matmul_with(
     m: usize,
     y: &mut [f32],
     threads: usize,
+    epilogue: Option<&gemm::Epilogue<'_, f32>>,
 ) -> KernelResult<()> {
     let isa = if isa.is_available() {
         isa
@@ -270,8 +287,9 @@ pub fn q4_matmul_with(
                 ));
             }
             int8_product(isa, w, x, m, y, threads);
+            finish_rows(y, n, epilogue);
         }
-        Compute::F32 if m >= PANEL_MIN_ROWS => panel_product(isa, w, x, m, y, threads)?,
+        Compute::F32 if m >= PANEL_MIN_ROWS => panel_product(isa, w, x, m, y, threads, epilogue)?,
         Compute::F32 => {
             let out = OutPtr(y.as_mut_ptr());
             split_rows(n, k, threads, (1, 3), |j0, j1| {
@@ -284,9 +302,19 @@ pub fn q4_matmul_with(
                     }
                 }
             });
+            finish_rows(y, n, epilogue);
         }
     }
     Ok(())
+}
+
+/// Runs `epilogue` on each whole row of `y` (`n` wide), for the paths that compute Y first.
+pub(super) fn finish_rows(y: &mut [f32], n: usize, epilogue: Option<&gemm::Epilogue<'_, f32>>) {
+    if let (Some(epilogue), true) = (epilogue, n > 0) {
+        for (i, row) in y.chunks_exact_mut(n).enumerate() {
+            epilogue(i, 0, row);
+        }
+    }
 }
 
 /// Splits output rows `0..n` into contiguous ranges, `per_thread` per thread and each a
@@ -357,14 +385,17 @@ fn panel_product(
     m: usize,
     y: &mut [f32],
     threads: usize,
+    epilogue: Option<&gemm::Epilogue<'_, f32>>,
 ) -> KernelResult<()> {
-    panel_product_with(w.n, w.k, x, m, y, threads, |j, p0, out| {
+    panel_product_with(w.n, w.k, x, m, y, threads, epilogue, |j, p0, out| {
         dequantize_range(isa, w, j, p0, out)
     })
 }
 
 /// [`panel_product`] for any weights `n × k` of which `dequantize(j, p0, out)` writes elements
-/// `p0..p0 + out.len()` of row `j` into `out` (`p0` a multiple of 32).
+/// `p0..p0 + out.len()` of row `j` into `out` (`p0` a multiple of 32), with an epilogue on
+/// Y's finished rows.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn panel_product_with(
     n: usize,
     k: usize,
@@ -372,6 +403,7 @@ pub(super) fn panel_product_with(
     m: usize,
     y: &mut [f32],
     threads: usize,
+    epilogue: Option<&gemm::Epilogue<'_, f32>>,
     dequantize: impl Fn(usize, usize, &mut [f32]) + Sync,
 ) -> KernelResult<()> {
     // Each sliver's weight rows are dequantized side by side, then transposed into the
@@ -401,6 +433,7 @@ pub(super) fn panel_product_with(
             align: QUANT_BLOCK,
             fill: &fill,
         },
+        epilogue,
         threads,
     )
 }

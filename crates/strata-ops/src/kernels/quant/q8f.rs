@@ -12,8 +12,9 @@
 //! current intra-op pool.
 
 use super::error_at;
-use super::q4f::{panel_product_with, split_rows, PANEL_MIN_ROWS};
+use super::q4f::{finish_rows, panel_product_with, split_rows, PANEL_MIN_ROWS};
 use super::OutPtr;
+use crate::kernels::gemm::Epilogue;
 use crate::kernels::KernelResult;
 
 /// The zero points of a [`Q8Weights`], one per block, row after row.
@@ -199,6 +200,18 @@ pub fn q8_matmul(
     y: &mut [f32],
     threads: usize,
 ) -> KernelResult<()> {
+    q8_matmul_fused(w, x, m, y, threads, None)
+}
+
+/// [`q8_matmul`] with an epilogue on Y's rows, as [`super::q4_matmul_fused`].
+pub fn q8_matmul_fused(
+    w: &Q8Weights<'_>,
+    x: &[f32],
+    m: usize,
+    y: &mut [f32],
+    threads: usize,
+    epilogue: Option<&Epilogue<'_, f32>>,
+) -> KernelResult<()> {
     let (n, k) = (w.n, w.k);
     super::check_len("x", m.saturating_mul(k), x.len())?;
     super::check_len("y", m.saturating_mul(n), y.len())?;
@@ -206,7 +219,7 @@ pub fn q8_matmul(
         return Ok(());
     }
     if m >= PANEL_MIN_ROWS {
-        return panel_product_with(n, k, x, m, y, threads, |j, p0, out| {
+        return panel_product_with(n, k, x, m, y, threads, epilogue, |j, p0, out| {
             w.dequantize_range(j, p0, out)
         });
     }
@@ -221,6 +234,7 @@ pub fn q8_matmul(
             }
         }
     });
+    finish_rows(y, n, epilogue);
     Ok(())
 }
 

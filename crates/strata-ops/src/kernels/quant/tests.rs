@@ -416,7 +416,7 @@ fn q4_products_match_the_dequantized_reference_for_every_block_size() {
                             for threads in [1, 2] {
                                 let mut y = vec![f32::NAN; m * n];
                                 crate::parallel::install(&pool, || {
-                                    q4_matmul_with(isa, &w, compute, &x, m, &mut y, threads)
+                                    q4_matmul_with(isa, &w, compute, &x, m, &mut y, threads, None)
                                 })
                                 .unwrap();
                                 for (t, (&g, &r)) in y.iter().zip(&want).enumerate() {

@@ -11,7 +11,7 @@ use std::marker::PhantomData;
 
 use strata_core::{bf16, f16, DType, Device, Element};
 
-use super::matmul_epilogue::Steps;
+use super::matmul_epilogue::{read_operands, Steps};
 use crate::kernels::gemm::{gemm_prepacked_with, Epilogue};
 use crate::kernels::{batched_matmul, GemmFloat, Prepacked};
 use crate::support::inputs::exact_inputs;
@@ -203,27 +203,6 @@ struct MatMulKernel<T> {
     packed_b: Option<Prepacked<T>>,
 }
 
-/// The fused steps' operands (inputs 2..), read and contiguous.
-macro_rules! read_operands {
-    ($io:expr, $steps:expr, $t:ty, $guards:ident, $slices:ident) => {
-        let count = $steps.operands();
-        let mut $guards: [Option<strata_core::ReadGuard<'_, $t>>;
-            super::matmul_epilogue::MAX_STEPS] = Default::default();
-        for (k, g) in $guards.iter_mut().take(count).enumerate() {
-            *g = Some($io.input(2 + k).read::<$t>()?);
-        }
-        let mut $slices: [&[$t]; super::matmul_epilogue::MAX_STEPS] = Default::default();
-        for (s, g) in $slices.iter_mut().zip(&$guards).take(count) {
-            if let Some(g) = g {
-                *s = g.as_slice().ok_or_else(|| {
-                    OpError::kernel("MatMul", "fused operands must be contiguous")
-                })?;
-            }
-        }
-        let $slices = &$slices[..count];
-    };
-}
-
 impl<T: Element + GemmFloat> Kernel for MatMulKernel<T> {
     fn capabilities(&self) -> KernelCapabilities<'_> {
         KernelCapabilities {
@@ -242,7 +221,7 @@ impl<T: Element + GemmFloat> Kernel for MatMulKernel<T> {
         let n = out.dims().last().copied().unwrap_or(1);
         let k = a.dims().last().copied().unwrap_or(1);
         let m = so.len().checked_div(n).unwrap_or(0);
-        read_operands!(io, self.steps, T, guards, operands);
+        read_operands!("MatMul", io, self.steps, 2, T, guards, operands);
         let lens: [usize; super::matmul_epilogue::MAX_STEPS] =
             std::array::from_fn(|i| operands.get(i).map_or(0, |o| o.len()));
         if !self.steps.operands_fit(&lens[..operands.len()], m, n) {
@@ -345,7 +324,7 @@ impl<H: Element + Real<Wide = f32>> WidenedMatMulKernel<H> {
     /// The fused steps on the f32 product, operands widened element by element.
     fn apply_steps(&self, io: &KernelIo<'_>, out: &mut [f32]) -> OpResult<()> {
         let n = io.output(0).dims().last().copied().unwrap_or(1).max(1);
-        read_operands!(io, self.steps, H, guards, operands);
+        read_operands!("MatMul", io, self.steps, 2, H, guards, operands);
         let mut next = 0;
         for step in self.steps.iter() {
             match step {

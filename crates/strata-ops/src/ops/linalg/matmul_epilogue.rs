@@ -29,12 +29,22 @@ impl Steps {
         self.iter().filter(|s| s.reads_tensor()).count()
     }
 
-    /// These steps followed by `step`, with the input slot it reads (if it reads one).
+    /// These steps followed by `step`, with the input slot it reads (if it reads one): MatMul's
+    /// extra inputs start at 2.
     pub(crate) fn push(&self, step: EpilogueStep) -> Option<(Steps, Option<usize>)> {
+        self.push_from(step, 2)
+    }
+
+    /// As [`Steps::push`], for an operator whose extra inputs start at slot `first`.
+    pub(crate) fn push_from(
+        &self,
+        step: EpilogueStep,
+        first: usize,
+    ) -> Option<(Steps, Option<usize>)> {
         if self.len == MAX_STEPS {
             return None;
         }
-        let slot = step.reads_tensor().then(|| 2 + self.operands());
+        let slot = step.reads_tensor().then(|| first + self.operands());
         let mut next = *self;
         next.steps[self.len] = Some(step);
         next.len += 1;
@@ -91,6 +101,30 @@ impl Steps {
     }
 }
 
+/// Reads the fused steps' operands (the node's inputs `$first..`) as contiguous slices:
+/// `$slices` (one per tensor-reading step, in order), kept alive by `$guards`.
+macro_rules! read_operands {
+    ($op:expr, $io:expr, $steps:expr, $first:expr, $t:ty, $guards:ident, $slices:ident) => {
+        let count = $steps.operands();
+        let mut $guards: [Option<strata_core::ReadGuard<'_, $t>>;
+            $crate::ops::linalg::matmul_epilogue::MAX_STEPS] = Default::default();
+        for (k, g) in $guards.iter_mut().take(count).enumerate() {
+            *g = Some($io.input($first + k).read::<$t>()?);
+        }
+        let mut $slices: [&[$t]; $crate::ops::linalg::matmul_epilogue::MAX_STEPS] =
+            Default::default();
+        for (s, g) in $slices.iter_mut().zip(&$guards).take(count) {
+            if let Some(g) = g {
+                *s = g
+                    .as_slice()
+                    .ok_or_else(|| OpError::kernel($op, "fused operands must be contiguous"))?;
+            }
+        }
+        let $slices = &$slices[..count];
+    };
+}
+pub(crate) use read_operands;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,6 +140,11 @@ mod tests {
         assert_eq!(slot, Some(3));
         let (s, _) = s.push(EpilogueStep::Activation(Activation::Tanh)).unwrap();
         assert!(s.push(EpilogueStep::Bias).is_none(), "at most four steps");
+        let (from6, slot) = Steps::default()
+            .push_from(EpilogueStep::Residual, 6)
+            .unwrap();
+        assert_eq!(slot, Some(6));
+        assert_eq!(from6.push_from(EpilogueStep::Bias, 6).unwrap().1, Some(7));
         assert!(s.operands_fit(&[2, 4], 2, 2));
         assert!(!s.operands_fit(&[4, 4], 2, 2));
         // Row 1 of a 2 x 2 output: relu(v + bias) + residual, then tanh.

@@ -7,7 +7,7 @@ mod einsum_schedule;
 pub mod gemm;
 pub(crate) mod integer_matmul_kernel;
 pub mod matmul;
-mod matmul_epilogue;
+pub(crate) mod matmul_epilogue;
 pub mod matmul_integer;
 pub mod matmul_integer_scaled;
 pub mod qlinear_matmul;

@@ -9,7 +9,9 @@
 //! 8-bit weights are kept as bytes (`kernels::quant::Q8Weights`, a quarter of the f32 matrix)
 //! and run the same way; non-constant weights are dequantized into scratch each run and
 //! multiplied by the f32 GEMM. `g_idx` (act-order group
-//! indices, deprecated by onnxruntime) is refused.
+//! indices, deprecated by onnxruntime) is refused. The optimizer may fuse a bias Add, a residual
+//! Add and activations after it (`EpilogueStep`s, their tensors as inputs 6, 7, …): the GEMM
+//! applies them to each piece of Y while it is in cache.
 
 use strata_core::{DType, Device, MemoryKind, Tensor};
 
@@ -17,13 +19,19 @@ use super::access::{contiguous, contiguous_mut};
 use super::nbits_layout::{NBitsLayout, RepackedZeros, ZeroPoints};
 use crate::kernels::gemm;
 use crate::kernels::quant::{
-    q4_matmul, q8_matmul, Compute, Q4Weights, Q4Zeros, Q8Weights, Q8Zeros,
+    q4_matmul_fused, q8_matmul_fused, Compute, Q4Weights, Q4Zeros, Q8Weights, Q8Zeros,
 };
+use crate::ops::linalg::matmul_epilogue::{read_operands, Steps};
 use crate::support::inputs::{optional, required};
 use crate::support::scratch::{carve, scratch_as};
 use crate::{
-    Dim, Fact, Kernel, KernelCapabilities, KernelIo, OpContext, OpError, OpResult, Operator,
+    Dim, EpilogueStep, Fact, Fused, FusesEpilogue, Kernel, KernelCapabilities, KernelIo,
+    OpCapabilities, OpContext, OpError, OpResult, Operator,
 };
+
+/// The input slot of the first fused step's tensor (after A, B, scales, zero points, g_idx
+/// and bias).
+const FIRST_OPERAND: usize = 6;
 
 const OP: &str = "MatMulNBits";
 
@@ -39,6 +47,7 @@ const LEVEL4_INT8: bool = false;
 pub(crate) struct MatMulNBits {
     layout: NBitsLayout,
     accuracy_level: i64,
+    steps: Steps,
 }
 
 pub(crate) fn build(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
@@ -64,7 +73,19 @@ pub(crate) fn build(ctx: &OpContext) -> OpResult<Box<dyn Operator>> {
     Ok(Box::new(MatMulNBits {
         layout,
         accuracy_level: level,
+        steps: Steps::default(),
     }))
+}
+
+/// Bias, residual and activations after the product, as MatMul fuses them.
+impl FusesEpilogue for MatMulNBits {
+    fn fuse(&self, step: EpilogueStep) -> Option<Fused> {
+        let (steps, operand_slot) = self.steps.push_from(step, FIRST_OPERAND)?;
+        Some(Fused {
+            op: Box::new(MatMulNBits { steps, ..*self }),
+            operand_slot,
+        })
+    }
 }
 
 impl MatMulNBits {
@@ -109,6 +130,24 @@ impl MatMulNBits {
                 ));
             }
         }
+        let operands = self.steps.operands();
+        if inputs.len() > FIRST_OPERAND + operands {
+            return Err(OpError::InputCount {
+                op: OP.into(),
+                expected: format!("at most {}", FIRST_OPERAND + operands),
+                actual: inputs.len(),
+            });
+        }
+        for k in FIRST_OPERAND..FIRST_OPERAND + operands {
+            let operand = required(OP, inputs, k)?;
+            if operand.dtype != a.dtype {
+                return Err(dtype_err(
+                    k,
+                    "A's dtype (a fused bias or residual)",
+                    operand.dtype,
+                ));
+            }
+        }
         let l = &self.layout;
         let sizes = [
             ("B", b.numel(), l.b_bytes()),
@@ -138,6 +177,13 @@ impl MatMulNBits {
 impl Operator for MatMulNBits {
     fn op_type(&self) -> &str {
         OP
+    }
+
+    fn capabilities(&self) -> OpCapabilities<'_> {
+        OpCapabilities {
+            epilogue: Some(self),
+            ..OpCapabilities::default()
+        }
     }
 
     fn infer(&self, inputs: &[&Fact]) -> OpResult<Vec<Fact>> {
@@ -184,6 +230,7 @@ impl Operator for MatMulNBits {
         Ok(Box::new(MatMulNBitsKernel {
             layout: self.layout,
             weights,
+            steps: self.steps,
         }))
     }
 }
@@ -340,6 +387,7 @@ enum Weights {
 struct MatMulNBitsKernel {
     layout: NBitsLayout,
     weights: Weights,
+    steps: Steps,
 }
 
 impl Kernel for MatMulNBitsKernel {
@@ -376,6 +424,40 @@ impl Kernel for MatMulNBitsKernel {
                 format!("Y has {} elements, need {}", y.len(), m * n),
             ));
         }
+        // The bias input, then the fused steps, on each finished piece of Y's rows.
+        let bias_t = io.input(5);
+        let bias_guard = bias_t
+            .is_defined()
+            .then(|| bias_t.read::<f32>())
+            .transpose()?;
+        let bias = bias_guard
+            .as_ref()
+            .map(|g| contiguous(OP, "bias", g))
+            .transpose()?;
+        if bias.is_some_and(|b| b.len() != n) {
+            return Err(OpError::kernel(
+                OP,
+                format!("bias must have N = {n} values"),
+            ));
+        }
+        read_operands!(OP, io, self.steps, FIRST_OPERAND, f32, guards, operands);
+        let lens: [usize; crate::ops::linalg::matmul_epilogue::MAX_STEPS] =
+            std::array::from_fn(|i| operands.get(i).map_or(0, |o| o.len()));
+        if !self.steps.operands_fit(&lens[..operands.len()], m, n) {
+            return Err(OpError::kernel(
+                OP,
+                "a fused bias or residual does not fit the output",
+            ));
+        }
+        let finish = |i: usize, j: usize, row: &mut [f32]| {
+            if let Some(bias) = bias {
+                let bias = &bias[j..j + row.len()];
+                row.iter_mut().zip(bias).for_each(|(v, &b)| *v += b);
+            }
+            self.steps.apply_row(operands, n, i, j, row);
+        };
+        let epilogue = (bias.is_some() || !self.steps.is_empty())
+            .then_some(&finish as &gemm::Epilogue<'_, f32>);
         match &self.weights {
             Weights::Q4 {
                 qs,
@@ -398,7 +480,7 @@ impl Kernel for MatMulNBitsKernel {
                     contiguous(OP, "scales", &sr)?,
                     zero,
                 )?;
-                q4_matmul(&w, *compute, a, m, y, io.threads)?;
+                q4_matmul_fused(&w, *compute, a, m, y, io.threads, epilogue)?;
             }
             Weights::Q8 { qs, scales, zeros } => {
                 let (qr, sr) = (qs.read::<u8>()?, scales.read::<f32>()?);
@@ -416,7 +498,7 @@ impl Kernel for MatMulNBitsKernel {
                     contiguous(OP, "scales", &sr)?,
                     zero,
                 )?;
-                q8_matmul(&w, a, m, y, io.threads)?;
+                q8_matmul_fused(&w, a, m, y, io.threads, epilogue)?;
             }
             Weights::RunTime => {
                 let mut scratch = io.scratch.map(|s| s.write_bytes(OP)).transpose()?;
@@ -442,14 +524,11 @@ impl Kernel for MatMulNBitsKernel {
                     0.0,
                     io.threads,
                 )?;
-            }
-        }
-        let bias_t = io.input(5);
-        if bias_t.is_defined() {
-            let br = bias_t.read::<f32>()?;
-            let bias = contiguous(OP, "bias", &br)?;
-            for out in y.chunks_exact_mut(n) {
-                out.iter_mut().zip(bias).for_each(|(o, &b)| *o += b);
+                if let Some(epilogue) = epilogue {
+                    for (i, row) in y.chunks_exact_mut(n).enumerate() {
+                        epilogue(i, 0, row);
+                    }
+                }
             }
         }
         Ok(())
