@@ -247,10 +247,15 @@ pub fn conv<T: GemmFloat + Element>(
         }
         return Ok(());
     }
-    // Threads that each take a share of the output columns, when the product is worth it and
-    // has more columns than rows: each thread streams all the weights, so layers with more
-    // output channels than positions (deep, 7x7 or 14x14) split the GEMM's rows instead.
-    let parts = if group_len.saturating_mul(depth) < PARALLEL_MIN_MULADDS || mg > w.out_len {
+    // Threads that each take a share of the output columns, when the product is worth it.
+    // Each thread streams all the weights, so layers with more output channels than positions
+    // (deep, 7x7 or 14x14) split the GEMM's rows instead, unless their weights stay in L2
+    // (SqueezeNet's 192 <- 48 3x3 on 13x13): then a share per thread still saves a fork-join
+    // and the other core's half of the unfolded tile.
+    let weights_fit = mg.saturating_mul(depth) <= SHARED_WEIGHTS_MAX;
+    let parts = if group_len.saturating_mul(depth) < PARALLEL_MIN_MULADDS
+        || (mg > w.out_len && !weights_fit)
+    {
         1
     } else {
         threads
@@ -286,9 +291,11 @@ pub fn conv<T: GemmFloat + Element>(
                 // Each thread unfolds and multiplies its own columns, in tiles of its own part
                 // of the scratch: the tile it unfolds stays in its core's cache for the GEMM
                 // (split separately, each would read half of it from the other core).
-                let columns = w.out_len.div_ceil(parts).next_multiple_of(16);
+                // Shares and tiles start on the microkernel's column grid: each boundary off it
+                // costs a partial register tile per row tile.
+                let columns = w.out_len.div_ceil(parts).next_multiple_of(COLUMN_GRID);
                 let part_len = scratch.len() / parts;
-                let tile = (part_len / depth).max(1);
+                let tile = on_grid((part_len / depth).max(1));
                 for_each_chunk_mut_pinned(&mut scratch[..parts * part_len], part_len, |t, part| {
                     let mine = (t * columns).min(w.out_len)..((t + 1) * columns).min(w.out_len);
                     for start in mine.clone().step_by(tile) {
@@ -377,6 +384,21 @@ pub fn conv<T: GemmFloat + Element>(
 const GROUP_TASK_MAX_MULADDS: usize = 1 << 20;
 /// Below this many multiply-adds an unfolded product stays on the calling thread.
 const PARALLEL_MIN_MULADDS: usize = 1 << 20;
+/// Most weight elements per group (1 MiB of f32) for which threads that take shares of the
+/// columns each stream all the weights even when there are more rows than columns.
+const SHARED_WEIGHTS_MAX: usize = 1 << 18;
+/// The f32 microkernel's register tile width: im2col tiles and thread shares are multiples of
+/// it, so only the last columns of a product fill a partial tile.
+const COLUMN_GRID: usize = 32;
+
+/// `columns` rounded down to whole register tiles, when it holds at least one.
+fn on_grid(columns: usize) -> usize {
+    if columns >= COLUMN_GRID {
+        columns / COLUMN_GRID * COLUMN_GRID
+    } else {
+        columns
+    }
+}
 
 /// The weights of a convolution packed once per group for its products, or `None` when its
 /// geometry takes no GEMM (depthwise) or its outputs are too narrow to pay for the packed
@@ -504,9 +526,7 @@ impl ConvGeometry {
         let tile_columns = if window.is_pointwise() || depthwise {
             0
         } else {
-            (TILE_ELEMENTS / depth.max(1))
-                .max(MIN_TILE_COLUMNS)
-                .min(window.out_len)
+            on_grid((TILE_ELEMENTS / depth.max(1)).max(MIN_TILE_COLUMNS)).min(window.out_len)
         };
         let scratch_len = size("im2col scratch", &[depth, tile_columns])?;
         Ok(ConvGeometry {
@@ -809,11 +829,13 @@ mod tests {
         let mut rng = Rng::new(0x5ca7);
         // (input dims, weight dims, stride): one tile per share, several tiles per share (depth
         // 576 leaves 227 columns per share against 800), odd widths, batch and groups.
-        let cases: [([usize; 4], [usize; 4], usize); 4] = [
+        // More output channels than positions with small weights (shares of columns too).
+        let cases: [([usize; 4], [usize; 4], usize); 5] = [
             ([1, 16, 30, 30], [24, 16, 3, 3], 1),
             ([1, 64, 40, 40], [16, 64, 3, 3], 1),
             ([2, 12, 37, 23], [20, 6, 3, 3], 2),
             ([1, 8, 61, 47], [40, 8, 5, 5], 1),
+            ([1, 48, 13, 11], [197, 48, 3, 3], 1),
         ];
         for (in_dims, w_dims, stride) in cases {
             let p = ConvParams {
@@ -851,7 +873,7 @@ mod tests {
                 .unwrap()
                 .unwrap();
             let mut scratch = vec![f32::NAN; conv_scratch_len(&in_dims, &w_dims, &p)];
-            for threads in [2, 3] {
+            for threads in [1, 2, 3] {
                 let pool = crate::parallel::ThreadPool::new(threads).unwrap();
                 let mut out = vec![f32::NAN; len];
                 crate::parallel::install(&pool, || {
@@ -916,14 +938,15 @@ mod tests {
     #[test]
     fn outputs_wider_than_one_im2col_tile() {
         let mut rng = Rng::new(9);
-        // depth 64 * 9 = 576 -> tiles of 455 columns over 40 * 39 outputs, splitting rows.
+        // depth 64 * 9 = 576 -> tiles of 448 columns (455 down to whole register tiles) over
+        // 40 * 39 outputs, splitting rows.
         let (in_dims, w_dims) = ([1, 64, 40, 40], [3, 64, 3, 3]);
         let p = ConvParams {
             pads_begin: vec![1, 0],
             pads_end: vec![1, 1],
             ..ConvParams::default()
         };
-        assert_eq!(conv_scratch_len(&in_dims, &w_dims, &p), 576 * 455);
+        assert_eq!(conv_scratch_len(&in_dims, &w_dims, &p), 576 * 448);
         let input = rng.vec(64 * 1600);
         let weight = rng.vec(3 * 576);
         let bias = rng.vec(3);
@@ -939,7 +962,7 @@ mod tests {
             &out_dims,
         );
         assert_close_within(&out, &expected, 1e-4, "2-d tiles");
-        // 1-D: depth 300 * 3 = 900 -> tiles of 291 columns over 999 outputs.
+        // 1-D: depth 300 * 3 = 900 -> tiles of 288 columns over 999 outputs.
         let (in_dims, w_dims) = ([1, 300, 1000], [2, 300, 3]);
         let p = ConvParams {
             dilations: vec![2],
