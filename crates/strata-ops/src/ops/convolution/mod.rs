@@ -19,6 +19,9 @@ mod depthwise_blocked_avx512;
 mod depthwise_rows;
 #[cfg(target_arch = "x86_64")]
 mod depthwise_rows_avx512;
+mod depthwise_stride2;
+#[cfg(target_arch = "x86_64")]
+mod depthwise_stride2_avx512;
 pub(crate) mod few_channels;
 #[cfg(target_arch = "x86_64")]
 mod few_channels_avx512;
