@@ -26,8 +26,8 @@ use super::conv_params::ConvParams;
 use super::depthwise_band::BandShape;
 #[cfg(target_arch = "x86_64")]
 use super::depthwise_blocked_avx512;
+use super::depthwise_direct;
 use super::depthwise_rows;
-use super::depthwise_stride2;
 use super::few_channels::window;
 use super::interleaved_weights::interleave_weight_rows;
 use crate::kernels::error::{KernelError, KernelResult};
@@ -76,9 +76,9 @@ pub(crate) fn depthwise_blocked<T: Float + Pod>(
     fn cast<T: Pod>(v: &[T]) -> &[f32] {
         bytemuck::cast_slice(v)
     }
-    // f32 3x3 stride 2 reads the NCHW rows directly (no transposes of the larger input).
-    if TypeId::of::<T>() == TypeId::of::<f32>() && depthwise_stride2::pays(w, channels, channels) {
-        depthwise_stride2::depthwise_stride2(
+    // f32 3x3 at stride 2 (or 1, wide rows) reads the NCHW rows directly: no transposes.
+    if TypeId::of::<T>() == TypeId::of::<f32>() && depthwise_direct::pays(w, channels, channels) {
+        depthwise_direct::depthwise_direct(
             cast(input),
             cast(weight),
             bias.map(cast),
@@ -250,7 +250,7 @@ pub(crate) fn prepack_pays(input_dims: &[usize], weight_dims: &[usize], p: &Conv
         && p.groups == c
         && *m == c
         && window(input_dims, weight_dims, p).is_ok_and(|w| {
-            pays(&w, c, c) && !depthwise_rows::pays(&w, c, c) && !depthwise_stride2::pays(&w, c, c)
+            pays(&w, c, c) && !depthwise_rows::pays(&w, c, c) && !depthwise_direct::pays(&w, c, c)
         })
 }
 

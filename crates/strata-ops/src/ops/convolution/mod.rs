@@ -16,12 +16,12 @@ mod depthwise_band;
 pub(crate) mod depthwise_blocked;
 #[cfg(target_arch = "x86_64")]
 mod depthwise_blocked_avx512;
+mod depthwise_direct;
+#[cfg(target_arch = "x86_64")]
+mod depthwise_direct_avx512;
 mod depthwise_rows;
 #[cfg(target_arch = "x86_64")]
 mod depthwise_rows_avx512;
-mod depthwise_stride2;
-#[cfg(target_arch = "x86_64")]
-mod depthwise_stride2_avx512;
 pub(crate) mod few_channels;
 #[cfg(target_arch = "x86_64")]
 mod few_channels_avx512;

@@ -6,7 +6,7 @@
 //! more than the multiply-adds (MobileNetV2's stride-2 layers ran 1.4-2x onnxruntime's time),
 //! and the row kernel ([`super::depthwise_rows`]) copies every input row into a padded band.
 //! Here each vector holds sixteen outputs of one row, read straight from the input rows
-//! ([`super::depthwise_stride2_avx512`]: register permutes at stride 2, shifted loads at stride
+//! ([`super::depthwise_direct_avx512`]: register permutes at stride 2, shifted loads at stride
 //! 1, masks for the padding): no copy of the input at all. Bias is the accumulators' start and
 //! Relu/Clip are applied at the store; a residual or another activation runs as a pass over
 //! the finished plane.
@@ -15,7 +15,7 @@ use crate::kernels::activation::Activation;
 use crate::kernels::spatial::WindowGeometry;
 
 #[cfg(target_arch = "x86_64")]
-use super::depthwise_stride2_avx512::{self, Plane};
+use super::depthwise_direct_avx512::{self, Plane};
 use super::row_band::{avx512, Clamp, ClampKind};
 
 /// The narrowest output rows taken at stride 1 (narrower ones fill too little of a vector; the
@@ -49,7 +49,7 @@ pub(crate) fn pays(w: &WindowGeometry, in_channels: usize, out_channels: usize) 
 /// As [`super::depthwise_blocked::depthwise_blocked`] (same arguments, lengths checked by the
 /// caller), for a geometry [`pays`] accepted.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn depthwise_stride2(
+pub(crate) fn depthwise_direct(
     input: &[f32],
     weight: &[f32],
     bias: Option<&[f32]>,
@@ -95,7 +95,7 @@ pub(crate) fn depthwise_stride2(
             #[cfg(target_arch = "x86_64")]
             // SAFETY: AVX-512F is available (`pays`, asserted on entry).
             unsafe {
-                depthwise_stride2_avx512::plane(x, geometry, k, start, in_clamp, y)
+                depthwise_direct_avx512::plane(x, geometry, k, start, in_clamp, y)
             };
             match residual {
                 Some(res) => post.add_residual_bias_and_apply(
@@ -194,7 +194,7 @@ mod tests {
                 let pool = crate::parallel::ThreadPool::new(threads).unwrap();
                 let mut got = vec![f32::NAN; want.len()];
                 crate::parallel::install(&pool, || {
-                    depthwise_stride2(
+                    depthwise_direct(
                         &x,
                         &kw,
                         bias.as_deref(),
