@@ -26,6 +26,7 @@ use super::conv_params::ConvParams;
 use super::depthwise_band::BandShape;
 #[cfg(target_arch = "x86_64")]
 use super::depthwise_blocked_avx512;
+use super::depthwise_direct;
 use super::depthwise_rows;
 use super::few_channels::window;
 use super::interleaved_weights::interleave_weight_rows;
@@ -72,11 +73,26 @@ pub(crate) fn depthwise_blocked<T: Float + Pod>(
     if w.out_len == 0 || channels == 0 {
         return;
     }
+    fn cast<T: Pod>(v: &[T]) -> &[f32] {
+        bytemuck::cast_slice(v)
+    }
+    // f32 3x3 at stride 2 (or 1, wide rows) reads the NCHW rows directly: no transposes.
+    if TypeId::of::<T>() == TypeId::of::<f32>() && depthwise_direct::pays(w, channels, channels) {
+        depthwise_direct::depthwise_direct(
+            cast(input),
+            cast(weight),
+            bias.map(cast),
+            channels,
+            w,
+            post,
+            residual.map(cast),
+            bytemuck::cast_slice_mut(out),
+            threads,
+        );
+        return;
+    }
     // Wide f32 planes go row by row on the NCHW data instead (no transposes).
     if TypeId::of::<T>() == TypeId::of::<f32>() && depthwise_rows::pays(w, channels, channels) {
-        fn cast<T: Pod>(v: &[T]) -> &[f32] {
-            bytemuck::cast_slice(v)
-        }
         depthwise_rows::depthwise_rows(
             cast(input),
             cast(weight),
@@ -233,8 +249,9 @@ pub(crate) fn prepack_pays(input_dims: &[usize], weight_dims: &[usize], p: &Conv
     input_dims.len() == 4
         && p.groups == c
         && *m == c
-        && window(input_dims, weight_dims, p)
-            .is_ok_and(|w| pays(&w, c, c) && !depthwise_rows::pays(&w, c, c))
+        && window(input_dims, weight_dims, p).is_ok_and(|w| {
+            pays(&w, c, c) && !depthwise_rows::pays(&w, c, c) && !depthwise_direct::pays(&w, c, c)
+        })
 }
 
 /// The depthwise Conv `out = post(conv(input, weight) + bias + residual)` with the weight in

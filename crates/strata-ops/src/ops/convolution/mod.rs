@@ -16,6 +16,9 @@ mod depthwise_band;
 pub(crate) mod depthwise_blocked;
 #[cfg(target_arch = "x86_64")]
 mod depthwise_blocked_avx512;
+mod depthwise_direct;
+#[cfg(target_arch = "x86_64")]
+mod depthwise_direct_avx512;
 mod depthwise_rows;
 #[cfg(target_arch = "x86_64")]
 mod depthwise_rows_avx512;

@@ -11,7 +11,8 @@
 //! image size, and `U[e]` is prepacked as the B operand.
 //!
 //! Tiles are processed a band of tile rows at a time, sized so the transformed band stays in
-//! cache between the three steps. Transforms gather and scatter per tile with the arithmetic
+//! cache between the three steps. With threads, each takes its own run of bands through all
+//! three steps and the epilogue (no step reads what another core wrote). Transforms gather and scatter per tile with the arithmetic
 //! vectorized over [`LANES`] tiles (input) or output channels (output).
 
 use std::marker::PhantomData;
@@ -77,8 +78,10 @@ pub(crate) fn scratch_len(input_dims: &[usize], weight_dims: &[usize], p: &ConvP
         return 0;
     }
     Geometry::new(input_dims, weight_dims, p).map_or(0, |g| {
-        let band = g.band_rows() * g.tiles_x;
-        POSITIONS * band * (g.in_channels + g.out_channels)
+        // An even number of tile rows (one more than the image has at most), so two threads
+        // each get half of a band's rows.
+        let rows = g.band_rows().next_multiple_of(2);
+        POSITIONS * rows * g.tiles_x * (g.in_channels + g.out_channels)
     })
 }
 
@@ -216,74 +219,149 @@ pub(crate) fn conv(
     }
     let (c, m) = (g.in_channels, g.out_channels);
     let (in_plane, out_plane) = (g.in_h * g.in_w, g.out_h * g.out_w);
-    let band_rows = g.band_rows();
+    let schedule = Schedule::new(&g, scratch.len(), threads);
+    let part_len = scratch.len() / schedule.parts;
     let stop = crate::run_control::stop_token();
+    let epilogue = bias.is_some() || residual.is_some() || p.post != Activation::None;
     for b in 0..g.batch {
         let x = &input[b * c * in_plane..][..c * in_plane];
         let y = &mut out[b * m * out_plane..][..m * out_plane];
-        for ty0 in (0..g.tiles_y).step_by(band_rows) {
-            if stop.should_stop() {
-                return Ok(());
+        let residual = residual.map(|r| &r[b * m * out_plane..][..m * out_plane]);
+        let y_len = y.len();
+        let y = OutPtr(y.as_mut_ptr());
+        // One thread per part of the scratch: it transforms, multiplies and writes back its
+        // own bands (tile rows), so no stage reads what another core wrote.
+        let part = |t: usize, scratch: &mut [f32]| -> KernelResult<()> {
+            for band in schedule.bands_of(t) {
+                if stop.should_stop() {
+                    return Ok(());
+                }
+                let (ty0, rows) = schedule.band(band);
+                let tiles = rows * g.tiles_x;
+                let (v, rest) = scratch.split_at_mut(POSITIONS * tiles * c);
+                let products = &mut rest[..POSITIONS * tiles * m];
+                // V: per input channel, 36 rows of `tiles` (position e's A operand is tiles x
+                // c with strides (1, 36 * tiles)).
+                for (ch, vc) in v.chunks_exact_mut(POSITIONS * tiles).enumerate() {
+                    transform_input(F32, &x[ch * in_plane..][..in_plane], &g, ty0, rows, vc);
+                }
+                for (e, me) in products.chunks_exact_mut(tiles * m).enumerate() {
+                    gemm_prepacked(
+                        &weights.positions[e],
+                        tiles,
+                        &v[e * tiles..],
+                        (1, (POSITIONS * tiles) as isize),
+                        me,
+                        (m as isize, 1),
+                        1.0,
+                        0.0,
+                        1,
+                    )?;
+                }
+                // The band's output rows of every plane, then bias, residual and activation
+                // on them while they are in cache.
+                let oy0 = ty0 * TILE;
+                let oy1 = ((ty0 + rows) * TILE).min(g.out_h);
+                let run = (oy1 - oy0) * g.out_w;
+                for m0 in (0..m).step_by(LANES) {
+                    let lanes = LANES.min(m - m0);
+                    let mut planes: [&mut [f32]; LANES] = Default::default();
+                    for (l, plane) in planes[..lanes].iter_mut().enumerate() {
+                        let at = (m0 + l) * out_plane + oy0 * g.out_w;
+                        assert!(at + run <= y_len);
+                        // SAFETY: `at..at + run` (asserted inside the batch item's output) is
+                        // rows oy0..oy1 of plane m0 + l: this band's own rows, which no other
+                        // band writes, and no other slice made here overlaps it.
+                        *plane = unsafe { y.slice(at, run) };
+                    }
+                    transform_output(F32, products, &g, ty0, rows, m0, &mut planes[..lanes]);
+                    if epilogue {
+                        for (l, plane) in planes[..lanes].iter_mut().enumerate() {
+                            let ch = m0 + l;
+                            let at = ch * out_plane + oy0 * g.out_w;
+                            let r = residual.map(|r| &r[at..][..run]);
+                            let shift = bias.map_or(0.0, |b| b[ch]);
+                            p.post.add_residual_bias_and_apply(plane, r, shift);
+                        }
+                    }
+                }
             }
-            let rows = band_rows.min(g.tiles_y - ty0);
-            let tiles = rows * g.tiles_x;
-            let (v, rest) = scratch.split_at_mut(POSITIONS * tiles * c);
-            let products = &mut rest[..POSITIONS * tiles * m];
-            // V: per input channel, 36 rows of `tiles` (position e's A operand is tiles x c
-            // with strides (1, 36 * tiles)).
-            each_chunk(threads, v, POSITIONS * tiles, |ch, vc| {
-                transform_input(F32, &x[ch * in_plane..][..in_plane], &g, ty0, rows, vc);
-                Ok(())
+            Ok(())
+        };
+        if schedule.parts > 1 {
+            let base = OutPtr(scratch.as_mut_ptr());
+            crate::parallel::try_for_each_index(schedule.parts, |t| {
+                // SAFETY: part t is scratch[t * part_len..][..part_len], inside the scratch
+                // (parts * part_len <= len) and disjoint from every other part.
+                part(t, unsafe { base.slice(t * part_len, part_len) })
             })?;
-            let v = &*v;
-            each_chunk(threads, products, tiles * m, |e, me| {
-                gemm_prepacked(
-                    &weights.positions[e],
-                    tiles,
-                    &v[e * tiles..],
-                    (1, (POSITIONS * tiles) as isize),
-                    me,
-                    (m as isize, 1),
-                    1.0,
-                    0.0,
-                    1,
-                )
-            })?;
-            let products = &*products;
-            let chunk = LANES * out_plane;
-            each_chunk(threads, y, chunk, |block, planes| {
-                transform_output(F32, products, &g, ty0, rows, block * LANES, planes);
-                Ok(())
-            })?;
-        }
-        // Bias, residual and activation per plane (still partly in cache).
-        if bias.is_some() || residual.is_some() || p.post != Activation::None {
-            let residual = residual.map(|r| &r[b * m * out_plane..][..m * out_plane]);
-            each_chunk(threads, y, out_plane, |ch, plane| {
-                let r = residual.map(|r| &r[ch * out_plane..][..out_plane]);
-                let shift = bias.map_or(0.0, |b| b[ch]);
-                p.post.add_residual_bias_and_apply(plane, r, shift);
-                Ok(())
-            })?;
+        } else {
+            part(0, scratch)?;
         }
     }
     Ok(())
 }
 
-/// `f(i, chunk)` for every `len`-element chunk of `data`: on the pool with `threads > 1`, else
-/// in order on this thread.
-fn each_chunk(
-    threads: usize,
-    data: &mut [f32],
-    len: usize,
-    f: impl Fn(usize, &mut [f32]) -> KernelResult<()> + Sync,
-) -> KernelResult<()> {
-    if threads > 1 {
-        crate::parallel::try_for_each_chunk_mut(data, len, 1, f)
-    } else {
-        data.chunks_mut(len)
-            .enumerate()
-            .try_for_each(|(i, chunk)| f(i, chunk))
+/// How the tile rows of one image are cut into bands and the bands dealt to the threads.
+#[derive(Debug, Clone, Copy)]
+struct Schedule {
+    /// Threads, each with its own part of the scratch and a run of consecutive bands.
+    parts: usize,
+    /// Bands (a multiple of `parts`).
+    bands: usize,
+    tiles_y: usize,
+}
+
+impl Schedule {
+    /// As many parts as threads (when each part of `scratch_len` holds a tile row), with bands
+    /// as tall as a part holds, their count a multiple of the parts.
+    fn new(g: &Geometry, scratch_len: usize, threads: usize) -> Self {
+        let row = POSITIONS * g.tiles_x * (g.in_channels + g.out_channels);
+        let fit = scratch_len / row.max(1);
+        let parts = threads.min(fit).min(g.tiles_y).max(1);
+        let rows = (fit / parts).clamp(1, g.tiles_y);
+        let bands = g
+            .tiles_y
+            .div_ceil(rows)
+            .next_multiple_of(parts)
+            .min(g.tiles_y);
+        Schedule {
+            parts,
+            bands: bands.max(parts),
+            tiles_y: g.tiles_y,
+        }
+    }
+
+    /// Bands of part `t`.
+    fn bands_of(&self, t: usize) -> std::ops::Range<usize> {
+        let per = self.bands.div_ceil(self.parts);
+        (t * per).min(self.bands)..((t + 1) * per).min(self.bands)
+    }
+
+    /// First tile row and tile rows of band `i` (balanced: heights differ by at most one).
+    fn band(&self, i: usize) -> (usize, usize) {
+        let at = |i: usize| i * self.tiles_y / self.bands;
+        (at(i), at(i + 1) - at(i))
+    }
+}
+
+/// The output (or the scratch), shared by the part tasks of one call.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+
+// SAFETY: every task touches a disjoint set of elements (its own bands' rows, its own part of
+// the scratch), and the call does not return before every task has finished.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// # Safety
+    /// `at..at + len` must be inside the pointee and used by no other reference meanwhile.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slice(&self, at: usize, len: usize) -> &mut [f32] {
+        // SAFETY: guaranteed by the caller.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(at), len) }
     }
 }
 
@@ -346,6 +424,22 @@ multiversion! {
                 let (ty, tx) = (ty0 + t / g.tiles_x, t % g.tiles_x);
                 let iy0 = (ty * TILE) as isize - g.pad_top as isize;
                 let ix0 = (tx * TILE) as isize - g.pad_left as isize;
+                let inside = iy0 >= 0
+                    && ix0 >= 0
+                    && iy0 as usize + ALPHA <= g.in_h
+                    && ix0 as usize + ALPHA <= g.in_w;
+                if inside {
+                    // Most tiles: six whole rows of six, no edge tests.
+                    let first = iy0 as usize * g.in_w + ix0 as usize;
+                    for (r, row) in d.iter_mut().enumerate() {
+                        let src: &[f32; ALPHA] =
+                            x[first + r * g.in_w..][..ALPHA].try_into().expect("six columns");
+                        for (col, &value) in row.iter_mut().zip(src) {
+                            col[lane] = value;
+                        }
+                    }
+                    continue;
+                }
                 for (r, row) in d.iter_mut().enumerate() {
                     for (k, col) in row.iter_mut().enumerate() {
                         col[lane] = at(iy0 + r as isize, ix0 + k as isize);
@@ -369,8 +463,9 @@ multiversion! {
 }
 
 multiversion! {
-    /// Output channels `m0..m0 + LANES` (`planes`, whole output planes) of the band's tiles:
-    /// `Aᵀ M A` of the 36 products of each tile, clipped at the image's edge.
+    /// Output channels `m0..m0 + planes.len()` (at most [`LANES`]) of the band's tiles: `Aᵀ M
+    /// A` of the 36 products of each tile, clipped at the image's edge. `planes[l]` holds the
+    /// band's output rows (from `ty0 * TILE`) of channel `m0 + l`.
     fn transform_output<T: crate::kernels::float::Float>(
         _f32: PhantomData<T>,
         products: &[f32],
@@ -378,12 +473,11 @@ multiversion! {
         ty0: usize,
         rows: usize,
         m0: usize,
-        planes: &mut [f32],
+        planes: &mut [&mut [f32]],
     ) {
         let m = g.out_channels;
         let tiles = rows * g.tiles_x;
-        let out_plane = g.out_h * g.out_w;
-        let lanes = planes.len() / out_plane;
+        let lanes = planes.len();
         for t in 0..tiles {
             let (ty, tx) = (ty0 + t / g.tiles_x, t % g.tiles_x);
             // z[i][j][lane]: position (i, j) of this tile's products for each channel.
@@ -409,8 +503,9 @@ multiversion! {
                     if oy >= g.out_h {
                         break;
                     }
-                    for (lane, &value) in values[..lanes].iter().enumerate() {
-                        planes[lane * out_plane + oy * g.out_w + ox] = value;
+                    let at = (oy - ty0 * TILE) * g.out_w + ox;
+                    for (plane, &value) in planes.iter_mut().zip(&values[..lanes]) {
+                        plane[at] = value;
                     }
                 }
             }
@@ -427,21 +522,47 @@ mod tests {
         (0..n).map(|i| (i as f32 * 0.731 + seed).sin()).collect()
     }
 
-    /// Winograd against the direct path on one geometry.
+    /// The epilogue a check applies.
+    #[derive(Clone, Copy)]
+    struct Epilogue {
+        bias: bool,
+        residual: bool,
+        post: Activation,
+    }
+
+    const FULL: Epilogue = Epilogue {
+        bias: true,
+        residual: true,
+        post: Activation::Relu,
+    };
+
+    /// Winograd against the direct path on one geometry, on a pool of `threads`.
     fn check(n: usize, c: usize, m: usize, h: usize, w: usize, pads: [usize; 4], threads: usize) {
+        check_with(n, c, m, (h, w), pads, threads, FULL);
+    }
+
+    fn check_with(
+        n: usize,
+        c: usize,
+        m: usize,
+        (h, w): (usize, usize),
+        pads: [usize; 4],
+        threads: usize,
+        epilogue: Epilogue,
+    ) {
         let p = ConvParams {
             pads_begin: vec![pads[0], pads[1]],
             pads_end: vec![pads[2], pads[3]],
-            post: Activation::Relu,
+            post: epilogue.post,
             ..ConvParams::default()
         };
         let (x_dims, w_dims) = ([n, c, h, w], [m, c, 3, 3]);
         let x = values(n * c * h * w, 0.3);
         let weight = values(m * c * 9, 1.1);
-        let bias = values(m, 2.0);
+        let bias = epilogue.bias.then(|| values(m, 2.0));
         let out_dims = conv_output_dims(&x_dims, &w_dims, &p).unwrap();
         let len: usize = out_dims.iter().product();
-        let residual = values(len, 0.7);
+        let residual = epilogue.residual.then(|| values(len, 0.7));
         let mut expected = vec![0.0; len];
         let mut unfold = vec![0.0; conv_scratch_len(&x_dims, &w_dims, &p)];
         conv_kernel::conv(
@@ -449,8 +570,8 @@ mod tests {
             &x_dims,
             &weight,
             &w_dims,
-            Some(&bias),
-            Some(&residual),
+            bias.as_deref(),
+            residual.as_deref(),
             None,
             &p,
             &mut expected,
@@ -461,23 +582,26 @@ mod tests {
         let packed = WinogradWeights::new(&weight, m, c).unwrap();
         let mut scratch = vec![0.0; scratch_len(&x_dims, &w_dims, &p)];
         let mut got = vec![f32::NAN; len];
-        conv(
-            &x,
-            &x_dims,
-            &packed,
-            &p,
-            Some(&bias),
-            Some(&residual),
-            &mut got,
-            &mut scratch,
-            threads,
-        )
+        let pool = crate::parallel::ThreadPool::new(threads).unwrap();
+        crate::parallel::install(&pool, || {
+            conv(
+                &x,
+                &x_dims,
+                &packed,
+                &p,
+                bias.as_deref(),
+                residual.as_deref(),
+                &mut got,
+                &mut scratch,
+                threads,
+            )
+        })
         .unwrap();
         let scale = expected.iter().fold(0.0f32, |a, v| a.max(v.abs()));
         for (i, (a, b)) in got.iter().zip(&expected).enumerate() {
             assert!(
                 (a - b).abs() <= 1e-5 * scale.max(1.0) * (c as f32).sqrt(),
-                "{n}x{c}x{h}x{w} -> {m}, pads {pads:?}: element {i}: {a} vs {b}"
+                "{n}x{c}x{h}x{w} -> {m}, pads {pads:?}, {threads} threads: element {i}: {a} vs {b}"
             );
         }
     }
@@ -485,12 +609,86 @@ mod tests {
     #[test]
     fn equals_the_direct_convolution() {
         // Tile-aligned and ragged edges, asymmetric and no padding, several bands, channel
-        // counts that are not multiples of the vector width, batches, one and two threads.
-        check(1, 16, 16, 8, 8, [1, 1, 1, 1], 1);
-        check(1, 17, 33, 13, 11, [1, 1, 1, 1], 1);
-        check(2, 8, 20, 7, 9, [0, 0, 0, 0], 2);
-        check(1, 5, 3, 10, 6, [2, 0, 1, 2], 1);
-        check(1, 24, 40, 61, 70, [1, 1, 1, 1], 2);
+        // counts that are not multiples of the vector width, batches, one to three threads.
+        for threads in [1, 2, 3] {
+            check(1, 16, 16, 8, 8, [1, 1, 1, 1], threads);
+            check(1, 17, 33, 13, 11, [1, 1, 1, 1], threads);
+            check(2, 8, 20, 7, 9, [0, 0, 0, 0], threads);
+            check(1, 5, 3, 10, 6, [2, 0, 1, 2], threads);
+            check(1, 24, 40, 61, 70, [1, 1, 1, 1], threads);
+            // One tile row (more threads than rows), and a plane wider than a band.
+            check(1, 7, 9, 3, 19, [0, 1, 0, 1], threads);
+            check(2, 6, 18, 9, 530, [1, 1, 1, 1], threads);
+        }
+    }
+
+    #[test]
+    fn every_epilogue_equals_the_direct_convolution() {
+        for (bias, residual, post) in [
+            (false, false, Activation::None),
+            (true, false, Activation::None),
+            (false, true, Activation::None),
+            (
+                true,
+                false,
+                Activation::Clip {
+                    min: -0.5,
+                    max: 0.5,
+                },
+            ),
+            (true, true, Activation::LeakyRelu { alpha: 0.1 }),
+        ] {
+            let epilogue = Epilogue {
+                bias,
+                residual,
+                post,
+            };
+            for threads in [1, 2, 3] {
+                check_with(1, 19, 21, (23, 17), [1, 1, 1, 1], threads, epilogue);
+                check_with(2, 24, 32, (20, 26), [1, 1, 1, 1], threads, epilogue);
+            }
+        }
+    }
+
+    /// Bands cover every tile row once, in order, and each part's bands fit its scratch.
+    #[test]
+    fn schedules_cover_every_tile_row() {
+        for (h, w, c, m) in [
+            (56, 56, 64, 64),
+            (28, 28, 128, 128),
+            (13, 11, 17, 33),
+            (5, 530, 4, 4),
+        ] {
+            let (x_dims, w_dims) = ([1, c, h, w], [m, c, 3, 3]);
+            let p = ConvParams {
+                pads_begin: vec![1, 1],
+                pads_end: vec![1, 1],
+                ..ConvParams::default()
+            };
+            let g = Geometry::new(&x_dims, &w_dims, &p).unwrap();
+            let len = scratch_len(&x_dims, &w_dims, &p);
+            for threads in 1..=4 {
+                let s = Schedule::new(&g, len, threads);
+                assert!(s.parts >= 1 && s.parts <= threads);
+                let mut next = 0;
+                for t in 0..s.parts {
+                    for band in s.bands_of(t) {
+                        let (ty0, rows) = s.band(band);
+                        assert_eq!(ty0, next);
+                        assert!(rows >= 1);
+                        let need = POSITIONS * rows * g.tiles_x * (c + m);
+                        assert!(need <= len / s.parts, "{h}x{w}: band {band} needs {need}");
+                        next += rows;
+                    }
+                }
+                assert_eq!(next, g.tiles_y);
+            }
+            // Two threads split the rows in two when a part holds half of them.
+            let s = Schedule::new(&g, len, 2);
+            if g.tiles_y >= 2 && g.band_rows() >= g.tiles_y {
+                assert_eq!((s.parts, s.bands), (2, 2));
+            }
+        }
     }
 
     #[test]

@@ -1,0 +1,253 @@
+//! Depthwise 3x3 convolution at stride 2 (and stride 1 from 28 outputs wide) plane by plane on
+//! the NCHW data, for f32 on AVX-512.
+//!
+//! The blocked kernel ([`super::depthwise_blocked`]) interleaves 16 channels of the input band
+//! into vectors first; at stride 2 the input is four times the output, so that transpose costs
+//! more than the multiply-adds (MobileNetV2's stride-2 layers ran 1.4-2x onnxruntime's time),
+//! and the row kernel ([`super::depthwise_rows`]) copies every input row into a padded band.
+//! Here each vector holds sixteen outputs of one row, read straight from the input rows
+//! ([`super::depthwise_direct_avx512`]: register permutes at stride 2, shifted loads at stride
+//! 1, masks for the padding): no copy of the input at all. Bias is the accumulators' start and
+//! Relu/Clip are applied at the store; a residual or another activation runs as a pass over
+//! the finished plane.
+
+use crate::kernels::activation::Activation;
+use crate::kernels::spatial::WindowGeometry;
+
+#[cfg(target_arch = "x86_64")]
+use super::depthwise_direct_avx512::{self, Plane};
+use super::row_band::{avx512, Clamp, ClampKind};
+
+/// The narrowest output rows taken at stride 1 (narrower ones fill too little of a vector; the
+/// blocked kernel takes them).
+const MIN_WIDTH_1: usize = 28;
+/// The narrowest output rows taken at stride 2. MobileNetV2 (1 thread): 56, 28 and 14 wide
+/// ran 1.5-1.9x faster than the blocked kernel, 7 wide 1.6x slower (per-plane overhead on a
+/// vector less than half full).
+const MIN_WIDTH_2: usize = 14;
+/// Planes are grouped per task up to this many multiply-adds.
+const TASK_MIN_MULADDS: usize = 1 << 15;
+
+/// Whether this kernel takes the depthwise convolution: f32 on AVX-512 (the caller checks the
+/// type), 2-D, one output channel per input channel, a 3x3 kernel at stride 2 or 1 with output
+/// rows at least [`MIN_WIDTH_2`] or [`MIN_WIDTH_1`] wide, without dilation, at most one row and
+/// column of padding before the plane.
+pub(crate) fn pays(w: &WindowGeometry, in_channels: usize, out_channels: usize) -> bool {
+    avx512()
+        && w.in_dims.len() == 2
+        && in_channels == out_channels
+        && w.kernel[..] == [3, 3]
+        && match w.strides[..] {
+            [1, 1] => w.out_dims[1] >= MIN_WIDTH_1,
+            [2, 2] => w.out_dims[1] >= MIN_WIDTH_2,
+            _ => false,
+        }
+        && w.dilations[..] == [1, 1]
+        && w.pads_begin.iter().all(|&p| p <= 1)
+}
+
+/// As [`super::depthwise_blocked::depthwise_blocked`] (same arguments, lengths checked by the
+/// caller), for a geometry [`pays`] accepted.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn depthwise_direct(
+    input: &[f32],
+    weight: &[f32],
+    bias: Option<&[f32]>,
+    channels: usize,
+    w: &WindowGeometry,
+    post: Activation,
+    residual: Option<&[f32]>,
+    out: &mut [f32],
+    threads: usize,
+) {
+    assert!(pays(w, channels, channels));
+    if w.out_len == 0 || channels == 0 {
+        return;
+    }
+    let clamp = Clamp::of(post, residual.is_some());
+    let in_clamp = clamp.unwrap_or(Clamp {
+        lo: 0.0,
+        hi: 0.0,
+        kind: ClampKind::None,
+    });
+    #[cfg(target_arch = "x86_64")]
+    let geometry = Plane {
+        stride: w.strides[0],
+        ih: w.in_dims[0],
+        iw: w.in_dims[1],
+        oh: w.out_dims[0],
+        ow: w.out_dims[1],
+        pad_top: w.pads_begin[0],
+        pad_left: w.pads_begin[1],
+    };
+    let stop = crate::run_control::stop_token();
+    // Output planes `first..` in `y`.
+    let planes = |first: usize, y: &mut [f32]| {
+        for (i, y) in y.chunks_exact_mut(w.out_len).enumerate() {
+            let p = first + i;
+            if stop.should_stop_at(p) {
+                return;
+            }
+            let c = p % channels;
+            let x = &input[p * w.in_len..][..w.in_len];
+            let k: &[f32; 9] = weight[c * 9..][..9].try_into().expect("nine taps");
+            let start = bias.map_or(0.0, |b| b[c]);
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: AVX-512F is available (`pays`, asserted on entry).
+            unsafe {
+                depthwise_direct_avx512::plane(x, geometry, k, start, in_clamp, y)
+            };
+            match residual {
+                Some(res) => post.add_residual_bias_and_apply(
+                    y,
+                    Some(&res[p * w.out_len..][..w.out_len]),
+                    0.0,
+                ),
+                None if clamp.is_none() => post.apply_all(y),
+                None => {}
+            }
+        }
+    };
+    let per_plane = w.out_len.saturating_mul(9).max(1);
+    let count = out.len() / w.out_len;
+    if threads <= 1 || count < 2 || per_plane.saturating_mul(count) < 2 * TASK_MIN_MULADDS {
+        planes(0, out);
+    } else {
+        // Contiguous runs of planes per thread: each core reads its own channels' input.
+        let per_task = TASK_MIN_MULADDS.div_ceil(per_plane);
+        crate::parallel::for_each_chunk_mut(out, w.out_len * per_task, 1, |i, y| {
+            planes(i * per_task, y)
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::spatial::WindowAttrs;
+    use crate::ops::convolution::depthwise::depthwise;
+    use crate::support::rng::Rng;
+
+    fn geometry(hw: [usize; 2], pb: [usize; 2], pe: [usize; 2]) -> WindowGeometry {
+        strided(hw, pb, pe, 2)
+    }
+
+    fn strided(hw: [usize; 2], pb: [usize; 2], pe: [usize; 2], s: usize) -> WindowGeometry {
+        let attrs = WindowAttrs {
+            kernel: &[3, 3],
+            strides: &[s, s],
+            pads_begin: &pb,
+            pads_end: &pe,
+            dilations: &[1, 1],
+            ceil_mode: false,
+        };
+        WindowGeometry::new("test", &hw, &attrs).unwrap()
+    }
+
+    /// The direct kernel equals the plane kernel on random geometries (strides 1 and 2, odd and
+    /// even sizes, up to 150 wide so rows span several register chunks, padding 0-1 before and
+    /// 0-2 after, batch 1-2) with every epilogue, at 1, 2 and 3 threads.
+    #[test]
+    fn direct_equals_the_plane_kernel() {
+        if !avx512() {
+            eprintln!("skipped: the stride-2 kernel needs AVX-512");
+            return;
+        }
+        let mut rng = Rng::new(23);
+        let posts = [
+            Activation::None,
+            Activation::Clip { min: 0.0, max: 6.0 },
+            Activation::Relu,
+            Activation::HardSwish,
+        ];
+        for case in 0..120 {
+            let pb = [rng.below(2), rng.below(2)];
+            let pe = [rng.below(3), rng.below(3)];
+            let stride = 1 + case % 2;
+            // Stride 1 is taken from 28 outputs wide, stride 2 from 14.
+            let min_w = if stride == 1 { 30 } else { 29 };
+            let hw = [
+                rng.range(3 - pb[0] - pe[0].min(1), 40),
+                rng.range(min_w, 150),
+            ];
+            let w = strided(hw, pb, pe, stride);
+            let (c, batch) = (rng.range(1, 40), rng.range(1, 2));
+            let x = rng.vec(batch * c * w.in_len);
+            let kw = rng.vec(c * 9);
+            let bias = (case % 4 != 3).then(|| rng.vec(c));
+            let res = (case % 3 == 2).then(|| rng.vec(batch * c * w.out_len));
+            let post = posts[case % posts.len()];
+            let mut want = vec![0.0f32; batch * c * w.out_len];
+            depthwise(
+                &x,
+                &kw,
+                bias.as_deref(),
+                c,
+                c,
+                &w,
+                post,
+                res.as_deref(),
+                &mut want,
+                1,
+            );
+            for threads in [1, 2, 3] {
+                let pool = crate::parallel::ThreadPool::new(threads).unwrap();
+                let mut got = vec![f32::NAN; want.len()];
+                crate::parallel::install(&pool, || {
+                    depthwise_direct(
+                        &x,
+                        &kw,
+                        bias.as_deref(),
+                        c,
+                        &w,
+                        post,
+                        res.as_deref(),
+                        &mut got,
+                        threads,
+                    )
+                });
+                for (j, (a, b)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                        "case {case} stride {stride} hw {hw:?} pads {pb:?} {pe:?} {post:?} \
+                         threads {threads}: element {j}: {a} vs {b}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn takes_three_by_three_stride_one_and_two_only() {
+        if avx512() {
+            assert!(pays(&geometry([112, 112], [1, 1], [1, 1]), 96, 96));
+            assert!(pays(&geometry([28, 28], [0, 0], [1, 1]), 192, 192));
+            assert!(
+                !pays(&geometry([14, 14], [0, 0], [1, 1]), 576, 576),
+                "7 wide"
+            );
+        }
+        assert!(
+            !pays(&geometry([112, 112], [1, 1], [1, 1]), 32, 64),
+            "multiplier 2"
+        );
+        assert!(
+            !pays(&geometry([112, 112], [2, 2], [2, 2]), 8, 8),
+            "padding 2"
+        );
+        let attrs = WindowAttrs {
+            kernel: &[3, 3],
+            strides: &[1, 1],
+            pads_begin: &[1, 1],
+            pads_end: &[1, 1],
+            dilations: &[1, 1],
+            ceil_mode: false,
+        };
+        let narrow = WindowGeometry::new("test", &[14, 14], &attrs).unwrap();
+        assert!(!pays(&narrow, 8, 8), "stride 1, 14 wide");
+        if avx512() {
+            let wide = WindowGeometry::new("test", &[56, 56], &attrs).unwrap();
+            assert!(pays(&wide, 8, 8), "stride 1, 56 wide");
+        }
+    }
+}
