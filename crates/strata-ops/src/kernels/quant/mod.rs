@@ -30,8 +30,6 @@ mod portable;
 mod q4f;
 #[cfg(target_arch = "x86_64")]
 mod q4f_avx2;
-#[cfg(target_arch = "x86_64")]
-mod q4f_avx512;
 mod q8;
 mod q8f;
 mod quantize;

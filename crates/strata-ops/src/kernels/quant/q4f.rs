@@ -139,7 +139,6 @@ impl<'a> Q4Weights<'a> {
         self.k
     }
 
-    #[inline]
     fn row_qs(&self, j: usize) -> &'a [u8] {
         &self.qs[j * self.groups * GROUP_BYTES..(j + 1) * self.groups * GROUP_BYTES]
     }
@@ -388,23 +387,6 @@ fn panel_product(
     threads: usize,
     epilogue: Option<&gemm::Epilogue<'_, f32>>,
 ) -> KernelResult<()> {
-    #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 {
-        // Each sliver straight from the nibbles, transposed in registers.
-        let fill = |block: gemm::BBlock, dst: &mut [f32]| {
-            for (s, sliver) in dst.chunks_mut(block.kc * block.nr).enumerate() {
-                let j = block.j0 + s * block.nr;
-                let cols = (block.j0 + block.cols - j).min(block.nr);
-                // SAFETY: `Isa::Avx512` is only used where AVX-512F was detected; the driver
-                // asks for blocks inside W's n x k, with p0 on the 32-element alignment given
-                // below; the slice checks cover the sliver's length.
-                unsafe {
-                    super::q4f_avx512::fill_sliver(w, j, cols, block.p0, block.kc, sliver, block.nr)
-                };
-            }
-        };
-        return produced_product(w.n, w.k, x, m, y, threads, epilogue, &fill);
-    }
     panel_product_with(w.n, w.k, x, m, y, threads, epilogue, |j, p0, out| {
         dequantize_range(isa, w, j, p0, out)
     })
@@ -439,22 +421,6 @@ pub(super) fn panel_product_with(
             }
         })
     };
-    produced_product(n, k, x, m, y, threads, epilogue, &fill)
-}
-
-/// `y = x · Wᵀ` on the f32 GEMM, `fill` writing blocks of `Wᵀ` in its packed layout (depth
-/// blocks start on whole quantization groups).
-#[allow(clippy::too_many_arguments)]
-fn produced_product(
-    n: usize,
-    k: usize,
-    x: &[f32],
-    m: usize,
-    y: &mut [f32],
-    threads: usize,
-    epilogue: Option<&gemm::Epilogue<'_, f32>>,
-    fill: &(dyn Fn(gemm::BBlock, &mut [f32]) + Sync),
-) -> KernelResult<()> {
     gemm::gemm_produced_b(
         m,
         n,
@@ -465,7 +431,7 @@ fn produced_product(
         (n as isize, 1),
         gemm::ProduceB {
             align: QUANT_BLOCK,
-            fill,
+            fill: &fill,
         },
         epilogue,
         threads,
@@ -563,12 +529,10 @@ impl Q4Weights<'_> {
         self.groups
     }
 
-    #[inline]
     pub(super) fn qs_of(&self, j: usize) -> &[u8] {
         self.row_qs(j)
     }
 
-    #[inline]
     pub(super) fn params(&self, j: usize, g: usize) -> GroupParams {
         self.group_params(j, g)
     }
