@@ -166,7 +166,7 @@ macro_rules! simd_microkernel {
 simd_microkernel! {
     /// AVX-512F, f32: `MR x 32` tile (two 16-lane vectors per row).
     Avx512F32, avx512_f32, f32, feature = "avx512f",
-    lanes = 16, vectors = 2, kc = 256, nc = 256,
+    lanes = 16, vectors = 2, kc = 256, nc = 512,
     zero = _mm512_setzero_ps, splat = _mm512_set1_ps, load = _mm512_loadu_ps,
     store = _mm512_storeu_ps, fmadd = _mm512_fmadd_ps, mul = _mm512_mul_ps,
 }
