@@ -330,7 +330,7 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                         // the first row sliver walks B's slivers, fetch the next B sliver; while
                         // each row sliver's first tile runs, fetch the next A sliver.
                         let next_a = all_a.and_then(|(all, first)| {
-                            let s = first + (ir - rows.start) / K::MR;
+                            let s = first + (ir - rows.start) / K::MR + 1;
                             (s < sliver_count(all)).then_some((all, s))
                         });
                         let prefetch = match (next_a, p.packed_b) {
