@@ -95,6 +95,16 @@ mod tests {
 
     use super::*;
 
+    /// A block of B from its dense transpose `bt` (row `j` = column `j` of B, `k` long).
+    fn fill_from_transposed(bt: &[f32], k: usize, block: BBlock, dst: &mut [f32]) {
+        for (s, sliver) in dst.chunks_mut(block.kc * block.nr).enumerate() {
+            let j = block.j0 + s * block.nr;
+            let cols = (block.j0 + block.cols - j).min(block.nr);
+            let src = &bt[j * k + block.p0..];
+            pack_transposed_sliver(sliver, block.nr, src, k, block.kc, cols);
+        }
+    }
+
     /// B from a dense row-major matrix, block by block through `pack_transposed_sliver` (from
     /// Bᵀ, as quantized weights are stored), against the plain product; every block request is
     /// checked against the alignment contract. Sizes cover columns in several cache blocks (A
@@ -137,18 +147,7 @@ mod tests {
             let requests = Mutex::new(Vec::new());
             let fill = |block: BBlock, dst: &mut [f32]| {
                 requests.lock().unwrap().push(block);
-                for (s, sliver) in dst.chunks_mut(block.kc * block.nr).enumerate() {
-                    let j = block.j0 + s * block.nr;
-                    let cols = (block.j0 + block.cols - j).min(block.nr);
-                    pack_transposed_sliver(
-                        sliver,
-                        block.nr,
-                        &bt[j * k + block.p0..],
-                        k,
-                        block.kc,
-                        cols,
-                    );
-                }
+                fill_from_transposed(&bt, k, block, dst);
             };
             let mut got = vec![f32::NAN; m * n];
             gemm_produced_b(
@@ -186,20 +185,7 @@ mod tests {
         let (m, n, k) = (20, 300, 70);
         let a: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32).collect();
         let bt: Vec<f32> = (0..n * k).map(|i| (i % 5) as f32 - 2.0).collect();
-        let fill = |block: BBlock, dst: &mut [f32]| {
-            for (s, sliver) in dst.chunks_mut(block.kc * block.nr).enumerate() {
-                let j = block.j0 + s * block.nr;
-                let cols = (block.j0 + block.cols - j).min(block.nr);
-                pack_transposed_sliver(
-                    sliver,
-                    block.nr,
-                    &bt[j * k + block.p0..],
-                    k,
-                    block.kc,
-                    cols,
-                );
-            }
-        };
+        let fill = |block: BBlock, dst: &mut [f32]| fill_from_transposed(&bt, k, block, dst);
         let finish = |i: usize, j: usize, row: &mut [f32]| {
             for (t, v) in row.iter_mut().enumerate() {
                 *v = *v * 2.0 + (1000 * i + j + t) as f32;

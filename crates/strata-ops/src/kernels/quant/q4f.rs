@@ -237,7 +237,7 @@ pub fn q4_matmul(
     y: &mut [f32],
     threads: usize,
 ) -> KernelResult<()> {
-    q4_matmul_with(Isa::detect(), w, compute, x, m, y, threads, None)
+    q4_matmul_fused(w, compute, x, m, y, threads, None)
 }
 
 /// [`q4_matmul`], then `epilogue(i, j, row)` on every piece of Y's rows (`row` = Y's elements

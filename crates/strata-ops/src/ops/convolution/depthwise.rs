@@ -24,6 +24,29 @@ use crate::kernels::spatial::WindowGeometry;
 /// to another thread.
 const TASK_MIN_MULADDS: usize = 1 << 15;
 
+/// Runs `planes(first, y)` over `out` (whole output planes of `out_len`, `y` starting at plane
+/// `first`): on the calling thread when the work is small, else in contiguous runs of planes
+/// per task of at least [`TASK_MIN_MULADDS`] (each core reads its own channels' input). For the
+/// direct depthwise kernels that take a run of planes at a time.
+pub(super) fn for_each_plane_run<T: Send>(
+    out: &mut [T],
+    out_len: usize,
+    per_plane_muladds: usize,
+    threads: usize,
+    planes: impl Fn(usize, &mut [T]) + Sync,
+) {
+    let per_plane = per_plane_muladds.max(1);
+    let count = out.len() / out_len.max(1);
+    if threads <= 1 || count < 2 || per_plane.saturating_mul(count) < 2 * TASK_MIN_MULADDS {
+        planes(0, out);
+    } else {
+        let per_task = TASK_MIN_MULADDS.div_ceil(per_plane);
+        crate::parallel::for_each_chunk_mut(out, out_len * per_task, 1, |i, y| {
+            planes(i * per_task, y)
+        });
+    }
+}
+
 /// Whether [`depthwise`] handles this geometry: 1 or 2 spatial dims.
 pub(crate) fn supports(w: &WindowGeometry) -> bool {
     matches!(w.in_dims.len(), 1 | 2)

@@ -25,9 +25,6 @@ const MIN_WIDTH_1: usize = 28;
 /// ran 1.5-1.9x faster than the blocked kernel, 7 wide 1.6x slower (per-plane overhead on a
 /// vector less than half full).
 const MIN_WIDTH_2: usize = 14;
-/// Planes are grouped per task up to this many multiply-adds.
-const TASK_MIN_MULADDS: usize = 1 << 15;
-
 /// Whether this kernel takes the depthwise convolution: f32 on AVX-512 (the caller checks the
 /// type), 2-D, one output channel per input channel, a 3x3 kernel at stride 2 or 1 with output
 /// rows at least [`MIN_WIDTH_2`] or [`MIN_WIDTH_1`] wide, without dilation, at most one row and
@@ -108,17 +105,13 @@ pub(crate) fn depthwise_direct(
             }
         }
     };
-    let per_plane = w.out_len.saturating_mul(9).max(1);
-    let count = out.len() / w.out_len;
-    if threads <= 1 || count < 2 || per_plane.saturating_mul(count) < 2 * TASK_MIN_MULADDS {
-        planes(0, out);
-    } else {
-        // Contiguous runs of planes per thread: each core reads its own channels' input.
-        let per_task = TASK_MIN_MULADDS.div_ceil(per_plane);
-        crate::parallel::for_each_chunk_mut(out, w.out_len * per_task, 1, |i, y| {
-            planes(i * per_task, y)
-        });
-    }
+    super::depthwise::for_each_plane_run(
+        out,
+        w.out_len,
+        w.out_len.saturating_mul(9),
+        threads,
+        planes,
+    );
 }
 
 #[cfg(test)]

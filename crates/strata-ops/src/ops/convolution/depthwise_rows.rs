@@ -24,9 +24,6 @@ use super::row_band::{avx512, Band, Clamp, ClampKind};
 /// lost (73 vs 44 us: a narrow row's fill costs more than its multiply-adds). Strided layers
 /// lost at every width (the column phase split), so they stay blocked too.
 const MIN_WIDTH: usize = 48;
-/// Planes are grouped per task up to this many multiply-adds.
-const TASK_MIN_MULADDS: usize = 1 << 15;
-
 /// Whether the row kernel takes this depthwise convolution: f32 on AVX-512 (the caller checks
 /// the type), 2-D, one output channel per input channel, at most [`MAX_TAPS`] taps, stride 1,
 /// output rows at least [`MIN_WIDTH`] wide.
@@ -111,16 +108,13 @@ pub(crate) fn depthwise_rows(
             }
         })
     };
-    let per_plane = w.out_len.saturating_mul(w.kernel_len).max(1);
-    let count = out.len() / w.out_len;
-    if threads <= 1 || count < 2 || per_plane.saturating_mul(count) < 2 * TASK_MIN_MULADDS {
-        planes(0, out);
-    } else {
-        let per_task = TASK_MIN_MULADDS.div_ceil(per_plane);
-        crate::parallel::for_each_chunk_mut(out, w.out_len * per_task, 1, |i, y| {
-            planes(i * per_task, y)
-        });
-    }
+    super::depthwise::for_each_plane_run(
+        out,
+        w.out_len,
+        w.out_len.saturating_mul(w.kernel_len),
+        threads,
+        planes,
+    );
 }
 
 #[cfg(test)]
