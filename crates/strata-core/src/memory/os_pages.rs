@@ -14,6 +14,9 @@ pub(crate) const MAP_MIN_BYTES: usize = 1 << 20;
 /// The alignment every mapping has (a page).
 const PAGE: usize = 4096;
 
+/// Mappings from this size on ask for transparent huge pages.
+const HUGE_PAGE: usize = 2 << 20;
+
 /// Whether a block of `bytes` aligned to `align` is mapped rather than taken from the heap: the
 /// same answer at allocation and at release.
 pub(crate) fn is_mapped(bytes: usize, align: usize) -> bool {
@@ -37,6 +40,11 @@ pub(crate) fn map_zeroed(bytes: usize) -> Option<NonNull<u8>> {
     };
     if ptr == libc::MAP_FAILED {
         return None;
+    }
+    if bytes >= HUGE_PAGE {
+        // SAFETY: advice on the mapping just made, of exactly its length; it changes no
+        // contents, and a refusal only leaves the pages small.
+        unsafe { libc::madvise(ptr, bytes, libc::MADV_HUGEPAGE) };
     }
     NonNull::new(ptr.cast())
 }
