@@ -30,7 +30,7 @@ pub fn global_average_pool<T: Float>(
     out: &mut [T],
 ) -> KernelResult<()> {
     reduce_planes("GlobalAveragePool", input, input_dims, out, |plane| {
-        sum(plane, |x| x) / T::from_usize(plane.len())
+        plane_sum(plane, |x| x) / T::from_usize(plane.len())
     })
 }
 
@@ -86,7 +86,7 @@ pub fn global_lp_pool<T: Float>(
     const OP: &str = "GlobalLpPool";
     let power: LpPower = lp_power(OP, norm)?;
     reduce_planes(OP, input, input_dims, out, |plane| {
-        power.root(sum(plane, |x| power.raise(x)))
+        power.root(plane_sum(plane, |x| power.raise(x)))
     })
 }
 
@@ -129,7 +129,7 @@ fn reduce_planes<T: Float>(
 
 /// Sum of `f(x)` with eight independent accumulators: the compiler may not reorder float adds,
 /// so this is what lets the loop vectorize, and it also shortens the rounding chain.
-fn sum<T: Float>(values: &[T], f: impl Fn(T) -> T) -> T {
+pub(crate) fn plane_sum<T: Float>(values: &[T], f: impl Fn(T) -> T) -> T {
     let mut acc = [T::ZERO; 8];
     let mut chunks = values.chunks_exact(8);
     for chunk in &mut chunks {

@@ -16,6 +16,7 @@ use crate::kernels::error::{KernelError, KernelResult};
 use crate::kernels::float::Float;
 use crate::kernels::spatial::{check_len, Dims, WindowAttrs, WindowGeometry};
 use crate::ops::convolution::depthwise::window_sums;
+use crate::ops::pooling::global_pool::plane_sum;
 use crate::support::strided::advance_index;
 
 /// An element MaxPool can compute in: ordered, with a lowest value (what a window lying wholly in
@@ -201,6 +202,19 @@ pub fn average_pool<T: Float + Pod>(
     check_len(OP, "input", input.len(), planes * g.in_len)?;
     check_len(OP, "output", out.len(), planes * g.out_len)?;
     if g.out_len == 0 {
+        return Ok(());
+    }
+    // One window covering each whole plane, unpadded (Caffe-style ResNets end with a 7x7
+    // AveragePool over 7x7): the plane's mean in one straight pass. The windowed kernels below
+    // pay their per-plane setup for a single output.
+    if g.out_len == 1
+        && g.kernel == g.in_dims
+        && g.pads_begin.iter().chain(&g.pads_end).all(|&p| p == 0)
+    {
+        let count = T::from_usize(g.in_len);
+        for (y, plane) in out.iter_mut().zip(input.chunks_exact(g.in_len)) {
+            *y = plane_sum(plane, |x| x) / count;
+        }
         return Ok(());
     }
     // 1-D and 2-D windows: sums on the depthwise convolution's kernel (unit taps), then each
@@ -832,6 +846,41 @@ mod tests {
                     Kind::Max => unreachable!(),
                 }
                 assert_close_within(&out, &expected, 1e-4, &what(kind));
+            }
+        }
+    }
+
+    /// A window over each whole unpadded plane takes the straight mean; a pad, or a window one
+    /// short of the plane, keeps the windowed path. Both agree with the reference.
+    #[test]
+    fn whole_plane_windows_match_reference() {
+        let mut rng = Rng::new(0x7007);
+        for (spatial, pad) in [
+            (vec![7, 7], 0),
+            (vec![13], 0),
+            (vec![3, 4, 5], 0),
+            (vec![7, 7], 1),
+            (vec![1, 1], 0),
+        ] {
+            for shrink in [0, 1] {
+                let kernel: Vec<usize> = spatial.iter().map(|&d| (d - shrink).max(1)).collect();
+                let dims = [vec![2, 5], spatial.clone()].concat();
+                let p = PoolParams {
+                    kernel,
+                    pads_begin: vec![pad; spatial.len()],
+                    pads_end: vec![pad; spatial.len()],
+                    ..PoolParams::default()
+                };
+                let input = rng.vec(dims.iter().product());
+                let out_dims = pool_output_dims(&dims, &p).unwrap();
+                for include_pad in [false, true] {
+                    let kind = Kind::Avg { include_pad };
+                    let (expected, _) = naive(&input, &dims, &p, kind, &out_dims);
+                    let mut out = vec![f32::NAN; expected.len()];
+                    average_pool_f32(&input, &dims, &p, include_pad, &mut out).unwrap();
+                    let what = format!("{dims:?} {p:?} include_pad {include_pad}");
+                    assert_close_within(&out, &expected, 1e-5, &what);
+                }
             }
         }
     }
