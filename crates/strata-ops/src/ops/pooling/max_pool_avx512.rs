@@ -45,69 +45,108 @@ fn row_len(g: &WindowGeometry) -> Option<usize> {
 pub(crate) fn plane_max(g: &WindowGeometry, x: &[f32], y: &mut [f32]) {
     assert!(supports(g) && x.len() >= g.in_len && y.len() >= g.out_len);
     let len = row_len(g).unwrap_or(ROW_CAP);
-    with_pack_buffers::<f32, _>(len, 0, |row, _| {
-        row.fill(f32::NEG_INFINITY);
+    with_pack_buffers::<f32, _>(2 * len, 0, |rows, _| {
+        let (even, odd) = rows.split_at_mut(len);
+        even.fill(f32::NEG_INFINITY);
+        odd.fill(f32::NEG_INFINITY);
         // SAFETY: AVX-512F was detected by `supports`; the lengths were asserted above and
-        // `row` holds `row_len(g)` elements.
-        unsafe { plane_max_avx512(g, x, y, row) }
+        // each row buffer holds `row_len(g)` elements.
+        unsafe { plane_max_avx512(g, x, y, [even, odd]) }
     });
 }
 
+/// Output rows alternate between two row buffers: the rows under output row `oy + 1` are
+/// folded into one while the taps of row `oy` read the other. Reading a row right after
+/// folding it made every first tap load wait for the (masked, unaligned) stores it overlaps to
+/// commit: SqueezeNet's 3x3/2 pools spent most of their time in those stalls.
+///
 /// # Safety
 /// AVX-512F is available, `supports(g)` holds, `x` holds `g.in_len` and `y` `g.out_len`
-/// elements, and `row` at least `row_len(g)`, all `-inf`.
+/// elements, and both row buffers at least `row_len(g)`, all `-inf`.
 #[target_feature(enable = "avx512f")]
-unsafe fn plane_max_avx512(g: &WindowGeometry, x: &[f32], y: &mut [f32], row: &mut [f32]) {
-    let (ih, iw) = (g.in_dims[0], g.in_dims[1]);
-    let (oh, ow) = (g.out_dims[0], g.out_dims[1]);
-    let (kh, kw) = (g.kernel[0], g.kernel[1]);
-    let (sh, sw) = (g.strides[0], g.strides[1]);
-    let (ph, pw) = (g.pads_begin[0], g.pads_begin[1]);
-    let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    for (oy, y_row) in y.chunks_exact_mut(ow).enumerate().take(oh) {
-        let start = (oy * sh) as isize - ph as isize;
-        let r0 = start.max(0) as usize;
-        let r1 = ((start + kh as isize).max(0) as usize).min(ih);
-        if r0 >= r1 {
+unsafe fn plane_max_avx512(g: &WindowGeometry, x: &[f32], y: &mut [f32], rows: [&mut [f32]; 2]) {
+    let oh = g.out_dims[0];
+    let [even, odd] = rows;
+    // SAFETY (both calls): forwarded from this function's contract.
+    let mut ready = unsafe { fold_rows(g, x, 0, even) };
+    for (oy, y_row) in y.chunks_exact_mut(g.out_dims[1]).enumerate().take(oh) {
+        let (current, next) = if oy % 2 == 0 {
+            (&*even, &mut *odd)
+        } else {
+            (&*odd, &mut *even)
+        };
+        let next_ready = oy + 1 < oh && unsafe { fold_rows(g, x, oy + 1, next) };
+        if ready {
+            // SAFETY: as above; `current` holds output row oy's folded rows.
+            unsafe { take_taps(g, current, y_row) };
+        } else {
             y_row.fill(f32::MIN);
-            continue;
         }
-        // Fold rows r0..r1 into row[MARGIN..MARGIN + iw]; the margins stay -inf.
-        for c in (0..iw).step_by(LANES) {
-            let mask = lanes(iw - c);
-            let at = |r: usize| x.as_ptr().wrapping_add(r * iw + c);
-            // SAFETY: lanes c..c + 16 of input row r (r < ih), masked to the iw - c that
-            // exist, so inside `x` (ih * iw elements); masked-off lanes are not read.
-            let mut acc = unsafe { _mm512_maskz_loadu_ps(mask, at(r0)) };
-            for r in r0 + 1..r1 {
-                // SAFETY: as above, for row r < r1 <= ih.
-                acc = max_nan(acc, unsafe { _mm512_maskz_loadu_ps(mask, at(r)) });
-            }
-            // SAFETY: row[MARGIN + c..] for the masked lanes: MARGIN + iw <= row_len <= row.len().
-            unsafe { _mm512_mask_storeu_ps(row.as_mut_ptr().add(MARGIN + c), mask, acc) };
+        ready = next_ready;
+    }
+}
+
+/// Folds the input rows under output row `oy` into `row[MARGIN..MARGIN + iw]` (the margins
+/// stay `-inf`); false when the window holds no input row.
+///
+/// # Safety
+/// As [`plane_max_avx512`], with `row` one of its buffers.
+#[target_feature(enable = "avx512f")]
+unsafe fn fold_rows(g: &WindowGeometry, x: &[f32], oy: usize, row: &mut [f32]) -> bool {
+    let (ih, iw) = (g.in_dims[0], g.in_dims[1]);
+    let start = (oy * g.strides[0]) as isize - g.pads_begin[0] as isize;
+    let r0 = start.max(0) as usize;
+    let r1 = ((start + g.kernel[0] as isize).max(0) as usize).min(ih);
+    if r0 >= r1 {
+        return false;
+    }
+    for c in (0..iw).step_by(LANES) {
+        let mask = lanes(iw - c);
+        let at = |r: usize| x.as_ptr().wrapping_add(r * iw + c);
+        // SAFETY: lanes c..c + 16 of input row r (r < ih), masked to the iw - c that
+        // exist, so inside `x` (ih * iw elements); masked-off lanes are not read.
+        let mut acc = unsafe { _mm512_maskz_loadu_ps(mask, at(r0)) };
+        for r in r0 + 1..r1 {
+            // SAFETY: as above, for row r < r1 <= ih.
+            acc = max_nan(acc, unsafe { _mm512_maskz_loadu_ps(mask, at(r)) });
         }
-        for ox in (0..ow).step_by(LANES) {
-            let mut acc = _mm512_set1_ps(f32::NEG_INFINITY);
-            for t in 0..kw {
-                // Output ox + i reads padded column (ox + i) * sw + t, buffer index
-                // MARGIN - pw + that (pw <= MARGIN, by `supports`).
-                let at = row.as_ptr().wrapping_add(MARGIN - pw + ox * sw + t);
-                let taps = if sw == 1 {
-                    // SAFETY: 16 elements from index MARGIN - pw + ox + t, below
-                    // MARGIN + blocks * sw + kw + 2 * LANES <= row_len <= row.len().
-                    unsafe { _mm512_loadu_ps(at) }
-                } else {
-                    // SAFETY: 32 elements from index MARGIN - pw + 2 * ox + t, inside the
-                    // buffer by the same bound (two vectors of slack).
-                    let (lo, hi) = unsafe { (_mm512_loadu_ps(at), _mm512_loadu_ps(at.add(LANES))) };
-                    _mm512_permutex2var_ps(lo, even, hi)
-                };
-                acc = max_nan(acc, taps);
-            }
-            let mask = lanes(ow - ox);
-            // SAFETY: outputs ox.. of this row, masked to the ow - ox that exist.
-            unsafe { _mm512_mask_storeu_ps(y_row.as_mut_ptr().add(ox), mask, acc) };
+        // SAFETY: row[MARGIN + c..] for the masked lanes: MARGIN + iw <= row_len <= row.len().
+        unsafe { _mm512_mask_storeu_ps(row.as_mut_ptr().add(MARGIN + c), mask, acc) };
+    }
+    true
+}
+
+/// Each block of 16 outputs of `y_row` takes the maximum of its `kw` taps from the folded
+/// `row`: one load per tap at stride 1, two loads and one two-source permute (the even
+/// elements of 32) at stride 2.
+///
+/// # Safety
+/// As [`plane_max_avx512`], with `row` one of its buffers, folded by [`fold_rows`].
+#[target_feature(enable = "avx512f")]
+unsafe fn take_taps(g: &WindowGeometry, row: &[f32], y_row: &mut [f32]) {
+    let (ow, kw, sw, pw) = (g.out_dims[1], g.kernel[1], g.strides[1], g.pads_begin[1]);
+    let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    for ox in (0..ow).step_by(LANES) {
+        let mut acc = _mm512_set1_ps(f32::NEG_INFINITY);
+        for t in 0..kw {
+            // Output ox + i reads padded column (ox + i) * sw + t, buffer index
+            // MARGIN - pw + that (pw <= MARGIN, by `supports`).
+            let at = row.as_ptr().wrapping_add(MARGIN - pw + ox * sw + t);
+            let taps = if sw == 1 {
+                // SAFETY: 16 elements from index MARGIN - pw + ox + t, below
+                // MARGIN + blocks * sw + kw + 2 * LANES <= row_len <= row.len().
+                unsafe { _mm512_loadu_ps(at) }
+            } else {
+                // SAFETY: 32 elements from index MARGIN - pw + 2 * ox + t, inside the
+                // buffer by the same bound (two vectors of slack).
+                let (lo, hi) = unsafe { (_mm512_loadu_ps(at), _mm512_loadu_ps(at.add(LANES))) };
+                _mm512_permutex2var_ps(lo, even, hi)
+            };
+            acc = max_nan(acc, taps);
         }
+        let mask = lanes(ow - ox);
+        // SAFETY: outputs ox.. of this row, masked to the ow - ox that exist.
+        unsafe { _mm512_mask_storeu_ps(y_row.as_mut_ptr().add(ox), mask, acc) };
     }
 }
 
