@@ -168,8 +168,7 @@ pub unsafe fn run<T: Float + Pod, K: Microkernel<T>>(p: &Problem<'_, T>, threads
         unsafe { block::<T, K>(p, 0..p.m, 0..p.n, &stop) };
         return;
     }
-    let (row_chunk, col_chunk) = split(p.m, p.n, K::MR, K::NR, threads);
-    let (row_blocks, col_blocks) = (p.m.div_ceil(row_chunk), p.n.div_ceil(col_chunk));
+    let (row_blocks, col_blocks) = split(p.m, p.n, K::MR, K::NR, threads);
     // About one block per thread, each on the same thread every call (its part of a prepacked
     // operand stays in that core's cache).
     parallel::for_each_thread(row_blocks * col_blocks, |index| {
@@ -177,17 +176,20 @@ pub unsafe fn run<T: Float + Pod, K: Microkernel<T>>(p: &Problem<'_, T>, threads
             return;
         }
         let (r, c) = (index / col_blocks, index % col_blocks);
-        let rows = r * row_chunk..((r + 1) * row_chunk).min(p.m);
-        let cols = c * col_chunk..((c + 1) * col_chunk).min(p.n);
+        let rows = bound(p.m, K::MR, row_blocks, r)..bound(p.m, K::MR, row_blocks, r + 1);
+        let cols = bound(p.n, K::NR, col_blocks, c)..bound(p.n, K::NR, col_blocks, c + 1);
+        if rows.is_empty() || cols.is_empty() {
+            return;
+        }
         // SAFETY: the blocks partition C (disjoint row or column ranges), so each task owns
         // its elements; the rest is the caller's contract.
         unsafe { block::<T, K>(p, rows, cols, &stop) };
     });
 }
 
-/// Rows and columns per parallel block: split the dimension with more register tiles (so the
-/// blocks stay balanced), in whole tiles, into about `threads` parts. Splitting columns repacks
-/// A in every block and splitting rows repacks B, so on a tie the smaller operand is repacked.
+/// Blocks of rows and of columns for `threads` threads: split the dimension with more register
+/// tiles (so the blocks stay balanced) into about `threads` parts. Splitting columns repacks A
+/// in every block and splitting rows repacks B, so on a tie the smaller operand is repacked.
 fn split(m: usize, n: usize, mr: usize, nr: usize, threads: usize) -> (usize, usize) {
     let (row_tiles, col_tiles) = (m.div_ceil(mr), n.div_ceil(nr));
     let by_columns = if row_tiles >= threads && col_tiles >= threads {
@@ -196,10 +198,22 @@ fn split(m: usize, n: usize, mr: usize, nr: usize, threads: usize) -> (usize, us
         col_tiles >= row_tiles
     };
     if by_columns {
-        (m, col_tiles.div_ceil(threads) * nr)
+        (1, threads.min(col_tiles).max(1))
     } else {
-        (row_tiles.div_ceil(threads) * mr, n)
+        (threads.min(row_tiles).max(1), 1)
     }
+}
+
+/// Where block `b` of `blocks` starts along an extent cut in whole `tile`s: the even share
+/// `b * extent / blocks` rounded to the nearest tile, so 196 columns in tiles of 32 split as
+/// 96 + 100 (three tiles and a bit each), not 128 + 68. `bound(.., blocks)` is the extent;
+/// consecutive bounds may meet (an empty block) when there are few tiles.
+fn bound(extent: usize, tile: usize, blocks: usize, b: usize) -> usize {
+    if b >= blocks {
+        return extent;
+    }
+    let whole = blocks * tile;
+    ((b * extent + whole / 2) / whole * tile).min(extent)
 }
 
 /// Computes rows `rows` x columns `cols` of C on the calling thread.
@@ -478,13 +492,37 @@ mod tests {
 
     #[test]
     fn split_balances_whole_tiles() {
-        // Wide C: columns split in whole NR tiles.
-        assert_eq!(split(64, 455, 14, 32, 2), (64, 256));
+        let cuts = |extent: usize, tile: usize, blocks: usize| -> Vec<usize> {
+            (0..=blocks)
+                .map(|b| bound(extent, tile, blocks, b))
+                .collect()
+        };
+        // Wide C: columns split, at the whole tile nearest the even share.
+        assert_eq!(split(64, 455, 14, 32, 2), (1, 2));
+        assert_eq!(cuts(455, 32, 2), [0, 224, 455]);
+        // 14x14 outputs: three tiles and a bit each, not four and two.
+        assert_eq!(cuts(196, 32, 2), [0, 96, 196]);
         // Tall C: rows split.
-        assert_eq!(split(1000, 40, 14, 32, 2), (504, 40));
+        assert_eq!(split(1000, 40, 14, 32, 2), (2, 1));
+        assert_eq!(cuts(1000, 14, 2), [0, 504, 1000]);
         // Square: the smaller operand gets repacked; here A (m <= n), so columns split.
-        assert_eq!(split(256, 256, 14, 32, 2), (256, 128));
+        assert_eq!(split(256, 256, 14, 32, 2), (1, 2));
         // Too few column tiles for the threads: rows split instead.
-        assert_eq!(split(300, 20, 14, 32, 4), (84, 20));
+        assert_eq!(split(300, 20, 14, 32, 4), (4, 1));
+        assert_eq!(cuts(300, 14, 4), [0, 70, 154, 224, 300]);
+        // Fewer tiles than threads: no more blocks than tiles.
+        assert_eq!(split(10, 40, 14, 32, 4), (1, 2));
+        // Bounds never decrease and always cover the extent, in whole tiles but the last.
+        for extent in 1..300 {
+            for blocks in 1..6 {
+                let c = cuts(extent, 13, blocks);
+                assert!(
+                    c.windows(2).all(|w| w[0] <= w[1]),
+                    "{extent} {blocks}: {c:?}"
+                );
+                assert_eq!((c[0], c[blocks]), (0, extent));
+                assert!(c[..blocks].iter().all(|&x| x % 13 == 0 || x == extent));
+            }
+        }
     }
 }
