@@ -45,84 +45,126 @@ fn row_len(g: &WindowGeometry) -> Option<usize> {
 pub(crate) fn plane_max(g: &WindowGeometry, x: &[u8], y: &mut [u8], flip: u8) {
     assert!(supports(g) && x.len() >= g.in_len && y.len() >= g.out_len);
     let len = row_len(g).unwrap_or(ROW_CAP);
-    with_pack_buffers::<u8, _>(len, 0, |row, _| {
-        row.fill(0);
+    with_pack_buffers::<u8, _>(2 * len, 0, |rows, _| {
+        rows.fill(0);
+        let (even, odd) = rows.split_at_mut(len);
         // SAFETY: AVX-512F/BW/VBMI were detected by `supports`; the lengths were asserted
-        // above and `row` holds `row_len(g)` bytes.
-        unsafe { plane_max_avx512(g, x, y, row, flip) }
+        // above and each row buffer holds `row_len(g)` bytes.
+        unsafe { plane_max_avx512(g, x, y, [even, odd], flip) }
     });
 }
 
+/// Output rows alternate between two row buffers, as in [`super::max_pool_avx512`]: the rows
+/// under output row `oy + 1` are folded into one while row `oy` takes its taps from the other,
+/// so no tap load waits on the masked stores it overlaps.
+///
 /// # Safety
 /// AVX-512F, BW and VBMI are available, `supports(g)` holds, `x` holds `g.in_len` and `y`
-/// `g.out_len` bytes, and `row` at least `row_len(g)`, all zero.
+/// `g.out_len` bytes, and both row buffers at least `row_len(g)`, all zero.
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
-unsafe fn plane_max_avx512(g: &WindowGeometry, x: &[u8], y: &mut [u8], row: &mut [u8], flip: u8) {
-    let (ih, iw) = (g.in_dims[0], g.in_dims[1]);
-    let (oh, ow) = (g.out_dims[0], g.out_dims[1]);
-    let (kh, kw) = (g.kernel[0], g.kernel[1]);
-    let (sh, sw) = (g.strides[0], g.strides[1]);
-    let (ph, pw) = (g.pads_begin[0], g.pads_begin[1]);
+unsafe fn plane_max_avx512(
+    g: &WindowGeometry,
+    x: &[u8],
+    y: &mut [u8],
+    rows: [&mut [u8]; 2],
+    flip: u8,
+) {
+    let oh = g.out_dims[0];
     let f = _mm512_set1_epi8(flip as i8);
+    let [even, odd] = rows;
+    // SAFETY (both calls): forwarded from this function's contract.
+    let mut ready = unsafe { fold_rows(g, x, 0, even, f) };
+    for (oy, y_row) in y.chunks_exact_mut(g.out_dims[1]).enumerate().take(oh) {
+        let (current, next) = if oy % 2 == 0 {
+            (&*even, &mut *odd)
+        } else {
+            (&*odd, &mut *even)
+        };
+        let next_ready = oy + 1 < oh && unsafe { fold_rows(g, x, oy + 1, next, f) };
+        if ready {
+            // SAFETY: as above; `current` holds output row oy's folded rows.
+            unsafe { take_taps(g, current, y_row, f) };
+        } else {
+            // No input row: the type's minimum (0 flipped).
+            y_row.fill(flip);
+        }
+        ready = next_ready;
+    }
+}
+
+/// Folds the input rows under output row `oy` into `row[MARGIN..MARGIN + iw]`, sign-flipped
+/// by `f` (the margins stay 0); false when the window holds no input row.
+///
+/// # Safety
+/// As [`plane_max_avx512`], with `row` one of its buffers.
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+unsafe fn fold_rows(g: &WindowGeometry, x: &[u8], oy: usize, row: &mut [u8], f: __m512i) -> bool {
+    let (ih, iw) = (g.in_dims[0], g.in_dims[1]);
+    let start = (oy * g.strides[0]) as isize - g.pads_begin[0] as isize;
+    let r0 = start.max(0) as usize;
+    let r1 = ((start + g.kernel[0] as isize).max(0) as usize).min(ih);
+    if r0 >= r1 {
+        return false;
+    }
+    for c in (0..iw).step_by(LANES) {
+        let mask = lanes(iw - c);
+        let at = |r: usize| x.as_ptr().wrapping_add(r * iw + c);
+        // SAFETY: bytes c..c + 64 of input row r (r < ih), masked to the iw - c that
+        // exist, so inside `x` (ih * iw bytes); masked-off lanes are not read.
+        let load =
+            |r: usize| unsafe { _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, at(r).cast()), f) };
+        let mut acc = load(r0);
+        for r in r0 + 1..r1 {
+            acc = _mm512_max_epu8(acc, load(r));
+        }
+        // SAFETY: row[MARGIN + c..] for the masked lanes: MARGIN + iw <= row_len.
+        unsafe { _mm512_mask_storeu_epi8(row.as_mut_ptr().add(MARGIN + c).cast(), mask, acc) };
+    }
+    true
+}
+
+/// Each block of 64 outputs of `y_row` takes the maximum of its `kw` taps from the folded
+/// `row`: one load per tap at stride 1, two loads and one two-source byte permute (the even
+/// bytes of 128) at stride 2; the sign flip `f` is undone on the way out.
+///
+/// # Safety
+/// As [`plane_max_avx512`], with `row` one of its buffers, folded by [`fold_rows`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+unsafe fn take_taps(g: &WindowGeometry, row: &[u8], y_row: &mut [u8], f: __m512i) {
+    let (ow, kw, sw, pw) = (g.out_dims[1], g.kernel[1], g.strides[1], g.pads_begin[1]);
     let mut even = [0u8; LANES];
     for (i, e) in even.iter_mut().enumerate() {
         *e = (2 * i) as u8;
     }
     // SAFETY: `even` holds 64 bytes; unaligned load.
     let even = unsafe { _mm512_loadu_si512(even.as_ptr().cast()) };
-    for (oy, y_row) in y.chunks_exact_mut(ow).enumerate().take(oh) {
-        let start = (oy * sh) as isize - ph as isize;
-        let r0 = start.max(0) as usize;
-        let r1 = ((start + kh as isize).max(0) as usize).min(ih);
-        if r0 >= r1 {
-            // No input row: the type's minimum (0 flipped).
-            y_row.fill(flip);
-            continue;
-        }
-        // Fold rows r0..r1 into row[MARGIN..MARGIN + iw]; the margins stay 0.
-        for c in (0..iw).step_by(LANES) {
-            let mask = lanes(iw - c);
-            let at = |r: usize| x.as_ptr().wrapping_add(r * iw + c);
-            // SAFETY: bytes c..c + 64 of input row r (r < ih), masked to the iw - c that
-            // exist, so inside `x` (ih * iw bytes); masked-off lanes are not read.
-            let load = |r: usize| unsafe {
-                _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, at(r).cast()), f)
-            };
-            let mut acc = load(r0);
-            for r in r0 + 1..r1 {
-                acc = _mm512_max_epu8(acc, load(r));
-            }
-            // SAFETY: row[MARGIN + c..] for the masked lanes: MARGIN + iw <= row_len.
-            unsafe { _mm512_mask_storeu_epi8(row.as_mut_ptr().add(MARGIN + c).cast(), mask, acc) };
-        }
-        for ox in (0..ow).step_by(LANES) {
-            let mut acc = _mm512_setzero_si512();
-            for t in 0..kw {
-                // Output ox + i reads padded column (ox + i) * sw + t, buffer index
-                // MARGIN - pw + that (pw <= MARGIN, by `supports`).
-                let at = row.as_ptr().wrapping_add(MARGIN - pw + ox * sw + t);
-                let taps = if sw == 1 {
-                    // SAFETY: 64 bytes from index MARGIN - pw + ox + t, below
-                    // MARGIN + blocks * sw + kw + 2 * LANES <= row_len <= row.len().
-                    unsafe { _mm512_loadu_si512(at.cast()) }
-                } else {
-                    // SAFETY: 128 bytes from index MARGIN - pw + 2 * ox + t, inside the buffer
-                    // by the same bound (two vectors of slack).
-                    let (lo, hi) = unsafe {
-                        (
-                            _mm512_loadu_si512(at.cast()),
-                            _mm512_loadu_si512(at.add(LANES).cast()),
-                        )
-                    };
-                    _mm512_permutex2var_epi8(lo, even, hi)
+    for ox in (0..ow).step_by(LANES) {
+        let mut acc = _mm512_setzero_si512();
+        for t in 0..kw {
+            // Output ox + i reads padded column (ox + i) * sw + t, buffer index
+            // MARGIN - pw + that (pw <= MARGIN, by `supports`).
+            let at = row.as_ptr().wrapping_add(MARGIN - pw + ox * sw + t);
+            let taps = if sw == 1 {
+                // SAFETY: 64 bytes from index MARGIN - pw + ox + t, below
+                // MARGIN + blocks * sw + kw + 2 * LANES <= row_len <= row.len().
+                unsafe { _mm512_loadu_si512(at.cast()) }
+            } else {
+                // SAFETY: 128 bytes from index MARGIN - pw + 2 * ox + t, inside the buffer
+                // by the same bound (two vectors of slack).
+                let (lo, hi) = unsafe {
+                    (
+                        _mm512_loadu_si512(at.cast()),
+                        _mm512_loadu_si512(at.add(LANES).cast()),
+                    )
                 };
-                acc = _mm512_max_epu8(acc, taps);
-            }
-            let mask = lanes(ow - ox);
-            let acc = _mm512_xor_si512(acc, f);
-            // SAFETY: outputs ox.. of this row, masked to the ow - ox that exist.
-            unsafe { _mm512_mask_storeu_epi8(y_row.as_mut_ptr().add(ox).cast(), mask, acc) };
+                _mm512_permutex2var_epi8(lo, even, hi)
+            };
+            acc = _mm512_max_epu8(acc, taps);
         }
+        let mask = lanes(ow - ox);
+        let acc = _mm512_xor_si512(acc, f);
+        // SAFETY: outputs ox.. of this row, masked to the ow - ox that exist.
+        unsafe { _mm512_mask_storeu_epi8(y_row.as_mut_ptr().add(ox).cast(), mask, acc) };
     }
 }
 
