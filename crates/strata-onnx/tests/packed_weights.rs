@@ -190,3 +190,95 @@ fn matmul_nbits_frees_its_original_weights_and_runs_match_the_weights_as_inputs(
         assert_eq!(run(&packed, &inputs), got);
     }
 }
+
+/// `y = op(x, ..., B, ...)` for the 8-bit products: MatMulInteger (`x · B`, i32) or
+/// QLinearMatMul (requantized to u8), with B (i8, K x N) a constant, or a graph input when
+/// `b_as_input`.
+fn integer_model(op: &str, b_as_input: bool) -> (ModelBuilder, Vec<(&'static str, Tensor)>) {
+    const K: usize = 40;
+    const N: usize = 24;
+    let b_values: Vec<i8> = (0..K * N).map(|i| ((i * 37) % 255) as i8).collect();
+    let b = Tensor::from_slice(&b_values, &[K, N]).unwrap();
+    let x_values: Vec<u8> = (0..M * K).map(|i| ((i * 11) % 256) as u8).collect();
+    let x = Tensor::from_slice(&x_values, &[M, K]).unwrap();
+    let mut m = ModelBuilder::new("int8")
+        .opset(17)
+        .input("x", DType::U8, &known(&[M, K]));
+    m = if b_as_input {
+        m.input("b", DType::I8, &known(&[K, N]))
+    } else {
+        m.initializer("b", &b)
+    };
+    let scalar = |v: f32| Tensor::from_slice(&[v], &[]).unwrap();
+    m = if op == "MatMulInteger" {
+        m.node(op, &["x", "b"], &["y"], Attrs::new())
+            .output("y", DType::I32, &known(&[M, N]))
+    } else {
+        m.initializer("xs", &scalar(0.02))
+            .initializer("xz", &Tensor::from_slice(&[3u8], &[]).unwrap())
+            .initializer("bs", &scalar(0.01))
+            .initializer("bz", &Tensor::from_slice(&[-2i8], &[]).unwrap())
+            .initializer("ys", &scalar(0.5))
+            .initializer("yz", &Tensor::from_slice(&[128u8], &[]).unwrap())
+            .node(
+                op,
+                &["x", "xs", "xz", "b", "bs", "bz", "ys", "yz"],
+                &["y"],
+                Attrs::new(),
+            )
+            .output("y", DType::U8, &known(&[M, N]))
+    };
+    let mut inputs = vec![("x", x)];
+    if b_as_input {
+        inputs.push(("b", b));
+    }
+    (m, inputs)
+}
+
+fn outputs_as_f64(plan: &std::sync::Arc<InferencePlan>, inputs: &[(&str, Tensor)]) -> Vec<f64> {
+    let mut ctx = plan.create_context().unwrap();
+    for (name, t) in inputs {
+        ctx.set_input(name, t).unwrap();
+    }
+    ctx.execute().unwrap();
+    let y = ctx.output("y").unwrap();
+    match y.dtype() {
+        DType::I32 => y
+            .to_vec::<i32>()
+            .unwrap()
+            .iter()
+            .map(|&v| v as f64)
+            .collect(),
+        _ => y
+            .to_vec::<u8>()
+            .unwrap()
+            .iter()
+            .map(|&v| v as f64)
+            .collect(),
+    }
+}
+
+#[test]
+fn integer_products_free_their_packed_weights_and_runs_match_the_weight_as_input() {
+    for op in ["MatMulInteger", "QLinearMatMul"] {
+        let (model, inputs) = integer_model(op, false);
+        let packed = load(&model, &format!("{op}-packed"));
+        // Only QLinearMatMul's one-byte zero point of B is left of the i8 weights.
+        let expected_i8 = if op == "MatMulInteger" { 0 } else { 1 };
+        assert_eq!(
+            packed.weight_bytes().get(&DType::I8).copied().unwrap_or(0),
+            expected_i8,
+            "{op}: B freed once packed"
+        );
+        let (model, with_b) = integer_model(op, true);
+        let reference = load(&model, &format!("{op}-input"));
+        let expected = outputs_as_f64(&reference, &with_b);
+        let got = outputs_as_f64(&packed, &inputs);
+        assert_eq!(got, expected, "{op}");
+        assert_eq!(
+            outputs_as_f64(&packed, &inputs),
+            expected,
+            "{op}: second run"
+        );
+    }
+}

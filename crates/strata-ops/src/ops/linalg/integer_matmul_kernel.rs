@@ -6,7 +6,7 @@
 
 use strata_core::Tensor;
 
-use crate::kernels::igemm::{igemm, pack_b_into, Epilogue, MatrixA, OutMat, PackedB};
+use crate::kernels::igemm::{igemm, pack_b_into, Epilogue, IntSlice, MatrixA, OutMat, PackedB};
 use crate::kernels::matmul::MatMulGeometry;
 use crate::ops::quantization::int_params::{packed_b_words, with_dest, with_int_slice};
 use crate::support::scratch::carve;
@@ -57,7 +57,8 @@ pub(crate) fn int_matmul(
     work: &mut &mut [i32],
     threads: usize,
 ) -> OpResult<()> {
-    let g = MatMulGeometry::new(a.dims(), b.dims())?;
+    let b_dims = b_dims(op, b, packed)?;
+    let g = MatMulGeometry::new(a.dims(), &b_dims)?;
     let (m, n, k) = (g.m, g.n, g.k);
     let expected: usize = g.batches * m * n;
     if out.numel() != expected {
@@ -69,7 +70,8 @@ pub(crate) fn int_matmul(
             ),
         ));
     }
-    let packed = packed.filter(|p| p.view().depth() == k && p.view().cols() == n && b.rank() == 2);
+    let packed =
+        packed.filter(|p| p.view().depth() == k && p.view().cols() == n && b_dims.len() == 2);
     let mut b_buffer = match packed {
         Some(_) => None,
         None => {
@@ -84,7 +86,8 @@ pub(crate) fn int_matmul(
         && a_zero.len() == 1
         && epilogue.scale.is_none_or(|s| s.row.is_none());
     with_int_slice(op, a, |a_vals| {
-        with_int_slice(op, b, |b_vals| {
+        // A constant B packed at plan time is never read (the plan may have let it go).
+        with_b(op, b, packed.is_some(), |b_vals| {
             with_dest(op, out, |mut dest| {
                 let (batches, rows) = if fold {
                     (1, g.batches * m)
@@ -98,7 +101,9 @@ pub(crate) fn int_matmul(
                     let b_view = match (packed, b_buffer.as_mut()) {
                         (Some(p), _) => p.view(),
                         (None, Some((bytes, sums))) => pack_b_into(
-                            b_vals.range(b_at * k * n, k * n),
+                            b_vals
+                                .ok_or_else(|| OpError::kernel(op, "B is not bound"))?
+                                .range(b_at * k * n, k * n),
                             k,
                             n,
                             (n, 1),
@@ -118,4 +123,28 @@ pub(crate) fn int_matmul(
             })
         })
     })
+}
+
+/// B's dims: its own, or, when the plan let a constant B go once it was packed (an undefined
+/// tensor here), the packed matrix's `[k, n]`.
+pub(crate) fn b_dims(op: &str, b: &Tensor, packed: Option<&PackedB>) -> OpResult<Vec<usize>> {
+    match packed {
+        _ if b.is_defined() => Ok(b.dims().to_vec()),
+        Some(p) => Ok(vec![p.view().depth(), p.view().cols()]),
+        None => Err(OpError::kernel(op, "B is neither bound nor packed")),
+    }
+}
+
+/// Runs `f` on B's values, or on `None` without reading B when it is `packed`.
+fn with_b<R>(
+    op: &str,
+    b: &Tensor,
+    packed: bool,
+    f: impl FnOnce(Option<IntSlice<'_>>) -> OpResult<R>,
+) -> OpResult<R> {
+    if packed {
+        f(None)
+    } else {
+        with_int_slice(op, b, |values| f(Some(values)))
+    }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use strata_core::{DType, Device};
 
 use crate::kernels::igemm::{Epilogue, PackedB};
-use crate::ops::linalg::integer_matmul_kernel::{int_matmul, int_matmul_words, matmul_mkn};
+use crate::ops::linalg::integer_matmul_kernel::{b_dims, int_matmul, int_matmul_words, matmul_mkn};
 use crate::ops::linalg::matmul::matmul_dims;
 use crate::ops::quantization::int_params::{
     param_words, prepack_matrix, words_to_bytes, zero_points_into,
@@ -17,7 +17,7 @@ use crate::ops::quantization::values::scratch;
 use crate::support::inputs::{optional, required};
 use crate::support::kernel_choice::cpu_only;
 use crate::support::scratch::scratch_as;
-use crate::{Fact, Kernel, KernelIo, OpContext, OpResult, Operator};
+use crate::{Fact, Kernel, KernelCapabilities, KernelIo, OpContext, OpResult, Operator};
 
 const OP: &str = "MatMulInteger";
 
@@ -78,9 +78,17 @@ impl Operator for MatMulInteger {
 }
 
 impl Kernel for MatMulInteger {
+    /// A constant B is packed at plan time and never read again: the plan may let it go.
+    fn capabilities(&self) -> KernelCapabilities<'_> {
+        KernelCapabilities {
+            packed_inputs: if self.packed.is_some() { &[1] } else { &[] },
+            ..KernelCapabilities::default()
+        }
+    }
+
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
         let (a, b) = (io.input(0), io.input(1));
-        let (m, _, n) = matmul_mkn(a.dims(), b.dims());
+        let (m, _, n) = matmul_mkn(a.dims(), &b_dims(OP, b, self.packed.as_deref())?);
         let mut guard = scratch(OP, io)?;
         let mut work: &mut [i32] = scratch_as(OP, guard.bytes())?;
         let a_zero = zero_points_into(OP, "a_zero_point", io.input(2), m, &mut work)?;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use strata_core::{DType, Device, Tensor};
 
 use crate::kernels::igemm::{Epilogue, PackedB, Requant};
-use crate::ops::linalg::integer_matmul_kernel::{int_matmul, matmul_mkn};
+use crate::ops::linalg::integer_matmul_kernel::{b_dims, int_matmul, matmul_mkn};
 use crate::ops::linalg::matmul::matmul_dims;
 use crate::ops::linalg::matmul_integer::int_matmul_scratch_bytes;
 use crate::ops::quantization::int_params::{prepack_matrix, zero_points_into};
@@ -21,7 +21,7 @@ use crate::ops::quantization::values::scratch;
 use crate::support::inputs::{optional, required};
 use crate::support::kernel_choice::cpu_only;
 use crate::support::scratch::scratch_as;
-use crate::{Fact, Kernel, KernelIo, OpError, OpResult, Operator};
+use crate::{Fact, Kernel, KernelCapabilities, KernelIo, OpError, OpResult, Operator};
 
 const OP: &str = "ScaledMatMulInteger";
 
@@ -122,9 +122,17 @@ fn per_column<'t>(
 }
 
 impl Kernel for ScaledMatMulInteger {
+    /// A constant B is packed at plan time and never read again: the plan may let it go.
+    fn capabilities(&self) -> KernelCapabilities<'_> {
+        KernelCapabilities {
+            packed_inputs: if self.packed.is_some() { &[1] } else { &[] },
+            ..KernelCapabilities::default()
+        }
+    }
+
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
         let (a, b) = (io.input(0), io.input(1));
-        let (m, _, n) = matmul_mkn(a.dims(), b.dims());
+        let (m, _, n) = matmul_mkn(a.dims(), &b_dims(OP, b, self.packed.as_deref())?);
         let scale = per_column("scale", io.input(4), n, true)?;
         let scale = scale
             .as_slice()

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use strata_core::Device;
 
 use crate::kernels::igemm::{Epilogue, PackedB, Requant};
-use crate::ops::linalg::integer_matmul_kernel::{int_matmul, matmul_mkn};
+use crate::ops::linalg::integer_matmul_kernel::{b_dims, int_matmul, matmul_mkn};
 use crate::ops::linalg::matmul::matmul_dims;
 use crate::ops::linalg::matmul_integer::int_matmul_scratch_bytes;
 use crate::ops::quantization::int_params::{
@@ -20,7 +20,7 @@ use crate::ops::quantization::values::scratch;
 use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_only;
 use crate::support::scratch::scratch_as;
-use crate::{Fact, Kernel, KernelIo, OpContext, OpResult, Operator};
+use crate::{Fact, Kernel, KernelCapabilities, KernelIo, OpContext, OpResult, Operator};
 
 const OP: &str = "QLinearMatMul";
 
@@ -64,9 +64,17 @@ impl Operator for QLinearMatMul {
 }
 
 impl Kernel for QLinearMatMul {
+    /// A constant B is packed at plan time and never read again: the plan may let it go.
+    fn capabilities(&self) -> KernelCapabilities<'_> {
+        KernelCapabilities {
+            packed_inputs: if self.packed.is_some() { &[3] } else { &[] },
+            ..KernelCapabilities::default()
+        }
+    }
+
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
         let (a, b) = (io.input(0), io.input(3));
-        let (m, _, n) = matmul_mkn(a.dims(), b.dims());
+        let (m, _, n) = matmul_mkn(a.dims(), &b_dims(OP, b, self.packed.as_deref())?);
         let mut guard = scratch(OP, io)?;
         let mut work: &mut [i32] = scratch_as(OP, guard.bytes())?;
         let a_scale = scales_into(OP, "a_scale", io.input(1), m, &mut work)?;
