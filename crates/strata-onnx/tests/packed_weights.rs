@@ -191,8 +191,9 @@ fn matmul_nbits_frees_its_original_weights_and_runs_match_the_weights_as_inputs(
     }
 }
 
-/// `y = op(x, ..., B, ...)` for the 8-bit products: MatMulInteger (`x · B`, i32) or
-/// QLinearMatMul (requantized to u8), with B (i8, K x N) a constant, or a graph input when
+/// `y = op(x, ..., B, ...)` for the 8-bit products: MatMulInteger (`x · B`, i32),
+/// QLinearMatMul (requantized to u8), com.microsoft MatMulIntegerToFloat and
+/// DynamicQuantizeMatMul (f32), with B (i8, K x N) a constant, or a graph input when
 /// `b_as_input`.
 fn integer_model(op: &str, b_as_input: bool) -> (ModelBuilder, Vec<(&'static str, Tensor)>) {
     const K: usize = 40;
@@ -200,10 +201,21 @@ fn integer_model(op: &str, b_as_input: bool) -> (ModelBuilder, Vec<(&'static str
     let b_values: Vec<i8> = (0..K * N).map(|i| ((i * 37) % 255) as i8).collect();
     let b = Tensor::from_slice(&b_values, &[K, N]).unwrap();
     let x_values: Vec<u8> = (0..M * K).map(|i| ((i * 11) % 256) as u8).collect();
-    let x = Tensor::from_slice(&x_values, &[M, K]).unwrap();
+    let x = if op == "DynamicQuantizeMatMul" {
+        let floats: Vec<f32> = x_values.iter().map(|&v| v as f32 / 50.0 - 2.0).collect();
+        Tensor::from_slice(&floats, &[M, K]).unwrap()
+    } else {
+        Tensor::from_slice(&x_values, &[M, K]).unwrap()
+    };
+    let float_input = op == "DynamicQuantizeMatMul";
     let mut m = ModelBuilder::new("int8")
         .opset(17)
-        .input("x", DType::U8, &known(&[M, K]));
+        .opset_domain("com.microsoft", 1)
+        .input(
+            "x",
+            if float_input { DType::F32 } else { DType::U8 },
+            &known(&[M, K]),
+        );
     m = if b_as_input {
         m.input("b", DType::I8, &known(&[K, N]))
     } else {
@@ -213,6 +225,29 @@ fn integer_model(op: &str, b_as_input: bool) -> (ModelBuilder, Vec<(&'static str
     m = if op == "MatMulInteger" {
         m.node(op, &["x", "b"], &["y"], Attrs::new())
             .output("y", DType::I32, &known(&[M, N]))
+    } else if op == "MatMulIntegerToFloat" {
+        m.initializer("xs", &scalar(0.02))
+            .initializer("bs", &scalar(0.01))
+            .domain_node(
+                "mitf",
+                "com.microsoft",
+                op,
+                &["x", "b", "xs", "bs"],
+                &["y"],
+                Attrs::new(),
+            )
+            .output("y", DType::F32, &known(&[M, N]))
+    } else if float_input {
+        m.initializer("bs", &scalar(0.01))
+            .domain_node(
+                "dqm",
+                "com.microsoft",
+                op,
+                &["x", "b", "bs"],
+                &["y"],
+                Attrs::new(),
+            )
+            .output("y", DType::F32, &known(&[M, N]))
     } else {
         m.initializer("xs", &scalar(0.02))
             .initializer("xz", &Tensor::from_slice(&[3u8], &[]).unwrap())
@@ -249,6 +284,12 @@ fn outputs_as_f64(plan: &std::sync::Arc<InferencePlan>, inputs: &[(&str, Tensor)
             .iter()
             .map(|&v| v as f64)
             .collect(),
+        DType::F32 => y
+            .to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|&v| v as f64)
+            .collect(),
         _ => y
             .to_vec::<u8>()
             .unwrap()
@@ -260,11 +301,16 @@ fn outputs_as_f64(plan: &std::sync::Arc<InferencePlan>, inputs: &[(&str, Tensor)
 
 #[test]
 fn integer_products_free_their_packed_weights_and_runs_match_the_weight_as_input() {
-    for op in ["MatMulInteger", "QLinearMatMul"] {
+    for op in [
+        "MatMulInteger",
+        "QLinearMatMul",
+        "MatMulIntegerToFloat",
+        "DynamicQuantizeMatMul",
+    ] {
         let (model, inputs) = integer_model(op, false);
         let packed = load(&model, &format!("{op}-packed"));
         // Only QLinearMatMul's one-byte zero point of B is left of the i8 weights.
-        let expected_i8 = if op == "MatMulInteger" { 0 } else { 1 };
+        let expected_i8 = if op == "QLinearMatMul" { 1 } else { 0 };
         assert_eq!(
             packed.weight_bytes().get(&DType::I8).copied().unwrap_or(0),
             expected_i8,

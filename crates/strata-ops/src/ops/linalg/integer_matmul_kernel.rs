@@ -136,7 +136,7 @@ pub(crate) fn b_dims(op: &str, b: &Tensor, packed: Option<&PackedB>) -> OpResult
 }
 
 /// Runs `f` on B's values, or on `None` without reading B when it is `packed`.
-fn with_b<R>(
+pub(crate) fn with_b<R>(
     op: &str,
     b: &Tensor,
     packed: bool,

@@ -12,7 +12,7 @@ use strata_core::{DType, Device};
 
 use super::float_product::{check_f32, product_words, FloatProduct};
 use crate::kernels::igemm::{round_half_even, IntSlice, PackedB};
-use crate::ops::linalg::integer_matmul_kernel::matmul_mkn;
+use crate::ops::linalg::integer_matmul_kernel::{b_dims, matmul_mkn};
 use crate::ops::linalg::matmul::matmul_dims;
 use crate::ops::quantization::int_params::{
     carve_f32, prepack_matrix, scales_into, words_to_bytes, zero_points_into,
@@ -22,7 +22,7 @@ use crate::ops::quantization::values::scratch;
 use crate::support::inputs::{optional, required};
 use crate::support::kernel_choice::cpu_only;
 use crate::support::scratch::{carve, scratch_as};
-use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{Fact, Kernel, KernelCapabilities, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "DynamicQuantizeMatMul";
 
@@ -121,9 +121,17 @@ fn quantize(x: &[f32], dst: &mut [u8], scale: f32, zero: i32) {
 }
 
 impl Kernel for DynamicQuantizeMatMul {
+    /// A constant B is packed at plan time and never read again: the plan may let it go.
+    fn capabilities(&self) -> KernelCapabilities<'_> {
+        KernelCapabilities {
+            packed_inputs: if self.packed.is_some() { &[1] } else { &[] },
+            ..KernelCapabilities::default()
+        }
+    }
+
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
         let (a_t, b_t) = (io.input(0), io.input(1));
-        let (_, _, n) = matmul_mkn(a_t.dims(), b_t.dims());
+        let (_, _, n) = matmul_mkn(a_t.dims(), &b_dims(OP, b_t, self.packed.as_deref())?);
         let mut guard = scratch(OP, io)?;
         let mut work: &mut [i32] = scratch_as(OP, guard.bytes())?;
         let b_scale_t = io.input(2);

@@ -11,7 +11,8 @@ use crate::kernels::igemm::{
     igemm, pack_b_into, Epilogue, IntSlice, MatrixA, OutMat, PackedB, Requant,
 };
 use crate::kernels::matmul::MatMulGeometry;
-use crate::ops::quantization::int_params::{packed_b_words, with_dest, with_int_slice};
+use crate::ops::linalg::integer_matmul_kernel::{b_dims, with_b};
+use crate::ops::quantization::int_params::{packed_b_words, with_dest};
 use crate::support::scratch::carve;
 use crate::{Fact, OpError, OpResult};
 
@@ -57,7 +58,8 @@ impl FloatProduct<'_> {
         work: &mut &mut [i32],
         threads: usize,
     ) -> OpResult<()> {
-        let g = MatMulGeometry::new(self.a_dims, self.b.dims())?;
+        let b_dims = b_dims(op, self.b, self.packed)?;
+        let g = MatMulGeometry::new(self.a_dims, &b_dims)?;
         let (m, n, k) = (g.m, g.n, g.k);
         if out.numel() != g.batches * m * n {
             return Err(OpError::kernel(op, "output does not hold the product"));
@@ -67,7 +69,7 @@ impl FloatProduct<'_> {
         }
         let packed = self
             .packed
-            .filter(|p| p.view().depth() == k && p.view().cols() == n && self.b.rank() == 2);
+            .filter(|p| p.view().depth() == k && p.view().cols() == n && b_dims.len() == 2);
         let mut b_buffer = match packed {
             Some(_) => None,
             None => {
@@ -93,7 +95,8 @@ impl FloatProduct<'_> {
         } else {
             (g.batches, m)
         };
-        with_int_slice(op, self.b, |b_vals| {
+        // A constant B packed at plan time is never read (the plan may have let it go).
+        with_b(op, self.b, packed.is_some(), |b_vals| {
             with_dest(op, out, |mut dest| {
                 for index in 0..batches {
                     let (a_at, b_at) = if fold { (0, 0) } else { g.batch_offsets(index) };
@@ -102,7 +105,9 @@ impl FloatProduct<'_> {
                     let b_view = match (packed, b_buffer.as_mut()) {
                         (Some(p), _) => p.view(),
                         (None, Some((bytes, sums))) => pack_b_into(
-                            b_vals.range(b_at * k * n, k * n),
+                            b_vals
+                                .ok_or_else(|| OpError::kernel(op, "B is not bound"))?
+                                .range(b_at * k * n, k * n),
                             k,
                             n,
                             (n, 1),

@@ -11,7 +11,7 @@ use strata_core::{DType, Device};
 
 use super::float_product::{check_f32, product_words, FloatProduct};
 use crate::kernels::igemm::PackedB;
-use crate::ops::linalg::integer_matmul_kernel::matmul_mkn;
+use crate::ops::linalg::integer_matmul_kernel::{b_dims, matmul_mkn};
 use crate::ops::linalg::matmul::matmul_dims;
 use crate::ops::quantization::int_params::{
     carve_f32, prepack_matrix, scales_into, with_int_slice, words_to_bytes, zero_points_into,
@@ -21,7 +21,7 @@ use crate::ops::quantization::values::scratch;
 use crate::support::inputs::{optional, required};
 use crate::support::kernel_choice::cpu_only;
 use crate::support::scratch::scratch_as;
-use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{Fact, Kernel, KernelCapabilities, KernelIo, OpContext, OpError, OpResult, Operator};
 
 const OP: &str = "MatMulIntegerToFloat";
 
@@ -77,9 +77,17 @@ impl Operator for MatMulIntegerToFloat {
 }
 
 impl Kernel for MatMulIntegerToFloat {
+    /// A constant B is packed at plan time and never read again: the plan may let it go.
+    fn capabilities(&self) -> KernelCapabilities<'_> {
+        KernelCapabilities {
+            packed_inputs: if self.packed.is_some() { &[1] } else { &[] },
+            ..KernelCapabilities::default()
+        }
+    }
+
     fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
         let (a, b) = (io.input(0), io.input(1));
-        let (_, _, n) = matmul_mkn(a.dims(), b.dims());
+        let (_, _, n) = matmul_mkn(a.dims(), &b_dims(OP, b, self.packed.as_deref())?);
         let (mut a_scale_t, mut b_scale_t) = (io.input(2), io.input(3));
         // onnxruntime's FixupScaleTensor: a per-column scale given as A's is B's.
         if a_scale_t.numel() > 1 && b_scale_t.numel() == 1 {
