@@ -6,6 +6,8 @@
 
 use strata_core::Tensor;
 
+use crate::kernels::spatial::Dims;
+
 use crate::kernels::igemm::{igemm, pack_b_into, Epilogue, IntSlice, MatrixA, OutMat, PackedB};
 use crate::kernels::matmul::MatMulGeometry;
 use crate::ops::quantization::int_params::{packed_b_words, with_dest, with_int_slice};
@@ -126,11 +128,11 @@ pub(crate) fn int_matmul(
 }
 
 /// B's dims: its own, or, when the plan let a constant B go once it was packed (an undefined
-/// tensor here), the packed matrix's `[k, n]`.
-pub(crate) fn b_dims(op: &str, b: &Tensor, packed: Option<&PackedB>) -> OpResult<Vec<usize>> {
+/// tensor here), the packed matrix's `[k, n]`. Inline, so a run allocates nothing.
+pub(crate) fn b_dims(op: &str, b: &Tensor, packed: Option<&PackedB>) -> OpResult<Dims> {
     match packed {
-        _ if b.is_defined() => Ok(b.dims().to_vec()),
-        Some(p) => Ok(vec![p.view().depth(), p.view().cols()]),
+        _ if b.is_defined() => Ok(Dims::from_slice(b.dims())),
+        Some(p) => Ok(Dims::from_slice(&[p.view().depth(), p.view().cols()])),
         None => Err(OpError::kernel(op, "B is neither bound nor packed")),
     }
 }
