@@ -121,8 +121,8 @@ impl Shared {
     }
 }
 
-/// Defines an f32 row loop compiled twice, for AVX2+FMA and for the build target, and picks
-/// the first this CPU runs (checked at run time; the check is cached by std).
+/// Defines an f32 row loop compiled three times, for AVX-512F, for AVX2+FMA and for the build
+/// target, and picks the first this CPU runs (checked at run time; the check is cached by std).
 macro_rules! row_kernel {
     ($(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)? $body:block) => {
         $(#[$m])*
@@ -131,6 +131,16 @@ macro_rules! row_kernel {
             fn body($($arg: $ty),*) $(-> $ret)? $body
             #[cfg(target_arch = "x86_64")]
             {
+                /// # Safety
+                /// Only called once AVX-512F was detected.
+                #[target_feature(enable = "avx512f")]
+                unsafe fn avx512($($arg: $ty),*) $(-> $ret)? {
+                    body($($arg),*)
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    // SAFETY: AVX-512F was detected on this CPU just now.
+                    return unsafe { avx512($($arg),*) };
+                }
                 /// # Safety
                 /// Only called once AVX2 and FMA were detected.
                 #[target_feature(enable = "avx2,fma")]
@@ -374,10 +384,17 @@ fn tile(
             1.0 / sum[i]
         };
         let base = bi * out_strides[0] + hi * out_strides[1] + (q0 + i) * out_strides[2];
-        for (j, &a) in row.iter().enumerate() {
+        if out_strides[3] == 1 {
             // SAFETY: `sdpa_f32` checked every (b, h, q, d) offset lies inside `out` and that
-            // distinct elements do not overlap; query row q0 + i of this head belongs to this
-            // task alone.
+            // distinct elements do not overlap; with a unit last stride this output row is the
+            // `dv` contiguous elements from `base`, and query row q0 + i of this head belongs
+            // to this task alone.
+            let dst = unsafe { std::slice::from_raw_parts_mut(out.get().add(base), dv) };
+            scale_into(dst, row, inv);
+            continue;
+        }
+        for (j, &a) in row.iter().enumerate() {
+            // SAFETY: as above, element by element.
             unsafe { out.get().add(base + j * out_strides[3]).write(a * inv) };
         }
     }
@@ -413,6 +430,13 @@ fn apply_step(step: &ScoreStep<'_>, row: &mut [f32], bi: usize, hi: usize, qi: u
 }
 
 row_kernel! {
+    /// `dst = src * factor`.
+    fn scale_into(dst: &mut [f32], src: &[f32], factor: f32) {
+        dst.iter_mut().zip(src).for_each(|(d, &s)| *d = s * factor);
+    }
+}
+
+row_kernel! {
     /// `row += mask`.
     fn add_row(row: &mut [f32], mask: &[f32]) {
         row.iter_mut().zip(mask).for_each(|(s, m)| *s += m);
@@ -422,12 +446,12 @@ row_kernel! {
 row_kernel! {
     /// The row's maximum (NaN if any element is NaN, as Softmax gives NaN then).
     fn row_max(row: &[f32]) -> f32 {
-        let mut lanes = [f32::NEG_INFINITY; 8];
+        let mut lanes = [f32::NEG_INFINITY; 16];
         let mut nan = false;
-        let chunks = row.chunks_exact(8);
+        let chunks = row.chunks_exact(16);
         let tail = chunks.remainder();
         for c in chunks {
-            for l in 0..8 {
+            for l in 0..16 {
                 lanes[l] = if c[l] > lanes[l] { c[l] } else { lanes[l] };
                 nan |= c[l].is_nan();
             }
@@ -469,10 +493,10 @@ fn exp_flushed(x: f32) -> f32 {
 row_kernel! {
     /// `row = exp(row - shift)`; returns the sum.
     fn exp_shifted(row: &mut [f32], shift: f32) -> f32 {
-        let mut lanes = [0.0f32; 8];
-        let mut chunks = row.chunks_exact_mut(8);
+        let mut lanes = [0.0f32; 16];
+        let mut chunks = row.chunks_exact_mut(16);
         for c in &mut chunks {
-            for l in 0..8 {
+            for l in 0..16 {
                 c[l] = exp_flushed(c[l] - shift);
                 lanes[l] += c[l];
             }
