@@ -2,7 +2,7 @@
 //! weights dequantized straight from their integers, for every block size and kind of zero
 //! point, sizes off the 32-feature and 32-step grids, and 1 to 3 threads.
 
-use super::q4_slivers::fill_block_portable;
+use super::q4_slivers_product::fill_block_portable;
 use super::*;
 use crate::kernels::gemm::BBlock;
 
