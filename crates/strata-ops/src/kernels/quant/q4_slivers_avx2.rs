@@ -35,7 +35,7 @@ fn half_f32(bytes: __m128i, h: usize) -> [__m256; 2] {
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn fill_block(w: &Q4Slivers<'_>, block: BBlock, dst: &mut [f32]) {
     let (kc, nr, bs) = (block.kc, block.nr, w.block_size());
-    debug_assert!((nr == 16 || nr == 32) && block.j0 % nr == 0);
+    debug_assert!((nr == 16 || nr == 32) && block.j0.is_multiple_of(nr));
     let halves = nr / 16;
     let end = block.p0 + kc;
     for (s, sliver) in dst[..block.elements()]

@@ -31,7 +31,7 @@ unsafe fn step_f32(step: *const u8) -> [__m512; 2] {
 /// `j0 + cols <= n`) and `dst` at least `block.elements()` long.
 #[target_feature(enable = "avx512f")]
 pub unsafe fn fill_block(w: &Q4Slivers<'_>, block: BBlock, dst: &mut [f32]) {
-    debug_assert!(block.nr == SLIVER && block.j0 % SLIVER == 0);
+    debug_assert!(block.nr == SLIVER && block.j0.is_multiple_of(SLIVER));
     let (kc, bs) = (block.kc, w.block_size());
     let end = block.p0 + kc;
     for (s, sliver) in dst[..block.elements()]

@@ -85,7 +85,7 @@ pub fn q4s_matmul_with(
 pub fn fill_block(isa: Isa, w: &Q4Slivers<'_>, block: gemm::BBlock, dst: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        let aligned = |width: usize| block.nr == width && block.j0 % width == 0;
+        let aligned = |width: usize| block.nr == width && block.j0.is_multiple_of(width);
         if isa == Isa::Avx512 && aligned(SLIVER) {
             // SAFETY: AVX-512 was detected (`isa` is available); the block lies inside W
             // (the GEMM's contract) and `dst` holds `block.elements()` values.

@@ -11,13 +11,14 @@
 //!   measured when it was introduced), so no model needs both copies. Exact up to f32 rounding.
 //! - 8-bit activations and integer dots (level 4 as onnxruntime computes it, [`LEVEL4_INT8`],
 //!   off for now): the row layout the GGUF kernels share (`kernels::quant::Q4Weights`), whose
-//!   dots read a weight row's groups. Constant
-//! 8-bit weights are kept as bytes (`kernels::quant::Q8Weights`, a quarter of the f32 matrix)
-//! and run the same way; non-constant weights are dequantized into scratch each run and
-//! multiplied by the f32 GEMM. `g_idx` (act-order group
-//! indices, deprecated by onnxruntime) is refused. The optimizer may fuse a bias Add, a residual
-//! Add and activations after it (`EpilogueStep`s, their tensors as inputs 6, 7, …): the GEMM
-//! applies them to each piece of Y while it is in cache.
+//!   dots read a weight row's groups.
+//!
+//! Constant 8-bit weights are kept as bytes (`kernels::quant::Q8Weights`, a quarter of the f32
+//! matrix) and run the same way; non-constant weights are dequantized into scratch each run
+//! and multiplied by the f32 GEMM. `g_idx` (act-order group indices, deprecated by
+//! onnxruntime) is refused. The optimizer may fuse a bias Add, a residual Add and activations
+//! after it (`EpilogueStep`s, their tensors as inputs 6, 7, …): the GEMM applies them to each
+//! piece of Y while it is in cache.
 
 use strata_core::{DType, Device, MemoryKind, Tensor};
 
