@@ -1,8 +1,11 @@
 //! Quantized products (L2): matrix-vector GB/s of weight bytes per weight type and strategy,
 //! against the f32 GEMM on the same weights dequantized (the "dequant reference": what running
-//! without quantized kernels costs), and a 32-row prefill-sized product per strategy.
+//! without quantized kernels costs), and a 32-row prefill-sized product per strategy. Then
+//! MatMulNBits' two 4-bit layouts on the f32 products, per ISA: the row layout (`Q4Weights`)
+//! against the sliver order (`Q4Slivers`).
 //!
-//! `cargo bench -p strata-ops --bench quant` (append a filter such as `matvec/q4_1`).
+//! `cargo bench -p strata-ops --bench quant` (append a filter such as `matvec/q4_1` or
+//! `q4-layouts`).
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -11,7 +14,10 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use strata_core::dtype::block::{dequantize_row, random_blocks};
 use strata_core::DType;
 use strata_ops::kernels::gemm_f32;
-use strata_ops::kernels::quant::{quant_matmul_with, Isa, Q8Block, QuantMatrix, Strategy};
+use strata_ops::kernels::quant::{
+    pack_group, pack_slivers, q4_matmul_with, q4s_matmul_with, quant_matmul_with, Compute, Isa,
+    Q4Slivers, Q4Weights, Q4Zeros, Q8Block, QuantMatrix, Strategy,
+};
 
 /// Output rows and inputs of the benchmarked weight matrix: 4096² is 8.4–64 MiB of weights
 /// depending on the type, larger than the last-level cache, as a model's layers are in turn.
@@ -121,5 +127,53 @@ fn bench_quant(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, bench_quant);
+/// gpt2's 768 → 3072 MatMulNBits (blocks of 32, no zero points) in both layouts, on 1 and 3
+/// rows (decode) and 64 (the GEMM), one thread, per ISA.
+fn bench_q4_layouts(c: &mut Criterion) {
+    let (n, k, block) = (3072, 768, 32);
+    let q = |j: usize, p: usize| ((j * 31 + p * 17) % 16) as u8;
+    let nb = k / block;
+    let scales: Vec<f32> = (0..n * nb)
+        .map(|b| 0.001 + (b % 97) as f32 * 1e-4)
+        .collect();
+    let rows: Vec<u8> = (0..n)
+        .flat_map(|j| {
+            (0..k / 32).flat_map(move |g| pack_group(&std::array::from_fn(|t| q(j, 32 * g + t))))
+        })
+        .collect();
+    let row_w = Q4Weights::new(n, k, block, &rows, &scales, Q4Zeros::Default).unwrap();
+    let mut qs = vec![0u8; Q4Slivers::qs_len(n, k)];
+    let mut params = vec![0.0f32; Q4Slivers::params_len(n, k, block)];
+    let param = |j: usize, b: usize| (scales[j * nb + b], 8.0);
+    pack_slivers((n, k, block), q, param, &mut qs, &mut params).unwrap();
+    let sliver_w = Q4Slivers::new(n, k, block, &qs, &params).unwrap();
+    let mut g = c.benchmark_group("q4-layouts");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1))
+        .throughput(Throughput::Bytes((n * k / 2) as u64));
+    for isa in [Isa::Avx2, Isa::Avx512] {
+        if !isa.is_available() {
+            continue;
+        }
+        for m in [1, 3, 64] {
+            let x = activations(m * k);
+            let mut y = vec![0.0f32; m * n];
+            g.bench_function(BenchmarkId::new(format!("rows/{isa:?}"), m), |b| {
+                b.iter(|| {
+                    q4_matmul_with(isa, &row_w, Compute::F32, black_box(&x), m, &mut y, 1, None)
+                        .unwrap()
+                })
+            });
+            g.bench_function(BenchmarkId::new(format!("slivers/{isa:?}"), m), |b| {
+                b.iter(|| {
+                    q4s_matmul_with(isa, &sliver_w, black_box(&x), m, &mut y, 1, None).unwrap()
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench_quant, bench_q4_layouts);
 criterion_main!(benches);

@@ -27,6 +27,14 @@ mod avx2;
 mod avx512;
 mod embedding;
 mod portable;
+mod q4_slivers;
+#[cfg(target_arch = "x86_64")]
+mod q4_slivers_avx2;
+#[cfg(target_arch = "x86_64")]
+mod q4_slivers_avx512;
+mod q4_slivers_product;
+#[cfg(test)]
+mod q4_slivers_tests;
 mod q4f;
 #[cfg(target_arch = "x86_64")]
 mod q4f_avx2;
@@ -44,6 +52,8 @@ use strata_core::{DType, QUANT_BLOCK};
 
 pub use embedding::embedding_lookup;
 pub use portable::RowDot;
+pub use q4_slivers::{pack_slivers, Q4Slivers};
+pub use q4_slivers_product::{fill_block as q4s_fill_block, q4s_matmul_fused, q4s_matmul_with};
 pub use q4f::{
     pack_group, q4_matmul, q4_matmul_fused, q4_matmul_with, Compute, Q4Weights, Q4Zeros,
     GROUP_BYTES,

@@ -1,17 +1,24 @@
 //! com.microsoft MatMulNBits: `Y = A · Bᵀ (+ bias)` with B quantized to 2, 4 or 8 bits in blocks
 //! along K (layout in `nbits_layout.rs`). 4-bit and 2-bit weights that are plan-time constants
-//! (always, in models from onnxruntime's quantizer) are repacked once into the 4-bit block
-//! layout the GGUF kernels share (`kernels::quant::Q4Weights`, persistent memory about the size
-//! of 4-bit B; a 2-bit value fits a nibble) and run
-//! there in f32 on weights dequantized on the fly, exact up to f32 rounding (onnxruntime's
-//! levels 0–3; it computes the fp16/bf16 levels in f32 on CPU too). Level 4 can run on 8-bit
-//! activations and integer dots as onnxruntime does ([`LEVEL4_INT8`], off for now). Constant
-//! 8-bit weights are kept as bytes (`kernels::quant::Q8Weights`, a quarter of the f32 matrix)
-//! and run the same way; non-constant weights are dequantized into scratch each run and
-//! multiplied by the f32 GEMM. `g_idx` (act-order group
-//! indices, deprecated by onnxruntime) is refused. The optimizer may fuse a bias Add, a residual
-//! Add and activations after it (`EpilogueStep`s, their tensors as inputs 6, 7, …): the GEMM
-//! applies them to each piece of Y while it is in cache.
+//! (always, in models from onnxruntime's quantizer) are repacked once, at plan time, into one
+//! of two 4-bit layouts (a 2-bit value fits a nibble), chosen by how the product computes:
+//! - f32 (onnxruntime's levels 0–3; it computes the fp16/bf16 levels in f32 on CPU too): the
+//!   f32 GEMM's sliver order (`kernels::quant::Q4Slivers`, 32 output features' nibbles per
+//!   step of K side by side). A packed B sliver row is one load, an unpack and a multiply-add,
+//!   and the few-row product (decode) reads the same layout, 32 features at a time. Chosen for
+//!   every f32 product whatever its row count (which the plan may not know): the few-row
+//!   product on it is faster than the row layout's dots (1 to 3 rows of gpt2's 768 × 3072,
+//!   measured when it was introduced), so no model needs both copies. Exact up to f32 rounding.
+//! - 8-bit activations and integer dots (level 4 as onnxruntime computes it, [`LEVEL4_INT8`],
+//!   off for now): the row layout the GGUF kernels share (`kernels::quant::Q4Weights`), whose
+//!   dots read a weight row's groups.
+//!
+//! Constant 8-bit weights are kept as bytes (`kernels::quant::Q8Weights`, a quarter of the f32
+//! matrix) and run the same way; non-constant weights are dequantized into scratch each run
+//! and multiplied by the f32 GEMM. `g_idx` (act-order group indices, deprecated by
+//! onnxruntime) is refused. The optimizer may fuse a bias Add, a residual Add and activations
+//! after it (`EpilogueStep`s, their tensors as inputs 6, 7, …): the GEMM applies them to each
+//! piece of Y while it is in cache.
 
 use strata_core::{DType, Device, MemoryKind, Tensor};
 
@@ -19,7 +26,8 @@ use super::access::{contiguous, contiguous_mut};
 use super::nbits_layout::{NBitsLayout, RepackedZeros, ZeroPoints};
 use crate::kernels::gemm;
 use crate::kernels::quant::{
-    q4_matmul_fused, q8_matmul_fused, Compute, Q4Weights, Q4Zeros, Q8Weights, Q8Zeros,
+    q4_matmul_fused, q4s_matmul_fused, q8_matmul_fused, Compute, Q4Slivers, Q4Weights, Q4Zeros,
+    Q8Weights, Q8Zeros,
 };
 use crate::ops::linalg::matmul_epilogue::{read_operands, Steps};
 use crate::support::inputs::{optional, required};
@@ -236,13 +244,39 @@ impl Operator for MatMulNBits {
 }
 
 impl MatMulNBits {
-    /// Repacks constant weights for the block kernels (2- and 4-bit: `Q4Weights`, 8-bit:
-    /// `Q8Weights`), in persistent memory.
+    /// Repacks constant weights for the block kernels (2- and 4-bit: `Q4Slivers` for f32
+    /// products, `Q4Weights` for integer dots; 8-bit: `Q8Weights`), in persistent memory.
     fn repack(&self, b: &Tensor, scales: &Tensor, zp: Option<&Tensor>) -> OpResult<Weights> {
         let l = self.layout;
         let persistent = |len: usize, dtype: DType| {
             Tensor::empty(&[len], dtype, Device::Cpu, MemoryKind::Persistent)
         };
+        // Level 4 asks for 8-bit activations; integer dots need integer zero points.
+        let compute =
+            if LEVEL4_INT8 && self.accuracy_level == 4 && zp.is_none_or(|z| z.dtype() == DType::U8)
+            {
+                Compute::Int8
+            } else {
+                Compute::F32
+            };
+        if l.bits != 8 && compute == Compute::F32 {
+            let qs = persistent(Q4Slivers::qs_len(l.n, l.k), DType::U8)?;
+            let params = persistent(Q4Slivers::params_len(l.n, l.k, l.block_size), DType::F32)?;
+            {
+                let (mut qw, mut pw) = (qs.write::<u8>()?, params.write::<f32>()?);
+                with_zero_points(zp, |zero| {
+                    let (br, sr) = (b.read::<u8>()?, scales.read::<f32>()?);
+                    l.repack_q4_slivers(
+                        contiguous(OP, "B", &br)?,
+                        contiguous(OP, "scales", &sr)?,
+                        &zero,
+                        contiguous_mut(OP, "packed B", &mut qw)?,
+                        contiguous_mut(OP, "packed parameters", &mut pw)?,
+                    )
+                })?;
+            }
+            return Ok(Weights::Slivers { qs, params });
+        }
         let qs_len = if l.bits == 8 {
             l.n * l.k
         } else {
@@ -287,15 +321,6 @@ impl MatMulNBits {
                 zeros,
             });
         }
-        // Level 4 asks for 8-bit activations; integer dots need integer zero points.
-        let compute = if LEVEL4_INT8
-            && self.accuracy_level == 4
-            && zeros.as_ref().is_none_or(|z| z.dtype() == DType::U8)
-        {
-            Compute::Int8
-        } else {
-            Compute::F32
-        };
         Ok(Weights::Q4 {
             qs,
             scales: s,
@@ -365,8 +390,11 @@ fn dequantize(
 #[derive(Debug)]
 #[allow(clippy::large_enum_variant)]
 enum Weights {
-    /// Constant 2- or 4-bit weights repacked for `kernels::quant` (zero points: U8, F32 or
-    /// absent).
+    /// Constant 2- or 4-bit weights in the f32 GEMM's sliver order (`Q4Slivers`): nibbles and
+    /// per-block scale and offset vectors.
+    Slivers { qs: Tensor, params: Tensor },
+    /// Constant 2- or 4-bit weights repacked for `kernels::quant`'s integer dots (zero points:
+    /// U8, F32 or absent).
     Q4 {
         qs: Tensor,
         scales: Tensor,
@@ -397,7 +425,7 @@ impl Kernel for MatMulNBitsKernel {
         KernelCapabilities {
             packed_inputs: match self.weights {
                 Weights::RunTime => &[],
-                Weights::Q4 { .. } | Weights::Q8 { .. } => &[1, 2, 3],
+                Weights::Slivers { .. } | Weights::Q4 { .. } | Weights::Q8 { .. } => &[1, 2, 3],
             },
             ..KernelCapabilities::default()
         }
@@ -459,6 +487,17 @@ impl Kernel for MatMulNBitsKernel {
         let epilogue = (bias.is_some() || !self.steps.is_empty())
             .then_some(&finish as &gemm::Epilogue<'_, f32>);
         match &self.weights {
+            Weights::Slivers { qs, params } => {
+                let (qr, pr) = (qs.read::<u8>()?, params.read::<f32>()?);
+                let w = Q4Slivers::new(
+                    n,
+                    k,
+                    l.block_size,
+                    contiguous(OP, "packed B", &qr)?,
+                    contiguous(OP, "packed parameters", &pr)?,
+                )?;
+                q4s_matmul_fused(&w, a, m, y, io.threads, epilogue)?;
+            }
             Weights::Q4 {
                 qs,
                 scales,

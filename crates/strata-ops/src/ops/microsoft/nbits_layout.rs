@@ -221,6 +221,52 @@ impl NBitsLayout {
 }
 
 impl NBitsLayout {
+    /// Repacks 4-bit (or 2-bit) B into the sliver order of the f32 GEMM
+    /// (`kernels::quant::Q4Slivers`): `qs` of `Q4Slivers::qs_len(N, K)` bytes, `params` of
+    /// `Q4Slivers::params_len(N, K, block_size)` values (per 32 output features and block, the
+    /// scales and `-zero · scale`). Zero points default to `2^(bits-1)`. Lengths must pass
+    /// [`NBitsLayout::check`].
+    pub(crate) fn repack_q4_slivers(
+        &self,
+        b: &[u8],
+        scales: &[f32],
+        zp: &ZeroPoints<'_>,
+        qs: &mut [u8],
+        params: &mut [f32],
+    ) -> OpResult<()> {
+        use crate::kernels::quant::pack_slivers;
+        self.check(b.len(), scales.len(), zp)?;
+        if !matches!(self.bits, 2 | 4) {
+            return Err(OpError::kernel(
+                OP,
+                format!("cannot repack {}-bit B into 4-bit slivers", self.bits),
+            ));
+        }
+        let (bs, row_bytes, zp_row) = (
+            self.block_size,
+            self.n_blocks * self.blob,
+            self.zero_point_row_bytes(),
+        );
+        let default_zp = (1u32 << (self.bits - 1)) as f32;
+        let q = |j: usize, p: usize| {
+            let block = &b[j * row_bytes + (p / bs) * self.blob..][..self.blob];
+            self.element(block, p % bs)
+        };
+        let param = |j: usize, blk: usize| {
+            let at = j * self.n_blocks + blk;
+            let zero = match *zp {
+                ZeroPoints::Default => default_zp,
+                ZeroPoints::Packed(z) => f32::from(self.element(&z[j * zp_row..], blk)),
+                ZeroPoints::Float(z) => z[at],
+            };
+            (scales[at], zero)
+        };
+        pack_slivers((self.n, self.k, bs), q, param, qs, params)?;
+        Ok(())
+    }
+}
+
+impl NBitsLayout {
     /// Copies 8-bit B into the layout of `kernels::quant::Q8Weights`: each row's `K` bytes
     /// (the padding of a partial last block dropped), `qs` of `N · K` bytes; zero points as
     /// [`NBitsLayout::repack_q4`] gives them. Lengths must pass [`NBitsLayout::check`].
