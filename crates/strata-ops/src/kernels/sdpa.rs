@@ -385,10 +385,9 @@ fn tile(
         };
         let base = bi * out_strides[0] + hi * out_strides[1] + (q0 + i) * out_strides[2];
         if out_strides[3] == 1 {
-            // SAFETY: `sdpa_f32` checked every (b, h, q, d) offset lies inside `out` and that
-            // distinct elements do not overlap; with a unit last stride this output row is the
-            // `dv` contiguous elements from `base`, and query row q0 + i of this head belongs
-            // to this task alone.
+            // `sdpa_f32` checked every (b, h, q, d) offset lies inside `out` without overlaps.
+            // SAFETY: with a unit last stride, output row q0 + i of this head is the `dv`
+            // contiguous elements from `base`, inside `out` and this task's alone.
             let dst = unsafe { std::slice::from_raw_parts_mut(out.get().add(base), dv) };
             scale_into(dst, row, inv);
             continue;

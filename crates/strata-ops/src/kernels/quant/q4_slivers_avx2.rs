@@ -56,6 +56,7 @@ pub unsafe fn fill_block(w: &Q4Slivers<'_>, block: BBlock, dst: &mut [f32]) {
             let scale: [__m256; 4] = std::array::from_fn(|q| unsafe {
                 _mm256_loadu_ps(prm.as_ptr().add(first + 8 * q))
             });
+            // SAFETY: the offsets are the second 32 of `prm`'s 64 values; first + 8q + 8 <= 32.
             let offset: [__m256; 4] = std::array::from_fn(|q| unsafe {
                 _mm256_loadu_ps(prm.as_ptr().add(SLIVER + first + 8 * q))
             });
@@ -126,6 +127,7 @@ unsafe fn gemv_rows<const M: usize, const U: usize>(
             // SAFETY: a block's parameters are 64 values.
             let scale: [__m256; 4] =
                 std::array::from_fn(|q| unsafe { _mm256_loadu_ps(prm.add(8 * q)) });
+            // SAFETY: the offsets are the block's second 32 parameters (of 64).
             let offset: [__m256; 4] =
                 std::array::from_fn(|q| unsafe { _mm256_loadu_ps(prm.add(SLIVER + 8 * q)) });
             let step = w.step(c, p).as_ptr();

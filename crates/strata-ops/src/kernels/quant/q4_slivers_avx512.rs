@@ -112,13 +112,14 @@ unsafe fn gemv_rows<const M: usize, const U: usize>(
                 std::array::from_fn(|v| unsafe { _mm512_loadu_ps(prm.add(16 * v)) });
             let step = w.step(c, p).as_ptr();
             let mut t = 0;
-            // SAFETY (both loops): steps p..end < k of group c are contiguous in `qs`, and
-            // x[i * k + p + t] is inside x for i < M, p + t < k.
             while p + t + U <= end {
                 for (u, acc) in acc.iter_mut().enumerate() {
+                    // SAFETY: step p + t + u < end <= k of group c, inside its contiguous run
+                    // of steps in `qs`.
                     let [lo, hi] = unsafe { step_f32(step.add((t + u) * STEP_BYTES)) };
                     let (w0, w1) = (_mm512_fmadd_ps(lo, s0, o0), _mm512_fmadd_ps(hi, s1, o1));
                     for (i, a) in acc.iter_mut().enumerate() {
+                        // SAFETY: x[i * k + p + t + u] is inside x: i < M, p + t + u < k.
                         let xv = _mm512_set1_ps(unsafe { *xp.add(i * k + p + t + u) });
                         a[0] = _mm512_fmadd_ps(w0, xv, a[0]);
                         a[1] = _mm512_fmadd_ps(w1, xv, a[1]);
@@ -127,9 +128,11 @@ unsafe fn gemv_rows<const M: usize, const U: usize>(
                 t += U;
             }
             while p + t < end {
+                // SAFETY: step p + t < end <= k of group c, as above.
                 let [lo, hi] = unsafe { step_f32(step.add(t * STEP_BYTES)) };
                 let (w0, w1) = (_mm512_fmadd_ps(lo, s0, o0), _mm512_fmadd_ps(hi, s1, o1));
                 for (i, a) in acc[0].iter_mut().enumerate() {
+                    // SAFETY: x[i * k + p + t] is inside x: i < M, p + t < k.
                     let xv = _mm512_set1_ps(unsafe { *xp.add(i * k + p + t) });
                     a[0] = _mm512_fmadd_ps(w0, xv, a[0]);
                     a[1] = _mm512_fmadd_ps(w1, xv, a[1]);

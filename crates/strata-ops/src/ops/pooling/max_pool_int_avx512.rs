@@ -72,7 +72,7 @@ unsafe fn plane_max_avx512(
     let oh = g.out_dims[0];
     let f = _mm512_set1_epi8(flip as i8);
     let [even, odd] = rows;
-    // SAFETY (both calls): forwarded from this function's contract.
+    // SAFETY: forwarded from this function's contract; `even` is one of its row buffers.
     let mut ready = unsafe { fold_rows(g, x, 0, even, f) };
     for (oy, y_row) in y.chunks_exact_mut(g.out_dims[1]).enumerate().take(oh) {
         let (current, next) = if oy % 2 == 0 {
@@ -80,6 +80,7 @@ unsafe fn plane_max_avx512(
         } else {
             (&*odd, &mut *even)
         };
+        // SAFETY: forwarded from this function's contract; `next` is the other row buffer.
         let next_ready = oy + 1 < oh && unsafe { fold_rows(g, x, oy + 1, next, f) };
         if ready {
             // SAFETY: as above; `current` holds output row oy's folded rows.
