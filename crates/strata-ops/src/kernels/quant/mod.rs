@@ -222,6 +222,15 @@ impl Isa {
         }
     }
 
+    /// `self` when this CPU has it, else the portable kernels (a test may ask for any set).
+    pub fn or_portable(self) -> Isa {
+        if self.is_available() {
+            self
+        } else {
+            Isa::Portable
+        }
+    }
+
     /// Whether the AVX2 kernels may run with `self` (every x86 set includes AVX2's).
     fn has_avx2(self) -> bool {
         self != Isa::Portable
@@ -360,11 +369,7 @@ pub fn quant_matmul_with(
     scratch: &mut [Q8Block],
     threads: usize,
 ) -> KernelResult<()> {
-    let isa = if isa.is_available() {
-        isa
-    } else {
-        Isa::Portable
-    };
+    let isa = isa.or_portable();
     let (n, k) = (w.rows, w.cols);
     check_len("x", m.saturating_mul(k), x.len())?;
     check_len("y", m.saturating_mul(n), y.len())?;

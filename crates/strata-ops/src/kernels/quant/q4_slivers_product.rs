@@ -35,11 +35,7 @@ pub fn q4s_matmul_with(
     threads: usize,
     epilogue: Option<&gemm::Epilogue<'_, f32>>,
 ) -> KernelResult<()> {
-    let isa = if isa.is_available() {
-        isa
-    } else {
-        Isa::Portable
-    };
+    let isa = isa.or_portable();
     let (n, k) = (w.rows(), w.cols());
     super::check_len("x", m.saturating_mul(k), x.len())?;
     super::check_len("y", m.saturating_mul(n), y.len())?;
