@@ -349,17 +349,25 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                         });
                         let prefetch = match (next_a, p.packed_b) {
                             (_, Some(all)) if ir == rows.start && jr + K::NR < jc + nc => {
-                                Prefetch {
-                                    ptr: all
-                                        .as_ptr()
+                                Prefetch::packed(
+                                    all.as_ptr()
                                         .wrapping_add((jr / K::NR + 1) * p.k * K::NR + pc * K::NR),
-                                    step: K::NR,
-                                }
+                                    K::NR,
+                                )
                             }
                             (Some((all, s)), _) if index == 0 && ir + K::MR < rows.end => {
+                                Prefetch::packed(
+                                    all.as_ptr().wrapping_add(s * p.k * K::MR + pc * K::MR),
+                                    K::MR,
+                                )
+                            }
+                            // B read in place: its next sliver (the same rows, NR columns on),
+                            // one row per step, while the first row sliver walks B.
+                            _ if direct_b && jr + 2 * K::NR <= partial_from.min(jc + nc) => {
                                 Prefetch {
-                                    ptr: all.as_ptr().wrapping_add(s * p.k * K::MR + pc * K::MR),
-                                    step: K::MR,
+                                    ptr: sliver_b.0.as_ptr().wrapping_add(K::NR),
+                                    step: sliver_b.1,
+                                    span: K::NR,
                                 }
                             }
                             _ => Prefetch::none(sliver_a.as_ptr(), K::MR),

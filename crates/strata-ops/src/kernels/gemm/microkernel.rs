@@ -19,20 +19,31 @@ pub struct Tile<T> {
     pub n: usize,
 }
 
-/// Memory a microkernel touches ahead of use while it computes a tile: `k` steps of `step`
-/// elements from `ptr`, one step per step of its own loop (the next sliver of a prepacked
-/// operand, streamed from memory the first time it is read). Prefetching never faults, so
-/// `ptr` needs no validity; [`Prefetch::none`] points it at the tile's own A sliver.
+/// Memory a microkernel touches ahead of use while it computes a tile: `k` runs of `span`
+/// elements, `step` elements apart from `ptr`, one per step of its own loop (the next sliver of
+/// a prepacked operand, or of a B read in place, streamed from memory the first time it is
+/// read). Prefetching never faults, so `ptr` needs no validity; [`Prefetch::none`] points it at
+/// the tile's own A sliver.
 #[derive(Clone, Copy, Debug)]
 pub struct Prefetch<T> {
     pub ptr: *const T,
     pub step: usize,
+    pub span: usize,
 }
 
 impl<T> Prefetch<T> {
+    /// Contiguous runs: each step's `step` elements, back to back (a packed sliver).
+    pub fn packed(ptr: *const T, step: usize) -> Self {
+        Prefetch {
+            ptr,
+            step,
+            span: step,
+        }
+    }
+
     /// Nothing ahead: re-touches the A sliver the kernel reads anyway (L1 hits).
     pub fn none(a: *const T, mr: usize) -> Self {
-        Prefetch { ptr: a, step: mr }
+        Prefetch::packed(a, mr)
     }
 }
 

@@ -97,13 +97,13 @@ macro_rules! simd_microkernel {
             ) {
                 let mut acc = [[$zero(); VECTORS]; MR];
                 let (mut a, mut b) = (a, b);
-                // The last byte of a prefetch step: a second line when a step spans two.
-                let step_end = (prefetch.step * std::mem::size_of::<$t>()).max(1) - 1;
+                // The last byte of a prefetch run: a second line when a run spans two.
+                let span_end = (prefetch.span * std::mem::size_of::<$t>()).max(1) - 1;
                 let mut ahead = prefetch.ptr.cast::<i8>();
                 for _ in 0..k {
                     // Hints only (never faults): the next sliver of a prepacked operand.
                     _mm_prefetch::<_MM_HINT_T0>(ahead);
-                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(step_end));
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(span_end));
                     ahead = ahead.wrapping_add(prefetch.step * std::mem::size_of::<$t>());
                     let mut row = [$zero(); VECTORS];
                     for (v, lane) in row.iter_mut().enumerate() {
