@@ -27,6 +27,10 @@ use super::interleaved_weights::interleave_weight_rows;
 use super::row_band::{avx512, Band, Clamp, ClampKind, MAX_DEPTH};
 
 const OP: &str = "Conv";
+/// Output channels computed together through a band's rows (a multiple of [`OC_BLOCK`]).
+/// SqueezeNet's 3x3/2 RGB layer alone, one thread: all 64 channels a row at a time 388 us, groups
+/// of 4 376 us, of 8 361 us, of 16 340 us.
+const CHANNEL_GROUP: usize = 4 * OC_BLOCK;
 
 /// Whether the direct kernel takes this convolution: f32 on AVX-512, 2-D, one group, at most 4
 /// input channels and [`MAX_DEPTH`] taps over them, at least [`OC_BLOCK`] output channels and
@@ -190,24 +194,31 @@ pub(crate) fn conv(
                 out_plane: w.out_len,
                 ow: w.out_dims[1],
             };
-            for r in 0..rows {
-                let oy = oy0 + r;
-                // SAFETY: row `oy` of every plane of batch item `b` belongs to this band's task
-                // alone; the output outlives the parallel loop.
-                unsafe { job.row(r, shared, base + oy * w.out_dims[1]) };
-                if residual.is_none() && clamp.is_some() {
-                    continue;
-                }
-                for c in 0..cout {
-                    let at = base + c * w.out_len + oy * w.out_dims[1];
-                    // SAFETY: as above, the same row of plane `c`.
-                    let y = unsafe { shared.slice(at, w.out_dims[1]) };
-                    match residual {
-                        Some(res) => {
-                            p.post
-                                .add_residual_bias_and_apply(y, Some(&res[at..][..y.len()]), 0.0)
+            // A group of channels at a time through all the band's rows: each channel's rows
+            // are written one after the other (a few long runs), where a row of every channel
+            // at a time wrote as many short runs as there are channels.
+            for oc0 in (0..cout).step_by(CHANNEL_GROUP) {
+                let group = oc0..(oc0 + CHANNEL_GROUP).min(cout);
+                for r in 0..rows {
+                    let oy = oy0 + r;
+                    // SAFETY: row `oy` of every plane of batch item `b` belongs to this band's
+                    // task alone; the output outlives the parallel loop.
+                    unsafe { job.row(r, shared, base + oy * w.out_dims[1], group.clone()) };
+                    if residual.is_none() && clamp.is_some() {
+                        continue;
+                    }
+                    for c in group.clone() {
+                        let at = base + c * w.out_len + oy * w.out_dims[1];
+                        // SAFETY: as above, the same row of plane `c`.
+                        let y = unsafe { shared.slice(at, w.out_dims[1]) };
+                        match residual {
+                            Some(res) => p.post.add_residual_bias_and_apply(
+                                y,
+                                Some(&res[at..][..y.len()]),
+                                0.0,
+                            ),
+                            None => p.post.apply_all(y),
                         }
-                        None => p.post.apply_all(y),
                     }
                 }
             }
@@ -236,13 +247,14 @@ struct Job<'a> {
 }
 
 impl Job<'_> {
-    /// Output row `r` of the band for every channel: channel `c`'s row starts at `at + c *
-    /// out_plane` of the output. The clamp is applied as the outputs are stored.
+    /// Output row `r` of the band for the channels in `group` (starting on a multiple of
+    /// [`OC_BLOCK`]): channel `c`'s row starts at `at + c * out_plane` of the output. The clamp
+    /// is applied as the outputs are stored.
     ///
     /// # Safety
     /// Those rows of the output behind `out` are written by no other task meanwhile; AVX-512F
     /// was detected.
-    unsafe fn row(&self, r: usize, out: OutPtr, at: usize) {
+    unsafe fn row(&self, r: usize, out: OutPtr, at: usize, group: std::ops::Range<usize>) {
         let band = self.band;
         let src = &self.buf[r * band.rows_axis.stride * band.row_len..];
         #[cfg(target_arch = "x86_64")]
@@ -257,6 +269,7 @@ impl Job<'_> {
                 self.clamp,
                 out.0,
                 (at, self.out_plane, self.channels),
+                group,
                 self.ow,
             );
         }

@@ -3,19 +3,21 @@
 //! time, each tap one vector load per column vector and one broadcast weight per channel.
 
 use std::arch::x86_64::*;
+use std::ops::Range;
 
 use super::few_channels_block::{MAX_VECTORS, OC_BLOCK};
 use super::row_band::{Clamp, ClampKind, LANES};
 
-/// One output row (`ow` columns) of every channel `c < channels`: `out[at + c * plane + j] =
-/// clamp(bias[c] + sum over taps t of weights[(c / OC_BLOCK * taps + t) * OC_BLOCK + c %
-/// OC_BLOCK] * src[taps[t] + j])`. A register block of [`OC_BLOCK`] channels x up to
-/// [`MAX_VECTORS`] column vectors at a time, each block of channels finishing its whole row
-/// before the next (written in one go, its cache lines are filled once).
+/// One output row (`ow` columns) of channels `c` in `block` (which starts on a multiple of
+/// [`OC_BLOCK`]), `c < channels`: `out[at + c * plane + j] = clamp(bias[c] + sum over taps t of
+/// weights[(c / OC_BLOCK * taps + t) * OC_BLOCK + c % OC_BLOCK] * src[taps[t] + j])`. A register
+/// block of [`OC_BLOCK`] channels x up to [`MAX_VECTORS`] column vectors at a time, each block
+/// of channels finishing its whole row before the next (written in one go, its cache lines are
+/// filled once).
 ///
 /// # Safety
 /// AVX-512F is available; every tap offset is at most `reach`; `out + at + c * plane` is valid
-/// for `ow` writes for every channel, written by no other thread meanwhile.
+/// for `ow` writes for every channel of the block, written by no other thread meanwhile.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn row(
@@ -26,6 +28,7 @@ pub(super) unsafe fn row(
     clamp: Clamp,
     out: *mut f32,
     (at, plane, channels): (usize, usize, usize),
+    block: Range<usize>,
     ow: usize,
 ) {
     let vectors = ow.div_ceil(LANES);
@@ -33,6 +36,7 @@ pub(super) unsafe fn row(
     assert!(reach + vectors * LANES <= src.len());
     assert!(weights.len() >= channels.div_ceil(OC_BLOCK) * taps.len() * OC_BLOCK);
     assert!(bias.is_none_or(|b| b.len() >= channels));
+    assert!(block.start % OC_BLOCK == 0 && block.end <= channels);
     let args = Args {
         src: src.as_ptr(),
         taps,
@@ -45,7 +49,7 @@ pub(super) unsafe fn row(
         channels,
     };
     let chunks = vectors.div_ceil(MAX_VECTORS);
-    for oc0 in (0..channels).step_by(OC_BLOCK) {
+    for oc0 in block.step_by(OC_BLOCK) {
         let mut v0 = 0;
         for k in 0..chunks {
             // Chunks as even as possible: the first `vectors % chunks` get one more.
