@@ -20,18 +20,24 @@ pub fn global_average_pool_f32(
     input_dims: &[usize],
     out: &mut [f32],
 ) -> KernelResult<()> {
-    global_average_pool(input, input_dims, out)
+    global_average_pool(input, input_dims, out, 1)
 }
 
-/// Mean of each plane (NaN for an empty plane: 0 / 0).
+/// Mean of each plane (NaN for an empty plane: 0 / 0), on up to `threads` threads.
 pub fn global_average_pool<T: Float>(
     input: &[T],
     input_dims: &[usize],
     out: &mut [T],
+    threads: usize,
 ) -> KernelResult<()> {
-    reduce_planes("GlobalAveragePool", input, input_dims, out, |plane| {
-        plane_sum(plane, |x| x) / T::from_usize(plane.len())
-    })
+    reduce_planes(
+        "GlobalAveragePool",
+        input,
+        input_dims,
+        out,
+        threads,
+        |plane| plane_sum(plane, |x| x) / T::from_usize(plane.len()),
+    )
 }
 
 /// GlobalMaxPool in `f32`. See [`global_max_pool`].
@@ -40,16 +46,18 @@ pub fn global_max_pool_f32(
     input_dims: &[usize],
     out: &mut [f32],
 ) -> KernelResult<()> {
-    global_max_pool(input, input_dims, out)
+    global_max_pool(input, input_dims, out, 1)
 }
 
-/// Maximum of each plane; NaN propagates; an empty plane gives the lowest value.
+/// Maximum of each plane; NaN propagates; an empty plane gives the lowest value. On up to
+/// `threads` threads.
 pub fn global_max_pool<T: Float>(
     input: &[T],
     input_dims: &[usize],
     out: &mut [T],
+    threads: usize,
 ) -> KernelResult<()> {
-    reduce_planes("GlobalMaxPool", input, input_dims, out, |plane| {
+    reduce_planes("GlobalMaxPool", input, input_dims, out, threads, |plane| {
         let mut best = match plane.first() {
             Some(&x) => x,
             None => return T::LOWEST,
@@ -73,19 +81,21 @@ pub fn global_lp_pool_f32(
     norm: u32,
     out: &mut [f32],
 ) -> KernelResult<()> {
-    global_lp_pool(input, input_dims, norm, out)
+    global_lp_pool(input, input_dims, norm, out, 1)
 }
 
-/// `(sum |x|^norm)^(1/norm)` of each plane; `norm` (ONNX `p`) must be at least 1.
+/// `(sum |x|^norm)^(1/norm)` of each plane; `norm` (ONNX `p`) must be at least 1. On up to
+/// `threads` threads.
 pub fn global_lp_pool<T: Float>(
     input: &[T],
     input_dims: &[usize],
     norm: u32,
     out: &mut [T],
+    threads: usize,
 ) -> KernelResult<()> {
     const OP: &str = "GlobalLpPool";
     let power: LpPower = lp_power(OP, norm)?;
-    reduce_planes(OP, input, input_dims, out, |plane| {
+    reduce_planes(OP, input, input_dims, out, threads, |plane| {
         power.root(plane_sum(plane, |x| power.raise(x)))
     })
 }
@@ -116,16 +126,38 @@ fn reduce_planes<T: Float>(
     input: &[T],
     input_dims: &[usize],
     out: &mut [T],
-    reduce: impl Fn(&[T]) -> T,
+    threads: usize,
+    reduce: impl Fn(&[T]) -> T + Sync,
 ) -> KernelResult<()> {
     let (planes, plane_len) = planes(op, input_dims)?;
     check_len(op, "input", input.len(), planes * plane_len)?;
     check_len(op, "output", out.len(), planes)?;
-    for (i, y) in out.iter_mut().enumerate() {
-        *y = reduce(&input[i * plane_len..(i + 1) * plane_len]);
-    }
+    for_each_plane(input, plane_len, out, threads, reduce);
     Ok(())
 }
+
+/// `out[i] = reduce(plane i of input)` (planes of `plane_len`; lengths checked by the caller).
+/// With threads, each takes one contiguous run of planes, the same on every run: the
+/// convolution before a network's final pool splits its output channels the same way, so
+/// each core reduces the planes already in its cache (on one core, the other half came from
+/// the other core's cache and two threads were slower than one).
+pub(crate) fn for_each_plane<T: Float>(
+    input: &[T],
+    plane_len: usize,
+    out: &mut [T],
+    threads: usize,
+    reduce: impl Fn(&[T]) -> T + Sync,
+) {
+    let one = |i: usize, y: &mut T| *y = reduce(&input[i * plane_len..][..plane_len]);
+    if threads > 1 && out.len().saturating_mul(plane_len) >= PARALLEL_MIN_ELEMENTS {
+        crate::parallel::for_each_chunk_mut_pinned(out, 1, |i, y| one(i, &mut y[0]));
+    } else {
+        out.iter_mut().enumerate().for_each(|(i, y)| one(i, y));
+    }
+}
+
+/// Below this many input elements the planes are reduced on the calling thread.
+const PARALLEL_MIN_ELEMENTS: usize = 1 << 15;
 
 /// Sum of `f(x)` with eight independent accumulators: the compiler may not reorder float adds,
 /// so this is what lets the loop vectorize, and it also shortens the rounding chain.
@@ -192,6 +224,32 @@ mod tests {
                 });
                 assert_close_within(&out, &expected, 1e-4, &format!("lp{q}"));
             }
+        }
+    }
+
+    /// Split over threads (planes in runs per thread), the pools give the one-thread bits.
+    #[test]
+    fn threads_give_the_same_planes() {
+        let mut rng = Rng::new(22);
+        // 2 x 67 planes of 17 x 15: past the split threshold, an odd plane count.
+        let dims = [2, 67, 17, 15];
+        let input = rng.vec(dims.iter().product());
+        let planes = dims[0] * dims[1];
+        for threads in [2, 3] {
+            let pool = crate::parallel::ThreadPool::new(threads).unwrap();
+            crate::parallel::install(&pool, || {
+                let (mut one, mut many) = (vec![0.0; planes], vec![0.0; planes]);
+                global_average_pool(&input, &dims, &mut one, 1).unwrap();
+                global_average_pool(&input, &dims, &mut many, threads).unwrap();
+                assert_eq!(one, many, "avg, {threads} threads");
+                global_max_pool(&input, &dims, &mut one, 1).unwrap();
+                global_max_pool(&input, &dims, &mut many, threads).unwrap();
+                assert_eq!(one, many, "max, {threads} threads");
+                global_lp_pool(&input, &dims, 2, &mut one, 1).unwrap();
+                global_lp_pool(&input, &dims, 2, &mut many, threads).unwrap();
+                assert_eq!(one, many, "lp, {threads} threads");
+                assert!(one.iter().all(|v| *v != 0.0), "every plane written");
+            });
         }
     }
 

@@ -406,9 +406,9 @@ impl Kernel for GlobalPoolKernel {
         let mut wo = out.write::<f32>()?;
         let output = wo.as_mut_slice().ok_or_else(not_contiguous)?;
         match self.op.kind {
-            PoolKind::Average => global_average_pool(input, x.dims(), output)?,
-            PoolKind::Max => global_max_pool(input, x.dims(), output)?,
-            PoolKind::Lp => global_lp_pool(input, x.dims(), self.op.p, output)?,
+            PoolKind::Average => global_average_pool(input, x.dims(), output, io.threads)?,
+            PoolKind::Max => global_max_pool(input, x.dims(), output, io.threads)?,
+            PoolKind::Lp => global_lp_pool(input, x.dims(), self.op.p, output, io.threads)?,
         }
         Ok(())
     }

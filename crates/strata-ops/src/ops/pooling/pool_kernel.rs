@@ -16,7 +16,7 @@ use crate::kernels::error::{KernelError, KernelResult};
 use crate::kernels::float::Float;
 use crate::kernels::spatial::{check_len, Dims, WindowAttrs, WindowGeometry};
 use crate::ops::convolution::depthwise::window_sums;
-use crate::ops::pooling::global_pool::plane_sum;
+use crate::ops::pooling::global_pool::{for_each_plane, plane_sum};
 use crate::support::strided::advance_index;
 
 /// An element MaxPool can compute in: ordered, with a lowest value (what a window lying wholly in
@@ -212,9 +212,9 @@ pub fn average_pool<T: Float + Pod>(
         && g.pads_begin.iter().chain(&g.pads_end).all(|&p| p == 0)
     {
         let count = T::from_usize(g.in_len);
-        for (y, plane) in out.iter_mut().zip(input.chunks_exact(g.in_len)) {
-            *y = plane_sum(plane, |x| x) / count;
-        }
+        for_each_plane(input, g.in_len, out, threads, |plane| {
+            plane_sum(plane, |x| x) / count
+        });
         return Ok(());
     }
     // 1-D and 2-D windows: sums on the depthwise convolution's kernel (unit taps), then each
