@@ -36,7 +36,7 @@ pub(super) unsafe fn row(
     assert!(reach + vectors * LANES <= src.len());
     assert!(weights.len() >= channels.div_ceil(OC_BLOCK) * taps.len() * OC_BLOCK);
     assert!(bias.is_none_or(|b| b.len() >= channels));
-    assert!(block.start % OC_BLOCK == 0 && block.end <= channels);
+    assert!(block.start.is_multiple_of(OC_BLOCK) && block.end <= channels);
     let args = Args {
         src: src.as_ptr(),
         taps,
