@@ -73,23 +73,26 @@ pub(crate) fn capable(input_dims: &[usize], weight_dims: &[usize], p: &ConvParam
         && ones(&p.dilations)
 }
 
-/// The variant that pays for these dims, if one does. Measured per layer against im2col + GEMM
-/// (AVX-512, one thread and two, both variants forced on each): F(4x4) won from 16 of its tiles
-/// and 32 input channels (256 channels at 14x14: 1571 -> 877 us at one thread, 910 -> 563 at two;
-/// F(2x2) there 1013 / 564), and lost below (512 channels at 7x7, 4 tiles: 1764 -> 2547 us).
-/// F(2x2) takes the smaller planes F(4x4) leaves, from 16 of its tiles and 64 input channels
-/// (512 at 7x7: 1764 -> 1274 us, two threads 983 -> 924). Neither pays on 16 input channels
-/// (16 -> 64 at 55x55: F(4x4) 408 against 393 us, F(2x2) 623): the products are too shallow.
+/// The variant that pays for these dims, if one does. Measured per node inside ResNet-50 and
+/// SqueezeNet (AVX-512, one thread and two, each variant forced on every layer), where weights
+/// come from memory rather than cache: a layer run alone keeps its transformed weights cached
+/// and flatters the larger ones. F(4x4)'s weights are four times the original and are streamed
+/// once per band, so it needs many tiles to reuse them: it pays from 40 tiles (28x28 and up)
+/// and lost at 14x14 (16 tiles: 256 channels 1.69 -> 1.86 ms) and 7x7. F(2x2) has weights 16/9
+/// of the original and four times the tiles: at 14x14 (49 tiles, 256 channels) 1.69 -> 1.47 ms
+/// at one thread, 1.03 -> 0.95 at two; at 13x13 64 -> 256 even at one thread and 0.23 -> 0.20
+/// ms at two; at 7x7 (16 tiles, 512 channels) 2.1 -> 3.0 ms, too few tiles for its weights.
+/// Thin layers (16 to 48 input channels) give either variant's products too little depth.
 pub fn variant(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) -> Option<Variant> {
     if !capable(input_dims, weight_dims, p) {
         return None;
     }
     let f4 = Geometry::new(input_dims, weight_dims, p, Variant::F4x4)?;
-    if f4.tiles_y * f4.tiles_x >= 16 && f4.in_channels >= 32 && f4.out_channels >= 32 {
+    if f4.tiles_y * f4.tiles_x >= 40 && f4.in_channels >= 64 && f4.out_channels >= 32 {
         return Some(Variant::F4x4);
     }
     let f2 = Geometry::new(input_dims, weight_dims, p, Variant::F2x2)?;
-    (f2.tiles_y * f2.tiles_x >= 16 && f2.in_channels >= 64 && f2.out_channels >= 32)
+    (f2.tiles_y * f2.tiles_x >= 36 && f2.in_channels >= 64 && f2.out_channels >= 32)
         .then_some(Variant::F2x2)
 }
 
@@ -865,7 +868,7 @@ mod tests {
         }
     }
 
-    /// The plan-time choice: F(4x4) from 16 of its tiles, F(2x2) on the smaller planes, neither
+    /// The plan-time choice: F(4x4) on large planes, F(2x2) on the 13x13 and 14x14 ones, neither
     /// where the layer is too thin or the geometry is not 3x3 stride 1.
     #[test]
     fn variants_are_chosen_by_plane_and_depth() {
@@ -876,8 +879,11 @@ mod tests {
         };
         let pick = |c: usize, m: usize, hw: usize| variant(&[1, c, hw, hw], &[m, c, 3, 3], &p);
         assert_eq!(pick(64, 64, 56), Some(Variant::F4x4));
-        assert_eq!(pick(256, 256, 14), Some(Variant::F4x4));
-        assert_eq!(pick(512, 512, 7), Some(Variant::F2x2));
+        assert_eq!(pick(128, 128, 28), Some(Variant::F4x4));
+        assert_eq!(pick(256, 256, 14), Some(Variant::F2x2));
+        assert_eq!(pick(64, 256, 13), Some(Variant::F2x2));
+        assert_eq!(pick(512, 512, 7), None);
+        assert_eq!(pick(48, 192, 13), None);
         assert_eq!(pick(16, 64, 55), None);
         let strided = ConvParams {
             strides: vec![2, 2],
