@@ -327,8 +327,9 @@ fn prepack<T: Element + GemmFloat>(
     Ok(prepack_conv_weights(x_dims, values, weight.dims(), params)?)
 }
 
-/// A constant f32 3x3 stride-1 weight transformed for Winograd's F(4x4, 3x3), when the planned
-/// dims make it pay (see `winograd::pays`); it then replaces the packed weight for every run.
+/// A constant f32 3x3 stride-1 weight transformed for Winograd's F(2x2, 3x3) or F(4x4, 3x3),
+/// when the planned dims make one pay (see `winograd::variant`); it then replaces the packed
+/// weight for every run.
 fn winograd_weights(
     inputs: &[&Fact],
     planned: &Option<(Vec<usize>, ConvParams)>,
@@ -337,14 +338,16 @@ fn winograd_weights(
         return Ok(None);
     };
     let w_dims = weight.dims();
-    if !winograd::pays(x_dims, w_dims, params) {
+    let Some(variant) = winograd::variant(x_dims, w_dims, params) else {
         return Ok(None);
-    }
+    };
     let read = weight.read::<f32>()?;
     let Some(values) = read.as_slice() else {
         return Ok(None);
     };
-    Ok(Some(WinogradWeights::new(values, w_dims[0], w_dims[1])?))
+    Ok(Some(WinogradWeights::new(
+        values, w_dims[0], w_dims[1], variant,
+    )?))
 }
 
 /// A constant f32 weight reordered for the direct few-input-channel kernel, when the planned

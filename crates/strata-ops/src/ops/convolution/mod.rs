@@ -1,5 +1,5 @@
 //! Convolution in one place: Conv (im2col + GEMM kernels in `conv_kernel` / `im2col`, the direct
-//! depthwise kernels in `depthwise` (per plane) and `depthwise_blocked` (channel blocks), Winograd F(4x4, 3x3) for 3x3 stride-1 layers in `winograd`, a direct kernel for layers with few input channels in `few_channels`),
+//! depthwise kernels in `depthwise` (per plane) and `depthwise_blocked` (channel blocks), Winograd F(2x2, 3x3) and F(4x4, 3x3) for 3x3 stride-1 layers in `winograd`, a direct kernel for layers with few input channels in `few_channels`),
 //! ConvTranspose (GEMM then the `col2im_fold`), DeformConv, the Col2Im operator, and the integer
 //! convolutions ConvInteger and QLinearConv on `integer_conv_kernel`.
 
@@ -36,6 +36,7 @@ mod row_band;
 #[cfg(target_arch = "x86_64")]
 mod row_band_avx512;
 pub mod winograd;
+mod winograd_transforms;
 
 use crate::OpTable;
 

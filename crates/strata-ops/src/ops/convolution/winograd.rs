@@ -1,19 +1,23 @@
-//! 3x3 stride-1 convolutions through Winograd's minimal filtering, F(4x4, 3x3) (Lavin & Gray,
-//! "Fast Algorithms for Convolutional Neural Networks", 2016).
+//! 3x3 stride-1 convolutions through Winograd's minimal filtering, F(2x2, 3x3) or F(4x4, 3x3)
+//! (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks", 2016; the matrices are in
+//! `winograd_transforms`).
 //!
-//! Every 4x4 output tile comes from a 6x6 input tile: `Y = Aᵀ [U ⊙ V] A` with `U = G g Gᵀ` the
-//! transformed 3x3 kernel (once, at plan time) and `V = Bᵀ d B` the transformed input tile.
-//! Summed over input channels, the element-wise product becomes 36 independent products, one
-//! per position `e` of the 6x6 tile: `M[e] (tiles x out channels) = V[e] (tiles x in channels)
-//! · U[e] (in x out channels)`, so 36 multiply-adds per tile and channel pair replace the direct
-//! 144 (16 outputs x 9 taps). The tiles are the rows of the products, so the register tile's
-//! columns run over output channels (multiples of its width in real networks) whatever the
-//! image size, and `U[e]` is prepacked as the B operand.
+//! Every `TILE x TILE` output tile comes from an `ALPHA x ALPHA` input tile (`ALPHA = TILE + 2`):
+//! `Y = Aᵀ [U ⊙ V] A` with `U = G g Gᵀ` the transformed 3x3 kernel (once, at plan time) and
+//! `V = Bᵀ d B` the transformed input tile. Summed over input channels, the element-wise product
+//! becomes `ALPHA²` independent products, one per position `e` of the transformed tile: `M[e]
+//! (tiles x out channels) = V[e] (tiles x in channels) · U[e] (in x out channels)`. F(4x4) does
+//! 36 multiply-adds per tile and channel pair where the direct path does 144 (16 outputs x 9
+//! taps); F(2x2) does 16 where it does 36, with 4x more, smaller tiles, so small planes still
+//! give the products enough rows. The tiles are the rows of the products, so the register
+//! tile's columns run over output channels (multiples of its width in real networks) whatever
+//! the image size, and `U[e]` is prepacked as the B operand.
 //!
 //! Tiles are processed a band of tile rows at a time, sized so the transformed band stays in
 //! cache between the three steps. With threads, each takes its own run of bands through all
-//! three steps and the epilogue (no step reads what another core wrote). Transforms gather and scatter per tile with the arithmetic
-//! vectorized over [`LANES`] tiles (input) or output channels (output).
+//! three steps and the epilogue (no step reads what another core wrote). Transforms gather and
+//! scatter per tile with the arithmetic vectorized over [`LANES`] tiles (input) or output
+//! channels (output). Which variant a layer runs is chosen at plan time ([`variant`]).
 
 use std::marker::PhantomData;
 
@@ -23,31 +27,40 @@ use crate::kernels::simd::multiversion;
 use crate::kernels::Activation;
 
 use super::conv_kernel::ConvParams;
+use super::winograd_transforms::{kernel_transform, F2x2, F4x4, Transforms, LANES};
 
 const OP: &str = "Conv";
-/// Output tile edge.
-const TILE: usize = 4;
-/// Input tile edge: output tile plus kernel minus one.
-const ALPHA: usize = 6;
-/// Positions of the transformed 6x6 tile: one product each.
-const POSITIONS: usize = ALPHA * ALPHA;
-/// Tiles (input transform) or channels (output transform) per vector step.
-const LANES: usize = 16;
 /// About this many tiles per band.
 const BAND_TILES: usize = 128;
-/// The transforms work in f32 only; `multiversion!` compiles generic functions, so they take
-/// the element type as a marker.
-const F32: PhantomData<f32> = PhantomData;
 
-/// `G`, the kernel transform (6 x 3).
-const G: [[f64; 3]; ALPHA] = [
-    [1.0 / 4.0, 0.0, 0.0],
-    [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
-    [-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
-    [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
-    [1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
-    [0.0, 0.0, 1.0],
-];
+/// Which minimal filtering algorithm a layer runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    /// F(2x2, 3x3): 4x4 input tiles, 16 products.
+    F2x2,
+    /// F(4x4, 3x3): 6x6 input tiles, 36 products.
+    F4x4,
+}
+
+impl Variant {
+    /// Output tile edge.
+    pub const fn tile(self) -> usize {
+        match self {
+            Variant::F2x2 => 2,
+            Variant::F4x4 => 4,
+        }
+    }
+
+    /// Input tile edge: output tile plus kernel minus one.
+    const fn alpha(self) -> usize {
+        self.tile() + 2
+    }
+
+    /// Positions of the transformed tile: one product each.
+    const fn positions(self) -> usize {
+        self.alpha() * self.alpha()
+    }
+}
 
 /// The geometry this path computes: 2-D, 3x3 kernel, stride 1, dilation 1, one group.
 pub(crate) fn capable(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) -> bool {
@@ -60,34 +73,46 @@ pub(crate) fn capable(input_dims: &[usize], weight_dims: &[usize], p: &ConvParam
         && ones(&p.dilations)
 }
 
-/// Whether the transform pays for these dims, as measured on ResNet-50 and SqueezeNet layers
-/// (one thread, AVX-512): the transformed weight is four times the original and is streamed
-/// once per band, so a band needs enough tiles to reuse it (14x14 outputs, 16 tiles, ran 25%
-/// slower than the direct path), and thin layers (16 or 32 input channels) give the products
-/// too little depth to beat im2col.
-pub(crate) fn pays(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) -> bool {
-    capable(input_dims, weight_dims, p)
-        && Geometry::new(input_dims, weight_dims, p).is_some_and(|g| {
-            g.tiles_y * g.tiles_x >= 40 && g.in_channels >= 64 && g.out_channels >= 32
-        })
+/// The variant that pays for these dims, if one does. Measured per node inside ResNet-50 and
+/// SqueezeNet (AVX-512, one thread and two, each variant forced on every layer), where weights
+/// come from memory rather than cache: a layer run alone keeps its transformed weights cached
+/// and flatters the larger ones. F(4x4)'s weights are four times the original and are streamed
+/// once per band, so it needs many tiles to reuse them: it pays from 40 tiles (28x28 and up)
+/// and lost at 14x14 (16 tiles: 256 channels 1.69 -> 1.86 ms) and 7x7. F(2x2) has weights 16/9
+/// of the original and four times the tiles: at 14x14 (49 tiles, 256 channels) 1.69 -> 1.47 ms
+/// at one thread, 1.03 -> 0.95 at two; at 13x13 64 -> 256 even at one thread and 0.23 -> 0.20
+/// ms at two; at 7x7 (16 tiles, 512 channels) 2.1 -> 3.0 ms, too few tiles for its weights.
+/// Thin layers (16 to 48 input channels) give either variant's products too little depth.
+pub fn variant(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) -> Option<Variant> {
+    if !capable(input_dims, weight_dims, p) {
+        return None;
+    }
+    let f4 = Geometry::new(input_dims, weight_dims, p, Variant::F4x4)?;
+    if f4.tiles_y * f4.tiles_x >= 40 && f4.in_channels >= 64 && f4.out_channels >= 32 {
+        return Some(Variant::F4x4);
+    }
+    let f2 = Geometry::new(input_dims, weight_dims, p, Variant::F2x2)?;
+    (f2.tiles_y * f2.tiles_x >= 36 && f2.in_channels >= 64 && f2.out_channels >= 32)
+        .then_some(Variant::F2x2)
 }
 
-/// Elements of scratch one run needs (0 for a geometry the path does not compute).
+/// Elements of scratch one run needs (0 for a geometry the path does not compute): room for
+/// either variant, as a kernel built for one runs it for whatever dims come.
 pub(crate) fn scratch_len(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) -> usize {
     if !capable(input_dims, weight_dims, p) {
         return 0;
     }
-    Geometry::new(input_dims, weight_dims, p).map_or(0, |g| {
-        // An even number of tile rows (one more than the image has at most), so two threads
-        // each get half of a band's rows.
-        let rows = g.band_rows().next_multiple_of(2);
-        POSITIONS * rows * g.tiles_x * (g.in_channels + g.out_channels)
-    })
+    [Variant::F2x2, Variant::F4x4]
+        .into_iter()
+        .map(|v| Geometry::new(input_dims, weight_dims, p, v).map_or(0, |g| g.scratch_len()))
+        .max()
+        .unwrap_or(0)
 }
 
-/// Output and tile dims of one convolution.
+/// Output and tile dims of one convolution under one variant.
 #[derive(Debug, Clone, Copy)]
 struct Geometry {
+    variant: Variant,
     batch: usize,
     in_channels: usize,
     out_channels: usize,
@@ -102,12 +127,18 @@ struct Geometry {
 }
 
 impl Geometry {
-    fn new(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) -> Option<Geometry> {
+    fn new(
+        input_dims: &[usize],
+        weight_dims: &[usize],
+        p: &ConvParams,
+        variant: Variant,
+    ) -> Option<Geometry> {
         let pad = |v: &[usize], i: usize| v.get(i).copied().unwrap_or(0);
         let (in_h, in_w) = (input_dims[2], input_dims[3]);
         let out_h = (in_h + pad(&p.pads_begin, 0) + pad(&p.pads_end, 0)).checked_sub(2)?;
         let out_w = (in_w + pad(&p.pads_begin, 1) + pad(&p.pads_end, 1)).checked_sub(2)?;
         (weight_dims[1] == input_dims[1] && out_h > 0 && out_w > 0).then_some(Geometry {
+            variant,
             batch: input_dims[0],
             in_channels: input_dims[1],
             out_channels: weight_dims[0],
@@ -117,8 +148,8 @@ impl Geometry {
             out_w,
             pad_top: pad(&p.pads_begin, 0),
             pad_left: pad(&p.pads_begin, 1),
-            tiles_y: out_h.div_ceil(TILE),
-            tiles_x: out_w.div_ceil(TILE),
+            tiles_y: out_h.div_ceil(variant.tile()),
+            tiles_x: out_w.div_ceil(variant.tile()),
         })
     }
 
@@ -126,23 +157,40 @@ impl Geometry {
     fn band_rows(&self) -> usize {
         (BAND_TILES / self.tiles_x).clamp(1, self.tiles_y)
     }
+
+    /// Scratch elements of one tile row: its transformed inputs and its products.
+    fn row_len(&self) -> usize {
+        self.variant.positions() * self.tiles_x * (self.in_channels + self.out_channels)
+    }
+
+    /// Scratch elements of a run: an even number of band rows (one more than the image has at
+    /// most), so two threads each get half of a band's rows.
+    fn scratch_len(&self) -> usize {
+        self.band_rows().next_multiple_of(2) * self.row_len()
+    }
 }
 
-/// A 3x3 kernel transformed and packed for the 36 products: `U[e]` (in x out channels) as the
-/// B operand of position `e`'s product. Held by the plan in Persistent memory.
+/// A 3x3 kernel transformed and packed for the products of its [`Variant`]: `U[e]` (in x out
+/// channels) as the B operand of position `e`'s product. Held by the plan in Persistent memory.
 #[derive(Debug)]
 pub struct WinogradWeights {
+    variant: Variant,
     positions: Vec<Prepacked<f32>>,
     in_channels: usize,
     out_channels: usize,
 }
 
 impl WinogradWeights {
-    /// Transforms `weight` (`[out, in, 3, 3]`, contiguous) in f64 and packs it.
-    pub fn new(weight: &[f32], out_channels: usize, in_channels: usize) -> KernelResult<Self> {
+    /// Transforms `weight` (`[out, in, 3, 3]`, contiguous) for `variant` in f64 and packs it.
+    pub fn new(
+        weight: &[f32],
+        out_channels: usize,
+        in_channels: usize,
+        variant: Variant,
+    ) -> KernelResult<Self> {
         let pairs = out_channels
             .checked_mul(in_channels)
-            .filter(|&n| n.checked_mul(9) == Some(weight.len()))
+            .filter(|&n| n > 0 && n.checked_mul(9) == Some(weight.len()))
             .ok_or_else(|| KernelError::InvalidParam {
                 op: OP,
                 param: "weight",
@@ -152,18 +200,17 @@ impl WinogradWeights {
                 ),
             })?;
         // U[e] as out x in, row-major: element (c, m) of the B operand at m * in + c.
-        let mut u = vec![0.0f32; POSITIONS * pairs];
+        let mut u = vec![0.0f32; variant.positions() * pairs];
         for (pair, g) in weight.chunks_exact(9).enumerate() {
-            let mut gg = [[0.0f64; 3]; ALPHA]; // G g
-            for (i, row) in gg.iter_mut().enumerate() {
-                for (j, v) in row.iter_mut().enumerate() {
-                    *v = (0..3).map(|k| G[i][k] * f64::from(g[k * 3 + j])).sum();
+            let mut put = |e: usize, v: f64| u[e * pairs + pair] = v as f32;
+            match variant {
+                Variant::F2x2 => {
+                    let t = kernel_transform(&<F2x2 as Transforms<4, 2>>::G, g);
+                    t.iter().flatten().enumerate().for_each(|(e, &v)| put(e, v));
                 }
-            }
-            for i in 0..ALPHA {
-                for j in 0..ALPHA {
-                    let v: f64 = (0..3).map(|k| gg[i][k] * G[j][k]).sum();
-                    u[(i * ALPHA + j) * pairs + pair] = v as f32;
+                Variant::F4x4 => {
+                    let t = kernel_transform(&<F4x4 as Transforms<6, 4>>::G, g);
+                    t.iter().flatten().enumerate().for_each(|(e, &v)| put(e, v));
                 }
             }
         }
@@ -172,10 +219,16 @@ impl WinogradWeights {
             .map(|ue| Prepacked::b(in_channels, out_channels, ue, (1, in_channels as isize)))
             .collect::<KernelResult<Vec<_>>>()?;
         Ok(WinogradWeights {
+            variant,
             positions,
             in_channels,
             out_channels,
         })
+    }
+
+    /// The variant the weights were transformed for.
+    pub fn variant(&self) -> Variant {
+        self.variant
     }
 
     /// Bytes of the packed transforms.
@@ -200,14 +253,16 @@ pub(crate) fn conv(
     threads: usize,
 ) -> KernelResult<()> {
     let weight_dims = [weights.out_channels, weights.in_channels, 3, 3];
-    let g =
-        Geometry::new(input_dims, &weight_dims, p).ok_or_else(|| KernelError::InvalidParam {
+    let variant = weights.variant;
+    let g = Geometry::new(input_dims, &weight_dims, p, variant).ok_or_else(|| {
+        KernelError::InvalidParam {
             op: OP,
             param: "input",
             reason: format!(
                 "dims {input_dims:?} do not fit the transformed {weight_dims:?} weight"
             ),
-        })?;
+        }
+    })?;
     let need = scratch_len(input_dims, &weight_dims, p);
     if scratch.len() < need {
         return Err(KernelError::BufferLength {
@@ -217,6 +272,7 @@ pub(crate) fn conv(
             actual: scratch.len(),
         });
     }
+    let (positions, tile) = (variant.positions(), variant.tile());
     let (c, m) = (g.in_channels, g.out_channels);
     let (in_plane, out_plane) = (g.in_h * g.in_w, g.out_h * g.out_w);
     let schedule = Schedule::new(&g, scratch.len(), threads);
@@ -238,19 +294,23 @@ pub(crate) fn conv(
                 }
                 let (ty0, rows) = schedule.band(band);
                 let tiles = rows * g.tiles_x;
-                let (v, rest) = scratch.split_at_mut(POSITIONS * tiles * c);
-                let products = &mut rest[..POSITIONS * tiles * m];
-                // V: per input channel, 36 rows of `tiles` (position e's A operand is tiles x
-                // c with strides (1, 36 * tiles)).
-                for (ch, vc) in v.chunks_exact_mut(POSITIONS * tiles).enumerate() {
-                    transform_input(F32, &x[ch * in_plane..][..in_plane], &g, ty0, rows, vc);
+                let (v, rest) = scratch.split_at_mut(positions * tiles * c);
+                let products = &mut rest[..positions * tiles * m];
+                // V: per input channel, one row of `tiles` per position (position e's A operand
+                // is tiles x c with strides (1, positions * tiles)).
+                for (ch, vc) in v.chunks_exact_mut(positions * tiles).enumerate() {
+                    let x = &x[ch * in_plane..][..in_plane];
+                    match variant {
+                        Variant::F2x2 => transform_input(PhantomData::<F2x2>, x, &g, ty0, rows, vc),
+                        Variant::F4x4 => transform_input(PhantomData::<F4x4>, x, &g, ty0, rows, vc),
+                    }
                 }
                 for (e, me) in products.chunks_exact_mut(tiles * m).enumerate() {
                     gemm_prepacked(
                         &weights.positions[e],
                         tiles,
                         &v[e * tiles..],
-                        (1, (POSITIONS * tiles) as isize),
+                        (1, (positions * tiles) as isize),
                         me,
                         (m as isize, 1),
                         1.0,
@@ -260,8 +320,8 @@ pub(crate) fn conv(
                 }
                 // The band's output rows of every plane, then bias, residual and activation
                 // on them while they are in cache.
-                let oy0 = ty0 * TILE;
-                let oy1 = ((ty0 + rows) * TILE).min(g.out_h);
+                let oy0 = ty0 * tile;
+                let oy1 = ((ty0 + rows) * tile).min(g.out_h);
                 let run = (oy1 - oy0) * g.out_w;
                 for m0 in (0..m).step_by(LANES) {
                     let lanes = LANES.min(m - m0);
@@ -274,9 +334,29 @@ pub(crate) fn conv(
                         // band writes, and no other slice made here overlaps it.
                         *plane = unsafe { y.slice(at, run) };
                     }
-                    transform_output(F32, products, &g, ty0, rows, m0, &mut planes[..lanes]);
+                    let planes = &mut planes[..lanes];
+                    match variant {
+                        Variant::F2x2 => transform_output(
+                            PhantomData::<F2x2>,
+                            products,
+                            &g,
+                            ty0,
+                            rows,
+                            m0,
+                            planes,
+                        ),
+                        Variant::F4x4 => transform_output(
+                            PhantomData::<F4x4>,
+                            products,
+                            &g,
+                            ty0,
+                            rows,
+                            m0,
+                            planes,
+                        ),
+                    }
                     if epilogue {
-                        for (l, plane) in planes[..lanes].iter_mut().enumerate() {
+                        for (l, plane) in planes.iter_mut().enumerate() {
                             let ch = m0 + l;
                             let at = ch * out_plane + oy0 * g.out_w;
                             let r = residual.map(|r| &r[at..][..run]);
@@ -316,8 +396,7 @@ impl Schedule {
     /// As many parts as threads (when each part of `scratch_len` holds a tile row), with bands
     /// as tall as a part holds, their count a multiple of the parts.
     fn new(g: &Geometry, scratch_len: usize, threads: usize) -> Self {
-        let row = POSITIONS * g.tiles_x * (g.in_channels + g.out_channels);
-        let fit = scratch_len / row.max(1);
+        let fit = scratch_len / g.row_len().max(1);
         let parts = threads.min(fit).min(g.tiles_y).max(1);
         let rows = (fit / parts).clamp(1, g.tiles_y);
         let bands = g
@@ -365,109 +444,63 @@ impl OutPtr {
     }
 }
 
-/// `Bᵀ z` for the six values `z` (one lane each of [`LANES`] tiles).
-#[inline(always)]
-fn bt(z: &[[f32; LANES]; ALPHA]) -> [[f32; LANES]; ALPHA] {
-    let mut o = [[0.0f32; LANES]; ALPHA];
-    for l in 0..LANES {
-        let [z0, z1, z2, z3, z4, z5] = [z[0][l], z[1][l], z[2][l], z[3][l], z[4][l], z[5][l]];
-        o[0][l] = 4.0 * z0 - 5.0 * z2 + z4;
-        o[1][l] = -4.0 * z1 - 4.0 * z2 + z3 + z4;
-        o[2][l] = 4.0 * z1 - 4.0 * z2 - z3 + z4;
-        o[3][l] = -2.0 * z1 - z2 + 2.0 * z3 + z4;
-        o[4][l] = 2.0 * z1 - z2 - 2.0 * z3 + z4;
-        o[5][l] = 4.0 * z1 - 5.0 * z3 + z5;
-    }
-    o
+/// A variant as the one type parameter `multiversion!` takes: its band transforms, inlined into
+/// each target's copy.
+trait BandTransforms {
+    fn input(x: &[f32], g: &Geometry, ty0: usize, rows: usize, v: &mut [f32]);
+    fn output(
+        products: &[f32],
+        g: &Geometry,
+        ty0: usize,
+        rows: usize,
+        m0: usize,
+        planes: &mut [&mut [f32]],
+    );
 }
 
-/// `Aᵀ z` for the six values `z` (one lane each of [`LANES`] channels).
-#[inline(always)]
-fn at(z: &[[f32; LANES]; ALPHA]) -> [[f32; LANES]; TILE] {
-    let mut o = [[0.0f32; LANES]; TILE];
-    for l in 0..LANES {
-        let [z0, z1, z2, z3, z4, z5] = [z[0][l], z[1][l], z[2][l], z[3][l], z[4][l], z[5][l]];
-        o[0][l] = z0 + z1 + z2 + z3 + z4;
-        o[1][l] = z1 - z2 + 2.0 * z3 - 2.0 * z4;
-        o[2][l] = z1 + z2 + 4.0 * z3 + 4.0 * z4;
-        o[3][l] = z1 - z2 + 8.0 * z3 - 8.0 * z4 + z5;
+impl BandTransforms for F2x2 {
+    #[inline(always)]
+    fn input(x: &[f32], g: &Geometry, ty0: usize, rows: usize, v: &mut [f32]) {
+        input_band::<4, 2, F2x2>(x, g, ty0, rows, v)
     }
-    o
+    #[inline(always)]
+    fn output(p: &[f32], g: &Geometry, ty0: usize, rows: usize, m0: usize, y: &mut [&mut [f32]]) {
+        output_band::<4, 2, F2x2>(p, g, ty0, rows, m0, y)
+    }
+}
+
+impl BandTransforms for F4x4 {
+    #[inline(always)]
+    fn input(x: &[f32], g: &Geometry, ty0: usize, rows: usize, v: &mut [f32]) {
+        input_band::<6, 4, F4x4>(x, g, ty0, rows, v)
+    }
+    #[inline(always)]
+    fn output(p: &[f32], g: &Geometry, ty0: usize, rows: usize, m0: usize, y: &mut [&mut [f32]]) {
+        output_band::<6, 4, F4x4>(p, g, ty0, rows, m0, y)
+    }
 }
 
 multiversion! {
     /// One input channel's tiles of the band (tile rows `ty0..ty0 + rows`): `v[e * tiles + t]`
     /// is position `e` of tile `t`'s `Bᵀ d B`, the padding read as zeros.
-    fn transform_input<T: crate::kernels::float::Float>(
-        _f32: PhantomData<T>,
+    fn transform_input<V: BandTransforms>(
+        _variant: PhantomData<V>,
         x: &[f32],
         g: &Geometry,
         ty0: usize,
         rows: usize,
         v: &mut [f32],
     ) {
-        let tiles = rows * g.tiles_x;
-        let at = |iy: isize, ix: isize| -> f32 {
-            if iy >= 0 && ix >= 0 && (iy as usize) < g.in_h && (ix as usize) < g.in_w {
-                x[iy as usize * g.in_w + ix as usize]
-            } else {
-                0.0
-            }
-        };
-        let mut t0 = 0;
-        while t0 < tiles {
-            let lanes = LANES.min(tiles - t0);
-            // d[r][k][lane]: the 6x6 input tile of each lane's tile.
-            let mut d = [[[0.0f32; LANES]; ALPHA]; ALPHA];
-            for lane in 0..lanes {
-                let t = t0 + lane;
-                let (ty, tx) = (ty0 + t / g.tiles_x, t % g.tiles_x);
-                let iy0 = (ty * TILE) as isize - g.pad_top as isize;
-                let ix0 = (tx * TILE) as isize - g.pad_left as isize;
-                let inside = iy0 >= 0
-                    && ix0 >= 0
-                    && iy0 as usize + ALPHA <= g.in_h
-                    && ix0 as usize + ALPHA <= g.in_w;
-                if inside {
-                    // Most tiles: six whole rows of six, no edge tests.
-                    let first = iy0 as usize * g.in_w + ix0 as usize;
-                    for (r, row) in d.iter_mut().enumerate() {
-                        let src: &[f32; ALPHA] =
-                            x[first + r * g.in_w..][..ALPHA].try_into().expect("six columns");
-                        for (col, &value) in row.iter_mut().zip(src) {
-                            col[lane] = value;
-                        }
-                    }
-                    continue;
-                }
-                for (r, row) in d.iter_mut().enumerate() {
-                    for (k, col) in row.iter_mut().enumerate() {
-                        col[lane] = at(iy0 + r as isize, ix0 + k as isize);
-                    }
-                }
-            }
-            // Rows, then columns: w[r] = Bᵀ d[r] (along k), V[.][j] = Bᵀ w[.][j] (along r).
-            let w: [[[f32; LANES]; ALPHA]; ALPHA] = std::array::from_fn(|r| bt(&d[r]));
-            let columns: [[[f32; LANES]; ALPHA]; ALPHA] =
-                std::array::from_fn(|j| std::array::from_fn(|r| w[r][j]));
-            for (j, column) in columns.iter().enumerate() {
-                let transformed = bt(column);
-                for (i, values) in transformed.iter().enumerate() {
-                    let e = i * ALPHA + j;
-                    v[e * tiles + t0..][..lanes].copy_from_slice(&values[..lanes]);
-                }
-            }
-            t0 += lanes;
-        }
+        V::input(x, g, ty0, rows, v)
     }
 }
 
 multiversion! {
     /// Output channels `m0..m0 + planes.len()` (at most [`LANES`]) of the band's tiles: `Aᵀ M
-    /// A` of the 36 products of each tile, clipped at the image's edge. `planes[l]` holds the
-    /// band's output rows (from `ty0 * TILE`) of channel `m0 + l`.
-    fn transform_output<T: crate::kernels::float::Float>(
-        _f32: PhantomData<T>,
+    /// A` of each tile's products, clipped at the image's edge. `planes[l]` holds the band's
+    /// output rows (from `ty0 * TILE`) of channel `m0 + l`.
+    fn transform_output<V: BandTransforms>(
+        _variant: PhantomData<V>,
         products: &[f32],
         g: &Geometry,
         ty0: usize,
@@ -475,38 +508,116 @@ multiversion! {
         m0: usize,
         planes: &mut [&mut [f32]],
     ) {
-        let m = g.out_channels;
-        let tiles = rows * g.tiles_x;
-        let lanes = planes.len();
-        for t in 0..tiles {
+        V::output(products, g, ty0, rows, m0, planes)
+    }
+}
+
+/// [`transform_input`] for tiles of `ALPHA x ALPHA` inputs and `TILE x TILE` outputs.
+#[inline(always)]
+fn input_band<const ALPHA: usize, const TILE: usize, V: Transforms<ALPHA, TILE>>(
+    x: &[f32],
+    g: &Geometry,
+    ty0: usize,
+    rows: usize,
+    v: &mut [f32],
+) {
+    let tiles = rows * g.tiles_x;
+    let at = |iy: isize, ix: isize| -> f32 {
+        if iy >= 0 && ix >= 0 && (iy as usize) < g.in_h && (ix as usize) < g.in_w {
+            x[iy as usize * g.in_w + ix as usize]
+        } else {
+            0.0
+        }
+    };
+    let mut t0 = 0;
+    while t0 < tiles {
+        let lanes = LANES.min(tiles - t0);
+        // d[r][k][lane]: the input tile of each lane's tile.
+        let mut d = [[[0.0f32; LANES]; ALPHA]; ALPHA];
+        for lane in 0..lanes {
+            let t = t0 + lane;
             let (ty, tx) = (ty0 + t / g.tiles_x, t % g.tiles_x);
-            // z[i][j][lane]: position (i, j) of this tile's products for each channel.
-            let mut z = [[[0.0f32; LANES]; ALPHA]; ALPHA];
-            for (i, row) in z.iter_mut().enumerate() {
-                for (j, values) in row.iter_mut().enumerate() {
-                    let e = i * ALPHA + j;
-                    values[..lanes].copy_from_slice(&products[(e * tiles + t) * m + m0..][..lanes]);
+            let iy0 = (ty * TILE) as isize - g.pad_top as isize;
+            let ix0 = (tx * TILE) as isize - g.pad_left as isize;
+            let inside = iy0 >= 0
+                && ix0 >= 0
+                && iy0 as usize + ALPHA <= g.in_h
+                && ix0 as usize + ALPHA <= g.in_w;
+            if inside {
+                // Most tiles: whole rows, no edge tests.
+                let first = iy0 as usize * g.in_w + ix0 as usize;
+                for (r, row) in d.iter_mut().enumerate() {
+                    let src: &[f32; ALPHA] = x[first + r * g.in_w..][..ALPHA]
+                        .try_into()
+                        .expect("ALPHA columns");
+                    for (col, &value) in row.iter_mut().zip(src) {
+                        col[lane] = value;
+                    }
+                }
+                continue;
+            }
+            for (r, row) in d.iter_mut().enumerate() {
+                for (k, col) in row.iter_mut().enumerate() {
+                    col[lane] = at(iy0 + r as isize, ix0 + k as isize);
                 }
             }
-            // Rows: s[i] = Aᵀ z[i] (along j); then columns: Y[.][q] = Aᵀ s[.][q] (along i).
-            let s: [[[f32; LANES]; TILE]; ALPHA] = std::array::from_fn(|i| at(&z[i]));
-            let columns: [[[f32; LANES]; ALPHA]; TILE] =
-                std::array::from_fn(|q| std::array::from_fn(|i| s[i][q]));
-            for (q, column) in columns.iter().enumerate() {
-                let ox = tx * TILE + q;
-                if ox >= g.out_w {
+        }
+        // Rows, then columns: w[r] = Bᵀ d[r] (along k), V[.][j] = Bᵀ w[.][j] (along r).
+        let w: [[[f32; LANES]; ALPHA]; ALPHA] = std::array::from_fn(|r| V::bt(&d[r]));
+        let columns: [[[f32; LANES]; ALPHA]; ALPHA] =
+            std::array::from_fn(|j| std::array::from_fn(|r| w[r][j]));
+        for (j, column) in columns.iter().enumerate() {
+            let transformed = V::bt(column);
+            for (i, values) in transformed.iter().enumerate() {
+                let e = i * ALPHA + j;
+                v[e * tiles + t0..][..lanes].copy_from_slice(&values[..lanes]);
+            }
+        }
+        t0 += lanes;
+    }
+}
+
+/// [`transform_output`] for tiles of `ALPHA x ALPHA` products and `TILE x TILE` outputs.
+#[inline(always)]
+fn output_band<const ALPHA: usize, const TILE: usize, V: Transforms<ALPHA, TILE>>(
+    products: &[f32],
+    g: &Geometry,
+    ty0: usize,
+    rows: usize,
+    m0: usize,
+    planes: &mut [&mut [f32]],
+) {
+    let m = g.out_channels;
+    let tiles = rows * g.tiles_x;
+    let lanes = planes.len();
+    for t in 0..tiles {
+        let (ty, tx) = (ty0 + t / g.tiles_x, t % g.tiles_x);
+        // z[i][j][lane]: position (i, j) of this tile's products for each channel.
+        let mut z = [[[0.0f32; LANES]; ALPHA]; ALPHA];
+        for (i, row) in z.iter_mut().enumerate() {
+            for (j, values) in row.iter_mut().enumerate() {
+                let e = i * ALPHA + j;
+                values[..lanes].copy_from_slice(&products[(e * tiles + t) * m + m0..][..lanes]);
+            }
+        }
+        // Rows: s[i] = Aᵀ z[i] (along j); then columns: Y[.][q] = Aᵀ s[.][q] (along i).
+        let s: [[[f32; LANES]; TILE]; ALPHA] = std::array::from_fn(|i| V::at(&z[i]));
+        let columns: [[[f32; LANES]; ALPHA]; TILE] =
+            std::array::from_fn(|q| std::array::from_fn(|i| s[i][q]));
+        for (q, column) in columns.iter().enumerate() {
+            let ox = tx * TILE + q;
+            if ox >= g.out_w {
+                break;
+            }
+            let y = V::at(column);
+            for (p, values) in y.iter().enumerate() {
+                let oy = ty * TILE + p;
+                if oy >= g.out_h {
                     break;
                 }
-                let y = at(column);
-                for (p, values) in y.iter().enumerate() {
-                    let oy = ty * TILE + p;
-                    if oy >= g.out_h {
-                        break;
-                    }
-                    let at = (oy - ty0 * TILE) * g.out_w + ox;
-                    for (plane, &value) in planes.iter_mut().zip(&values[..lanes]) {
-                        plane[at] = value;
-                    }
+                let at = (oy - ty0 * TILE) * g.out_w + ox;
+                for (plane, &value) in planes.iter_mut().zip(&values[..lanes]) {
+                    plane[at] = value;
                 }
             }
         }
@@ -536,12 +647,18 @@ mod tests {
         post: Activation::Relu,
     };
 
-    /// Winograd against the direct path on one geometry, on a pool of `threads`.
+    const VARIANTS: [Variant; 2] = [Variant::F2x2, Variant::F4x4];
+
+    /// Both variants against the direct path on one geometry, on a pool of `threads`.
     fn check(n: usize, c: usize, m: usize, h: usize, w: usize, pads: [usize; 4], threads: usize) {
-        check_with(n, c, m, (h, w), pads, threads, FULL);
+        for variant in VARIANTS {
+            check_with(variant, n, c, m, (h, w), pads, threads, FULL);
+        }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn check_with(
+        variant: Variant,
         n: usize,
         c: usize,
         m: usize,
@@ -579,7 +696,7 @@ mod tests {
             1,
         )
         .unwrap();
-        let packed = WinogradWeights::new(&weight, m, c).unwrap();
+        let packed = WinogradWeights::new(&weight, m, c, variant).unwrap();
         let mut scratch = vec![0.0; scratch_len(&x_dims, &w_dims, &p)];
         let mut got = vec![f32::NAN; len];
         let pool = crate::parallel::ThreadPool::new(threads).unwrap();
@@ -601,7 +718,8 @@ mod tests {
         for (i, (a, b)) in got.iter().zip(&expected).enumerate() {
             assert!(
                 (a - b).abs() <= 1e-5 * scale.max(1.0) * (c as f32).sqrt(),
-                "{n}x{c}x{h}x{w} -> {m}, pads {pads:?}, {threads} threads: element {i}: {a} vs {b}"
+                "{variant:?} {n}x{c}x{h}x{w} -> {m}, pads {pads:?}, {threads} threads: \
+                 element {i}: {a} vs {b}"
             );
         }
     }
@@ -643,9 +761,27 @@ mod tests {
                 residual,
                 post,
             };
-            for threads in [1, 2, 3] {
-                check_with(1, 19, 21, (23, 17), [1, 1, 1, 1], threads, epilogue);
-                check_with(2, 24, 32, (20, 26), [1, 1, 1, 1], threads, epilogue);
+            for (variant, threads) in VARIANTS.into_iter().flat_map(|v| [(v, 1), (v, 2), (v, 3)]) {
+                check_with(
+                    variant,
+                    1,
+                    19,
+                    21,
+                    (23, 17),
+                    [1, 1, 1, 1],
+                    threads,
+                    epilogue,
+                );
+                check_with(
+                    variant,
+                    2,
+                    24,
+                    32,
+                    (20, 26),
+                    [1, 1, 1, 1],
+                    threads,
+                    epilogue,
+                );
             }
         }
     }
@@ -665,65 +801,97 @@ mod tests {
                 pads_end: vec![1, 1],
                 ..ConvParams::default()
             };
-            let g = Geometry::new(&x_dims, &w_dims, &p).unwrap();
-            let len = scratch_len(&x_dims, &w_dims, &p);
-            for threads in 1..=4 {
-                let s = Schedule::new(&g, len, threads);
-                assert!(s.parts >= 1 && s.parts <= threads);
-                let mut next = 0;
-                for t in 0..s.parts {
-                    for band in s.bands_of(t) {
-                        let (ty0, rows) = s.band(band);
-                        assert_eq!(ty0, next);
-                        assert!(rows >= 1);
-                        let need = POSITIONS * rows * g.tiles_x * (c + m);
-                        assert!(need <= len / s.parts, "{h}x{w}: band {band} needs {need}");
-                        next += rows;
+            for variant in VARIANTS {
+                let g = Geometry::new(&x_dims, &w_dims, &p, variant).unwrap();
+                let len = scratch_len(&x_dims, &w_dims, &p);
+                for threads in 1..=4 {
+                    let s = Schedule::new(&g, len, threads);
+                    assert!(s.parts >= 1 && s.parts <= threads);
+                    let mut next = 0;
+                    for t in 0..s.parts {
+                        for band in s.bands_of(t) {
+                            let (ty0, rows) = s.band(band);
+                            assert_eq!(ty0, next);
+                            assert!(rows >= 1);
+                            let need = variant.positions() * rows * g.tiles_x * (c + m);
+                            assert!(need <= len / s.parts, "{h}x{w}: band {band} needs {need}");
+                            next += rows;
+                        }
                     }
+                    assert_eq!(next, g.tiles_y);
                 }
-                assert_eq!(next, g.tiles_y);
-            }
-            // Two threads split the rows in two when a part holds half of them.
-            let s = Schedule::new(&g, len, 2);
-            if g.tiles_y >= 2 && g.band_rows() >= g.tiles_y {
-                assert_eq!((s.parts, s.bands), (2, 2));
+                // Two threads split the rows in two when a part holds half of them.
+                let s = Schedule::new(&g, len, 2);
+                if g.tiles_y >= 2 && g.band_rows() >= g.tiles_y && len == g.scratch_len() {
+                    assert_eq!((s.parts, s.bands), (2, 2));
+                }
             }
         }
     }
 
     #[test]
     fn mismatched_inputs_are_errors() {
-        let packed = WinogradWeights::new(&values(4 * 3 * 9, 0.0), 4, 3).unwrap();
+        for variant in VARIANTS {
+            let packed = WinogradWeights::new(&values(4 * 3 * 9, 0.0), 4, 3, variant).unwrap();
+            let p = ConvParams {
+                pads_begin: vec![1, 1],
+                pads_end: vec![1, 1],
+                ..ConvParams::default()
+            };
+            let mut out = vec![0.0; 4 * 64];
+            let err = conv(
+                &values(5 * 64, 0.0),
+                &[1, 5, 8, 8],
+                &packed,
+                &p,
+                None,
+                None,
+                &mut out,
+                &mut [],
+                1,
+            );
+            assert!(err.is_err());
+            let err = conv(
+                &values(3 * 64, 0.0),
+                &[1, 3, 8, 8],
+                &packed,
+                &p,
+                None,
+                None,
+                &mut out,
+                &mut [],
+                1,
+            );
+            assert!(matches!(err, Err(KernelError::BufferLength { .. })));
+            assert!(WinogradWeights::new(&[0.0; 10], 4, 3, variant).is_err());
+            assert!(WinogradWeights::new(&[], 0, 3, variant).is_err());
+        }
+    }
+
+    /// The plan-time choice: F(4x4) on large planes, F(2x2) on the 13x13 and 14x14 ones, neither
+    /// where the layer is too thin or the geometry is not 3x3 stride 1.
+    #[test]
+    fn variants_are_chosen_by_plane_and_depth() {
         let p = ConvParams {
             pads_begin: vec![1, 1],
             pads_end: vec![1, 1],
             ..ConvParams::default()
         };
-        let mut out = vec![0.0; 4 * 64];
-        let err = conv(
-            &values(5 * 64, 0.0),
-            &[1, 5, 8, 8],
-            &packed,
-            &p,
-            None,
-            None,
-            &mut out,
-            &mut [],
-            1,
+        let pick = |c: usize, m: usize, hw: usize| variant(&[1, c, hw, hw], &[m, c, 3, 3], &p);
+        assert_eq!(pick(64, 64, 56), Some(Variant::F4x4));
+        assert_eq!(pick(128, 128, 28), Some(Variant::F4x4));
+        assert_eq!(pick(256, 256, 14), Some(Variant::F2x2));
+        assert_eq!(pick(64, 256, 13), Some(Variant::F2x2));
+        assert_eq!(pick(512, 512, 7), None);
+        assert_eq!(pick(48, 192, 13), None);
+        assert_eq!(pick(16, 64, 55), None);
+        let strided = ConvParams {
+            strides: vec![2, 2],
+            ..p.clone()
+        };
+        assert_eq!(
+            variant(&[1, 256, 14, 14], &[256, 256, 3, 3], &strided),
+            None
         );
-        assert!(err.is_err());
-        let err = conv(
-            &values(3 * 64, 0.0),
-            &[1, 3, 8, 8],
-            &packed,
-            &p,
-            None,
-            None,
-            &mut out,
-            &mut [],
-            1,
-        );
-        assert!(matches!(err, Err(KernelError::BufferLength { .. })));
-        assert!(WinogradWeights::new(&[0.0; 10], 4, 3).is_err());
     }
 }
