@@ -453,10 +453,14 @@ fn apply_step(step: &ScoreStep<'_>, row: &mut [f32], bi: usize, hi: usize, qi: u
             fill,
         } => {
             let at = cond.offset(bi, hi, qi, k0);
-            let st = cond.strides[3];
-            for (j, s) in row.iter_mut().enumerate() {
-                if (cond.data[at + j * st] != 0) != *keep_when {
-                    *s = *fill;
+            match cond.strides[3] {
+                1 => select_row(row, &cond.data[at..at + row.len()], *keep_when, *fill),
+                st => {
+                    for (j, s) in row.iter_mut().enumerate() {
+                        if (cond.data[at + j * st] != 0) != *keep_when {
+                            *s = *fill;
+                        }
+                    }
                 }
             }
         }
@@ -467,6 +471,16 @@ row_kernel! {
     /// `dst = src * factor`.
     fn scale_into(dst: &mut [f32], src: &[f32], factor: f32) {
         dst.iter_mut().zip(src).for_each(|(d, &s)| *d = s * factor);
+    }
+}
+
+row_kernel! {
+    /// `row[j] = fill` where `(cond[j] != 0) != keep_when` (written as a select of every
+    /// element, so it vectorizes).
+    fn select_row(row: &mut [f32], cond: &[u8], keep_when: bool, fill: f32) {
+        row.iter_mut()
+            .zip(cond)
+            .for_each(|(s, &c)| *s = if (c != 0) == keep_when { *s } else { fill });
     }
 }
 
@@ -722,6 +736,87 @@ mod tests {
             let plain = Sdpa { steps: &[], ..p };
             close(&run(&plain, 2), &reference(&plain));
         }
+    }
+
+    #[test]
+    fn whole_heads_and_query_blocks_agree_around_the_size_rule() {
+        // (b, h, sq, sk, d, dv, runs whole): at and just past each limit of the rule, odd head
+        // dims; with 2 workers, 3 heads are too few for whole-head tasks and split in blocks.
+        let cases = [
+            (1, 3, 256, 256, 7, 5, true),
+            (1, 3, 257, 255, 7, 5, false),
+            (2, 1, 64, 1024, 9, 3, true),
+            (2, 1, 64, 1025, 9, 3, false),
+            (1, 4, 3, 1, 1, 2, true),
+        ];
+        for &(b, h, sq, sk, d, dv, whole) in &cases {
+            assert_eq!(whole_head::fits(sq, sk), whole, "{sq} x {sk}");
+            let q = random(b * h * sq * d, 31);
+            let k = random(b * h * sk * d, 32);
+            let v = random(b * h * sk * dv, 33);
+            let mask = random(b * sk, 34);
+            // Query row 1 masks out every key: zeros with the guard.
+            let cond: Vec<u8> = (0..sq * sk).map(|x| u8::from(x / sk != 1)).collect();
+            let steps = [
+                ScoreStep::Add(View4 {
+                    data: &mask,
+                    dims: [b, h, sq, sk],
+                    strides: [sk, 0, 0, 1],
+                }),
+                ScoreStep::Select {
+                    cond: View4 {
+                        data: &cond,
+                        dims: [b, h, sq, sk],
+                        strides: [0, 0, sk, 1],
+                    },
+                    keep_when: true,
+                    fill: f32::NEG_INFINITY,
+                },
+            ];
+            for causal in [false, true] {
+                let p = Sdpa {
+                    q: View4 {
+                        data: &q,
+                        dims: [b, h, sq, d],
+                        strides: contiguous([b, h, sq, d]),
+                    },
+                    k: View4 {
+                        data: &k,
+                        dims: [b, h, sk, d],
+                        strides: contiguous([b, h, sk, d]),
+                    },
+                    v: View4 {
+                        data: &v,
+                        dims: [b, h, sk, dv],
+                        strides: contiguous([b, h, sk, dv]),
+                    },
+                    scale: 0.7,
+                    steps: &steps,
+                    causal,
+                    zero_empty_rows: true,
+                };
+                let want = reference(&p);
+                for threads in 1..=3 {
+                    let pool = parallel::ThreadPool::new(threads).unwrap();
+                    let got = parallel::install(&pool, || run(&p, threads));
+                    close(&got, &want);
+                    if sq > 1 {
+                        assert!(got[dv..2 * dv].iter().all(|&x| x == 0.0));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn whole_head_tasks_need_enough_heads_for_the_workers() {
+        assert!(whole_head::balanced(12, 2));
+        assert!(whole_head::balanced(5, 2));
+        assert!(whole_head::balanced(1, 1));
+        assert!(whole_head::balanced(7, 0));
+        assert!(!whole_head::balanced(3, 2));
+        assert!(!whole_head::balanced(1, 2));
+        assert!(!whole_head::balanced(4, 3));
     }
 
     #[test]
