@@ -1,6 +1,7 @@
 //! Times the fused attention kernel on BERT-base's shapes (12 heads of 64, 128 tokens) with
 //! Q/K/V head-major and packed as the projections write them, with and without a key mask.
-//! `cargo run --release -p strata-ops --example sdpa_timing [THREADS] [Q,K SPREAD]`.
+//! `cargo run --release -p strata-ops --example sdpa_timing [THREADS] [Q,K SPREAD] [TOKENS]`
+//! (128 tokens unless given).
 
 use std::time::Instant;
 
@@ -25,7 +26,11 @@ fn main() {
         .and_then(|t| t.parse().ok())
         .unwrap_or(1);
     let pool = ThreadPool::new(threads).expect("pool");
-    let (h, s, d) = (12, 128, 64);
+    let s: usize = std::env::args()
+        .nth(3)
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(128);
+    let (h, d) = (12, 64);
     let hd = h * d;
     // Scores spread as in a model with random weights (differences far past exp's range).
     let spread: f32 = std::env::args()

@@ -8,6 +8,10 @@
 //! second GEMM adds the block's probabilities times V to an accumulator of `QB x Dv` floats. The
 //! full `[heads, q, k]` score tensor is never written. Q, K, V, masks and the output are read and
 //! written through strides, so head split/merge transposes cost nothing.
+//!
+//! Short sequences ([`whole_head::fits`]) take one task per (batch, head) instead
+//! ([`whole_head`]): the head's whole score matrix fits in the slot, so each of the two products
+//! packs its operands once per head, and the softmax needs no rescaling.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -16,6 +20,10 @@ use super::error::{KernelError, KernelResult};
 use super::gemm::gemm;
 use crate::parallel;
 use crate::support::fast_math;
+
+#[cfg(target_arch = "x86_64")]
+mod rows_avx512;
+mod whole_head;
 
 const OP: &str = "FusedAttention";
 
@@ -99,10 +107,16 @@ pub struct Sdpa<'a> {
     pub zero_empty_rows: bool,
 }
 
-/// Scratch floats one participant needs for `sq` query rows, `sk` keys and value width `dv`.
+/// Scratch floats one participant needs for `sq` query rows, `sk` keys and value width `dv`
+/// (enough for either path: which one runs also depends on the thread count).
 pub fn sdpa_slot_len(sq: usize, sk: usize, dv: usize) -> usize {
     let (qb, kb) = (QB.min(sq.max(1)), KB.min(sk.max(1)));
-    qb * kb + qb * dv + 2 * qb
+    let blocks = qb * kb + qb * dv + 2 * qb;
+    if whole_head::fits(sq, sk) {
+        blocks.max(whole_head::slot_len(sq, sk, dv))
+    } else {
+        blocks
+    }
 }
 
 /// A raw pointer shared by the pool's participants; each writes only its own elements.
@@ -226,13 +240,12 @@ pub fn sdpa_f32(
             actual: scratch.len(),
         });
     }
-    let qb = QB.min(sq);
+    let workers = slots.min(threads.max(1)).min(parallel::threads());
+    let whole = whole_head::fits(sq, sk) && whole_head::balanced(b * h, workers);
+    let qb = if whole { sq } else { QB.min(sq) };
     let blocks = sq.div_ceil(qb);
     let tasks = b * h * blocks;
-    let participants = slots
-        .min(threads.max(1))
-        .min(parallel::threads())
-        .min(tasks);
+    let participants = workers.min(tasks);
     let next = AtomicUsize::new(0);
     let failure: Mutex<Option<KernelError>> = Mutex::new(None);
     let out_ptr = Shared(out.as_mut_ptr());
@@ -252,7 +265,12 @@ pub fn sdpa_f32(
             let (bi, hi) = (bh / h, bh % h);
             let q0 = block * qb;
             let rows = qb.min(sq - q0);
-            if let Err(e) = tile(p, bi, hi, q0, rows, work, out_ptr, out_strides) {
+            let done = if whole {
+                whole_head::head(p, bi, hi, work, out_ptr, out_strides)
+            } else {
+                tile(p, bi, hi, q0, rows, work, out_ptr, out_strides)
+            };
+            if let Err(e) = done {
                 if let Ok(mut f) = failure.lock() {
                     f.get_or_insert(e);
                 }
@@ -377,6 +395,24 @@ fn tile(
             1,
         )?;
     }
+    write_rows(p, bi, hi, q0, acc, sum, out, out_strides);
+    Ok(())
+}
+
+/// Writes rows `acc` (`dv` wide, each over its softmax sum `sum[i]`) as output rows `q0..` of
+/// head (`bi`, `hi`).
+#[allow(clippy::too_many_arguments)]
+fn write_rows(
+    p: &Sdpa<'_>,
+    bi: usize,
+    hi: usize,
+    q0: usize,
+    acc: &[f32],
+    sum: &[f32],
+    out: Shared,
+    out_strides: [usize; 4],
+) {
+    let dv = p.v.dims[3];
     for (i, row) in acc.chunks_exact(dv).enumerate() {
         let inv = if p.zero_empty_rows && sum[i] == 0.0 {
             0.0
@@ -397,7 +433,6 @@ fn tile(
             unsafe { out.get().add(base + j * out_strides[3]).write(a * inv) };
         }
     }
-    Ok(())
 }
 
 fn apply_step(step: &ScoreStep<'_>, row: &mut [f32], bi: usize, hi: usize, qi: usize, k0: usize) {
@@ -418,10 +453,14 @@ fn apply_step(step: &ScoreStep<'_>, row: &mut [f32], bi: usize, hi: usize, qi: u
             fill,
         } => {
             let at = cond.offset(bi, hi, qi, k0);
-            let st = cond.strides[3];
-            for (j, s) in row.iter_mut().enumerate() {
-                if (cond.data[at + j * st] != 0) != *keep_when {
-                    *s = *fill;
+            match cond.strides[3] {
+                1 => select_row(row, &cond.data[at..at + row.len()], *keep_when, *fill),
+                st => {
+                    for (j, s) in row.iter_mut().enumerate() {
+                        if (cond.data[at + j * st] != 0) != *keep_when {
+                            *s = *fill;
+                        }
+                    }
                 }
             }
         }
@@ -436,15 +475,35 @@ row_kernel! {
 }
 
 row_kernel! {
+    /// `row[j] = fill` where `(cond[j] != 0) != keep_when` (written as a select of every
+    /// element, so it vectorizes).
+    fn select_row(row: &mut [f32], cond: &[u8], keep_when: bool, fill: f32) {
+        row.iter_mut()
+            .zip(cond)
+            .for_each(|(s, &c)| *s = if (c != 0) == keep_when { *s } else { fill });
+    }
+}
+
+row_kernel! {
     /// `row += mask`.
     fn add_row(row: &mut [f32], mask: &[f32]) {
         row.iter_mut().zip(mask).for_each(|(s, m)| *s += m);
     }
 }
 
+/// The row's maximum (NaN if any element is NaN, as Softmax gives NaN then).
+fn row_max(row: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512F was detected on this CPU just now.
+        return unsafe { rows_avx512::row_max(row) };
+    }
+    row_max_lanes(row)
+}
+
 row_kernel! {
-    /// The row's maximum (NaN if any element is NaN, as Softmax gives NaN then).
-    fn row_max(row: &[f32]) -> f32 {
+    /// [`row_max`] as a row loop the compiler vectorizes (AVX2 and portable builds).
+    fn row_max_lanes(row: &[f32]) -> f32 {
         let mut lanes = [f32::NEG_INFINITY; 16];
         let mut nan = false;
         let chunks = row.chunks_exact(16);
@@ -489,9 +548,19 @@ fn exp_flushed(x: f32) -> f32 {
     f32::from_bits(fast_math::exp(clamped).to_bits() & keep)
 }
 
+/// `row = exp(row - shift)`, flushed as [`exp_flushed`]; returns the sum.
+fn exp_shifted(row: &mut [f32], shift: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512F was detected on this CPU just now.
+        return unsafe { rows_avx512::exp_shifted(row, shift) };
+    }
+    exp_shifted_lanes(row, shift)
+}
+
 row_kernel! {
-    /// `row = exp(row - shift)`; returns the sum.
-    fn exp_shifted(row: &mut [f32], shift: f32) -> f32 {
+    /// [`exp_shifted`] as a row loop the compiler vectorizes (AVX2 and portable builds).
+    fn exp_shifted_lanes(row: &mut [f32], shift: f32) -> f32 {
         let mut lanes = [0.0f32; 16];
         let mut chunks = row.chunks_exact_mut(16);
         for c in &mut chunks {
@@ -670,6 +739,87 @@ mod tests {
     }
 
     #[test]
+    fn whole_heads_and_query_blocks_agree_around_the_size_rule() {
+        // (b, h, sq, sk, d, dv, runs whole): at and just past each limit of the rule, odd head
+        // dims; with 2 workers, 3 heads are too few for whole-head tasks and split in blocks.
+        let cases = [
+            (1, 3, 256, 256, 7, 5, true),
+            (1, 3, 257, 255, 7, 5, false),
+            (2, 1, 64, 1024, 9, 3, true),
+            (2, 1, 64, 1025, 9, 3, false),
+            (1, 4, 3, 1, 1, 2, true),
+        ];
+        for &(b, h, sq, sk, d, dv, whole) in &cases {
+            assert_eq!(whole_head::fits(sq, sk), whole, "{sq} x {sk}");
+            let q = random(b * h * sq * d, 31);
+            let k = random(b * h * sk * d, 32);
+            let v = random(b * h * sk * dv, 33);
+            let mask = random(b * sk, 34);
+            // Query row 1 masks out every key: zeros with the guard.
+            let cond: Vec<u8> = (0..sq * sk).map(|x| u8::from(x / sk != 1)).collect();
+            let steps = [
+                ScoreStep::Add(View4 {
+                    data: &mask,
+                    dims: [b, h, sq, sk],
+                    strides: [sk, 0, 0, 1],
+                }),
+                ScoreStep::Select {
+                    cond: View4 {
+                        data: &cond,
+                        dims: [b, h, sq, sk],
+                        strides: [0, 0, sk, 1],
+                    },
+                    keep_when: true,
+                    fill: f32::NEG_INFINITY,
+                },
+            ];
+            for causal in [false, true] {
+                let p = Sdpa {
+                    q: View4 {
+                        data: &q,
+                        dims: [b, h, sq, d],
+                        strides: contiguous([b, h, sq, d]),
+                    },
+                    k: View4 {
+                        data: &k,
+                        dims: [b, h, sk, d],
+                        strides: contiguous([b, h, sk, d]),
+                    },
+                    v: View4 {
+                        data: &v,
+                        dims: [b, h, sk, dv],
+                        strides: contiguous([b, h, sk, dv]),
+                    },
+                    scale: 0.7,
+                    steps: &steps,
+                    causal,
+                    zero_empty_rows: true,
+                };
+                let want = reference(&p);
+                for threads in 1..=3 {
+                    let pool = parallel::ThreadPool::new(threads).unwrap();
+                    let got = parallel::install(&pool, || run(&p, threads));
+                    close(&got, &want);
+                    if sq > 1 {
+                        assert!(got[dv..2 * dv].iter().all(|&x| x == 0.0));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn whole_head_tasks_need_enough_heads_for_the_workers() {
+        assert!(whole_head::balanced(12, 2));
+        assert!(whole_head::balanced(5, 2));
+        assert!(whole_head::balanced(1, 1));
+        assert!(whole_head::balanced(7, 0));
+        assert!(!whole_head::balanced(3, 2));
+        assert!(!whole_head::balanced(1, 2));
+        assert!(!whole_head::balanced(4, 3));
+    }
+
+    #[test]
     fn exp_flushes_below_the_normal_range_and_keeps_nan() {
         // Just above the cut: a normal number close to e^x; below it (and far below): exactly 0,
         // never a subnormal.
@@ -688,10 +838,83 @@ mod tests {
         // The vectorized row form agrees with the scalar one, lane by lane and in the tail.
         let mut row: Vec<f32> = (0..19).map(|i| -10.0 * i as f32).collect();
         let want: Vec<f32> = row.iter().map(|&x| exp_flushed(x - 5.0)).collect();
-        let sum = exp_shifted(&mut row, 5.0);
+        let sum = exp_shifted_lanes(&mut row, 5.0);
         assert_eq!(row, want);
         assert!((sum - want.iter().sum::<f32>()).abs() <= 1e-6 * sum);
         assert_eq!(row[9..].iter().filter(|&&x| x == 0.0).count(), 10);
+    }
+
+    #[test]
+    fn the_dispatched_row_max_matches_the_lane_loop_at_every_length() {
+        let mut rng = Rng::new(22);
+        for len in 0..50 {
+            let row: Vec<f32> = rng.vec(len).iter().map(|x| x * 100.0).collect();
+            assert_eq!(
+                row_max(&row).to_bits(),
+                row_max_lanes(&row).to_bits(),
+                "{len}"
+            );
+            for at in [0, len / 2, len.saturating_sub(1)] {
+                if len > 0 {
+                    let mut r = row.clone();
+                    r[at] = f32::NAN;
+                    assert!(
+                        row_max(&r).is_nan() && row_max_lanes(&r).is_nan(),
+                        "{len} {at}"
+                    );
+                    r[at] = 1e30;
+                    assert_eq!(row_max(&r), 1e30, "{len} {at}");
+                }
+            }
+        }
+        assert_eq!(row_max(&[]), f32::NEG_INFINITY);
+        assert_eq!(row_max(&[f32::NEG_INFINITY; 20]), f32::NEG_INFINITY);
+    }
+
+    #[test]
+    fn the_dispatched_exp_row_matches_the_scalar_one_at_every_length() {
+        // Whole vectors and tails, values across the range, the flush cut and NaN: within two
+        // ulps of `exp_flushed` (the AVX-512 form rounds through FMAs), exactly 0 below the cut,
+        // never a subnormal, and only the row's own elements written.
+        let mut rng = Rng::new(21);
+        for len in 0..50 {
+            let mut row: Vec<f32> = rng.vec(len).iter().map(|x| x * 60.0 - 40.0).collect();
+            if len > 3 {
+                row[1] = -87.25 + 3.0;
+                row[2] = -87.35 + 3.0;
+                row[3] = f32::NEG_INFINITY;
+            }
+            if len > 20 {
+                row[20] = f32::NAN;
+            }
+            let want: Vec<f32> = row.iter().map(|&x| exp_flushed(x - 3.0)).collect();
+            let mut padded = row.clone();
+            padded.push(7.0);
+            let sum = exp_shifted(&mut padded[..len], 3.0);
+            assert_eq!(padded[len], 7.0, "wrote past the row");
+            for (i, (&g, &w)) in padded[..len].iter().zip(&want).enumerate() {
+                if w.is_nan() {
+                    assert!(g.is_nan(), "{len} {i}");
+                } else if w == 0.0 {
+                    assert_eq!(g.to_bits(), 0, "{len} {i}: {g}");
+                } else {
+                    assert!(g.is_normal(), "{len} {i}: {g}");
+                    assert!(
+                        (g - w).abs() <= 2.0 * f32::EPSILON * w,
+                        "{len} {i}: {g} vs {w}"
+                    );
+                }
+            }
+            let want_sum: f32 = want.iter().sum();
+            if want_sum.is_nan() {
+                assert!(sum.is_nan());
+            } else {
+                assert!(
+                    (sum - want_sum).abs() <= 1e-5 * want_sum,
+                    "{len}: {sum} vs {want_sum}"
+                );
+            }
+        }
     }
 
     #[test]
