@@ -247,7 +247,6 @@ impl<T: Element + GemmFloat> Kernel for MatMulKernel<T> {
                     (n as isize, 1),
                     (T::ONE, T::ZERO),
                     epilogue,
-                    self.steps.fused(operands, n),
                     io.threads,
                 )?;
             }
