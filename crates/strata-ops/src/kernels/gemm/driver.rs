@@ -362,7 +362,8 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                                 )
                             }
                             // B read in place: its next sliver (the same rows, NR columns on),
-                            // one row per step, while the first row sliver walks B.
+                            // one row per step, on every row sliver: its rows lie a row stride
+                            // apart, one stream each, which the hardware prefetchers miss.
                             _ if direct_b && jr + 2 * K::NR <= partial_from.min(jc + nc) => {
                                 Prefetch {
                                     ptr: sliver_b.0.as_ptr().wrapping_add(K::NR),
