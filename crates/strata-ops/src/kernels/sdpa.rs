@@ -592,6 +592,15 @@ mod tests {
         [dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1]
     }
 
+    /// `data` as a row-major tensor of `dims`.
+    fn contiguous_view(data: &[f32], dims: [usize; 4]) -> View4<'_, f32> {
+        View4 {
+            data,
+            dims,
+            strides: contiguous(dims),
+        }
+    }
+
     /// Plain softmax(scale · Q·Kᵀ + steps)·V in f64.
     fn reference(p: &Sdpa<'_>) -> Vec<f32> {
         let [b, h, sq, d] = p.q.dims;
@@ -710,21 +719,9 @@ mod tests {
                 },
             ];
             let p = Sdpa {
-                q: View4 {
-                    data: &q,
-                    dims: [b, h, sq, d],
-                    strides: contiguous([b, h, sq, d]),
-                },
-                k: View4 {
-                    data: &k,
-                    dims: [b, h, sk, d],
-                    strides: contiguous([b, h, sk, d]),
-                },
-                v: View4 {
-                    data: &v,
-                    dims: [b, h, sk, dv],
-                    strides: contiguous([b, h, sk, dv]),
-                },
+                q: contiguous_view(&q, [b, h, sq, d]),
+                k: contiguous_view(&k, [b, h, sk, d]),
+                v: contiguous_view(&v, [b, h, sk, dv]),
                 scale: 1.0 / (d as f32).sqrt(),
                 steps: &steps,
                 causal: false,
@@ -775,21 +772,9 @@ mod tests {
             ];
             for causal in [false, true] {
                 let p = Sdpa {
-                    q: View4 {
-                        data: &q,
-                        dims: [b, h, sq, d],
-                        strides: contiguous([b, h, sq, d]),
-                    },
-                    k: View4 {
-                        data: &k,
-                        dims: [b, h, sk, d],
-                        strides: contiguous([b, h, sk, d]),
-                    },
-                    v: View4 {
-                        data: &v,
-                        dims: [b, h, sk, dv],
-                        strides: contiguous([b, h, sk, dv]),
-                    },
+                    q: contiguous_view(&q, [b, h, sq, d]),
+                    k: contiguous_view(&k, [b, h, sk, d]),
+                    v: contiguous_view(&v, [b, h, sk, dv]),
                     scale: 0.7,
                     steps: &steps,
                     causal,
