@@ -165,7 +165,7 @@ pub unsafe fn run<T: Float + Pod, K: Microkernel<T>>(p: &Problem<'_, T>, threads
     let stop = crate::run_control::stop_token();
     if threads <= 1 {
         // SAFETY: the whole of C, per the caller's contract.
-        unsafe { block::<T, K>(p, 0..p.m, 0..p.n, &stop) };
+        unsafe { block::<T, K>(p, 0..p.m, 0..p.n, 0, &stop) };
         return;
     }
     let (row_blocks, col_blocks) = split(p.m, p.n, K::MR, K::NR, threads);
@@ -181,9 +181,19 @@ pub unsafe fn run<T: Float + Pod, K: Microkernel<T>>(p: &Problem<'_, T>, threads
         if rows.is_empty() || cols.is_empty() {
             return;
         }
+        // Neighbouring column blocks share the cache lines where C's rows cross from one
+        // block to the other (every row, unless its length is a multiple of a line). Walking
+        // their row slivers from different ends keeps the two cores from writing those lines
+        // at the same moment. Two threads on SqueezeNet's 27x27 1x1 layers: 5 % faster per
+        // node, SqueezeNet 2 %, MobileNetV2 and ResNet-50 1 %.
+        let first_sliver = if c % 2 == 1 {
+            rows.len().div_ceil(K::MR) / 2
+        } else {
+            0
+        };
         // SAFETY: the blocks partition C (disjoint row or column ranges), so each task owns
         // its elements; the rest is the caller's contract.
-        unsafe { block::<T, K>(p, rows, cols, &stop) };
+        unsafe { block::<T, K>(p, rows, cols, first_sliver, &stop) };
     });
 }
 
@@ -216,7 +226,8 @@ fn bound(extent: usize, tile: usize, blocks: usize, b: usize) -> usize {
     ((b * extent + whole / 2) / whole * tile).min(extent)
 }
 
-/// Computes rows `rows` x columns `cols` of C on the calling thread.
+/// Computes rows `rows` x columns `cols` of C on the calling thread, row slivers from the
+/// `first_sliver`-th on (wrapping around).
 ///
 /// # Safety
 /// As [`run`], restricted to this block of C, which no other thread may access meanwhile.
@@ -224,6 +235,7 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
     p: &Problem<'_, T>,
     rows: Range<usize>,
     cols: Range<usize>,
+    first_sliver: usize,
     stop: &crate::run_control::StopToken,
 ) {
     // Depth blocks of equal size (784 = 4 x 196, not 3 x 256 + 16): a short last block would
@@ -301,7 +313,8 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                 let packed_b = &packed_b[..b_len];
                 // Later depth blocks accumulate onto the first one's result.
                 let beta = if pc == 0 { p.beta } else { T::ONE };
-                for ir in rows.clone().step_by(K::MR) {
+                for step in 0..row_slivers {
+                    let ir = rows.start + (step + first_sliver) % row_slivers * K::MR;
                     let mr = K::MR.min(rows.end - ir);
                     let sliver_a = match all_a {
                         // Blocks start on whole register tiles, so `ir` is a multiple of MR.
@@ -342,25 +355,24 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                         };
                         // The first pass over a prepacked operand streams it from memory: while
                         // the first row sliver walks B's slivers, fetch the next B sliver; while
-                        // each row sliver's first tile runs, fetch the next A sliver.
+                        // each row sliver's first tile runs, fetch the next A sliver (the one
+                        // the next step computes).
                         let next_a = all_a.and_then(|(all, first)| {
-                            let s = first + (ir - rows.start) / K::MR + 1;
-                            (s < sliver_count(all)).then_some((all, s))
+                            let s = first + (step + 1 + first_sliver) % row_slivers;
+                            (step + 1 < row_slivers && s < sliver_count(all)).then_some((all, s))
                         });
                         let prefetch = match (next_a, p.packed_b) {
-                            (_, Some(all)) if ir == rows.start && jr + K::NR < jc + nc => {
+                            (_, Some(all)) if step == 0 && jr + K::NR < jc + nc => {
                                 Prefetch::packed(
                                     all.as_ptr()
                                         .wrapping_add((jr / K::NR + 1) * p.k * K::NR + pc * K::NR),
                                     K::NR,
                                 )
                             }
-                            (Some((all, s)), _) if index == 0 && ir + K::MR < rows.end => {
-                                Prefetch::packed(
-                                    all.as_ptr().wrapping_add(s * p.k * K::MR + pc * K::MR),
-                                    K::MR,
-                                )
-                            }
+                            (Some((all, s)), _) if index == 0 => Prefetch::packed(
+                                all.as_ptr().wrapping_add(s * p.k * K::MR + pc * K::MR),
+                                K::MR,
+                            ),
                             // B read in place: its next sliver (the same rows, NR columns on),
                             // one row per step, on every row sliver: its rows lie a row stride
                             // apart, one stream each, which the hardware prefetchers miss.

@@ -641,39 +641,48 @@ mod tests {
     #[test]
     fn large_gemm_multithreaded_matches_single_threaded() {
         let mut rng = Rng::new(7);
-        let (m, n, k) = (130, 97, 211);
-        let (a, b) = (rng.vec(m * k), rng.vec(k * n));
-        let (row, col) = ((k as isize, 1), (1, k as isize));
-        let product = |threads: usize| {
-            let mut c = vec![0.0; m * n];
-            gemm_f32(
-                m,
-                n,
-                k,
-                &a,
-                row,
-                &b,
-                col,
-                &mut c,
-                (n as isize, 1),
-                1.0,
-                0.0,
-                threads,
-            )
-            .unwrap();
-            c
-        };
-        let c1 = product(1);
-        assert_close_within(&product(2), &c1, 1e-4, "2 threads");
-        assert_close_within(
-            &product(usize::MAX),
-            &c1,
-            1e-4,
-            "more threads than the pool",
-        );
-        // B with strides (1, k) is B^T stored row-major: check one element by hand.
-        let dot: f32 = (0..k).map(|p| a[3 * k + p] * b[5 * k + p]).sum();
-        assert!((c1[3 * n + 5] - dot).abs() < 1e-4 * dot.abs().max(1.0));
+        // More rows than columns splits the rows over the threads, the other way the columns
+        // (a block of 61 rows is five register tiles).
+        for (m, n, k) in [(130, 97, 211), (61, 300, 100)] {
+            let (a, b) = (rng.vec(m * k), rng.vec(k * n));
+            let (row, col) = ((k as isize, 1), (1, k as isize));
+            let product = |threads: usize| {
+                let mut c = vec![0.0; m * n];
+                gemm_f32(
+                    m,
+                    n,
+                    k,
+                    &a,
+                    row,
+                    &b,
+                    col,
+                    &mut c,
+                    (n as isize, 1),
+                    1.0,
+                    0.0,
+                    threads,
+                )
+                .unwrap();
+                c
+            };
+            let c1 = product(1);
+            // On pools of 2 and 3 threads the odd column blocks walk their row slivers from
+            // the middle.
+            for threads in [2, 3] {
+                let pool = crate::parallel::ThreadPool::new(threads).unwrap();
+                let c = crate::parallel::install(&pool, || product(threads));
+                assert_close_within(&c, &c1, 1e-4, &format!("{m}x{n}, {threads} threads"));
+            }
+            assert_close_within(
+                &product(usize::MAX),
+                &c1,
+                1e-4,
+                "more threads than the pool",
+            );
+            // B with strides (1, k) is B^T stored row-major: check one element by hand.
+            let dot: f32 = (0..k).map(|p| a[3 * k + p] * b[5 * k + p]).sum();
+            assert!((c1[3 * n + 5] - dot).abs() < 1e-4 * dot.abs().max(1.0));
+        }
     }
 
     #[test]
