@@ -22,8 +22,9 @@ pub use attributes::{Attr, Attributes};
 pub use error::{OpError, OpResult};
 pub use fact::{broadcast_dims, broadcast_shapes, int_values, Dim, Fact};
 pub use operator::{
-    Constructor, ContextState, EpilogueStep, FusableActivation, Fused, FusesEpilogue,
-    HasQLinearForm, InferenceBatchNorm, Kernel, KernelCapabilities, KernelIo, LinearQuantization,
-    MakesOutputs, OpCapabilities, OpContext, OpTable, Operator, RowNorm, UsesContextState,
+    Constructor, ContextState, DropsTrailingOutputs, EpilogueStep, FusableActivation, Fused,
+    FusesEpilogue, HasQLinearForm, InferenceBatchNorm, Kernel, KernelCapabilities, KernelIo,
+    LinearQuantization, MakesOutputs, OpCapabilities, OpContext, OpTable, Operator, RowNorm,
+    UsesContextState,
 };
 pub use registry::{build_operator, is_supported, supported_ops};

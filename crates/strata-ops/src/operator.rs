@@ -140,6 +140,18 @@ pub struct OpCapabilities<'a> {
     /// It normalizes rows (LayerNorm or RMS norm) with these parameters: a residual Add before
     /// it may be fused in (SkipLayerNormalization).
     pub row_norm: Option<RowNorm>,
+    /// Its trailing outputs are optional: a graph that reads none of them gets the operator
+    /// without them (Dropout's mask), so they are neither planned nor written.
+    pub trailing_outputs: Option<&'a dyn DropsTrailingOutputs>,
+    /// Its output 0 is always this input, unchanged (Identity, Dropout outside training): its
+    /// readers may read that input instead, and the node goes.
+    pub forwards_input: Option<usize>,
+}
+
+/// An operator whose last outputs may be left out.
+pub trait DropsTrailingOutputs {
+    /// The operator computing only its first `keep` outputs, or `None` when they cannot go.
+    fn keep_outputs(&self, keep: usize) -> Option<std::sync::Arc<dyn Operator>>;
 }
 
 impl fmt::Debug for OpCapabilities<'_> {
@@ -151,6 +163,8 @@ impl fmt::Debug for OpCapabilities<'_> {
             .field("qlinear", &self.qlinear.is_some())
             .field("linear_quantization", &self.linear_quantization)
             .field("row_norm", &self.row_norm)
+            .field("trailing_outputs", &self.trailing_outputs.is_some())
+            .field("forwards_input", &self.forwards_input)
             .finish()
     }
 }

@@ -228,3 +228,60 @@ fn broadcast_inputs_are_never_overwritten_in_place() {
     let expected: Vec<f32> = ys.iter().map(|v| v * 2.0).collect();
     assert_eq!(ctx.output("m").unwrap().to_vec::<f32>().unwrap(), expected);
 }
+
+/// Dropout outside training passes its input through: with nothing reading its mask its
+/// readers read the input and the node goes; when it cannot go (its output is the graph's) an
+/// unread mask is still left out (neither planned nor filled on every run); a mask the graph
+/// returns is kept, all true.
+#[test]
+fn inference_dropout_is_bypassed_and_an_unread_mask_dropped() {
+    // (Relu after the Dropout, the mask among the outputs): outputs the Dropout node keeps.
+    for (relu_after, mask_is_output, kept) in [
+        (true, false, None),
+        (false, false, Some(1)),
+        (true, true, Some(2)),
+    ] {
+        let mut g = Graph::new();
+        let x = input(&mut g, "x", &fixed(&[2, 3]));
+        let out = op(&mut g, "Dropout", &[x], &["d", "mask"], &[]);
+        let y = if relu_after {
+            op(&mut g, "Relu", &[out[0]], &["y"], &[])[0]
+        } else {
+            out[0]
+        };
+        let outputs = if mask_is_output {
+            vec![y, out[1]]
+        } else {
+            vec![y]
+        };
+        g.set_outputs(&outputs);
+        let plan = InferencePlan::build(g, PlanConfig::default().with_threads(1)).unwrap();
+        let dropout = plan
+            .graph()
+            .nodes
+            .iter()
+            .find(|n| n.op.op_type() == "Dropout");
+        assert_eq!(
+            dropout.map(|n| n.outputs.len()),
+            kept,
+            "{relu_after} {mask_is_output}"
+        );
+        let x = noise(6, 3);
+        let expected: Vec<f32> = if relu_after {
+            x.iter().map(|v| v.max(0.0)).collect()
+        } else {
+            x.clone()
+        };
+        let mut ctx = plan.create_context().unwrap();
+        ctx.set_input("x", &tensor(&x, &[2, 3])).unwrap();
+        ctx.execute().unwrap();
+        assert_close(
+            &ctx.output_at(0).unwrap().to_vec::<f32>().unwrap(),
+            &expected,
+        );
+        if mask_is_output {
+            let mask = ctx.output("mask").unwrap().to_vec::<u8>().unwrap();
+            assert_eq!(mask, vec![1; 6]);
+        }
+    }
+}

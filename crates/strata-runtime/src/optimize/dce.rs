@@ -1,4 +1,5 @@
-//! Dead-node removal: drops nodes none of whose outputs reach a graph output.
+//! Dead-node removal: drops nodes none of whose outputs reach a graph output, and the unread
+//! trailing outputs of operators that can leave them out (Dropout's mask).
 
 use crate::graph::ValueSource;
 use crate::Graph;
@@ -18,6 +19,7 @@ pub fn remove_dead_nodes(graph: &mut Graph) -> usize {
             }
         }
     }
+    drop_unread_trailing_outputs(graph, &live_node, &live_value);
     let keep: Vec<usize> = (0..graph.nodes.len()).filter(|&i| live_node[i]).collect();
     let removed = graph.nodes.len() - keep.len();
     // Dead outputs of removed nodes no longer have a producer.
@@ -38,4 +40,35 @@ pub fn remove_dead_nodes(graph: &mut Graph) -> usize {
     }
     graph.reorder(&keep);
     removed
+}
+
+/// Live nodes whose last outputs nobody reads get the operator without them, when it has such a
+/// form (`OpCapabilities::trailing_outputs`); those values are removed.
+fn drop_unread_trailing_outputs(graph: &mut Graph, live_node: &[bool], live_value: &[bool]) {
+    for (i, node) in graph.nodes.iter_mut().enumerate() {
+        if !live_node[i] {
+            continue;
+        }
+        let keep = node
+            .outputs
+            .iter()
+            .rposition(|o| live_value[o.0])
+            .map_or(0, |p| p + 1);
+        if keep == 0 || keep == node.outputs.len() {
+            continue;
+        }
+        let Some(op) = node
+            .op
+            .capabilities()
+            .trailing_outputs
+            .and_then(|t| t.keep_outputs(keep))
+        else {
+            continue;
+        };
+        node.op = op;
+        for out in node.outputs.drain(keep..) {
+            graph.values[out.0].source = ValueSource::Removed;
+            graph.values[out.0].fact = strata_ops::Fact::absent();
+        }
+    }
 }

@@ -5,6 +5,7 @@ mod dce;
 mod dynamic_quant;
 mod epilogue;
 mod fold;
+mod forward;
 mod fuse;
 mod gelu;
 mod layer_norm;
@@ -20,6 +21,7 @@ pub use dce::remove_dead_nodes;
 pub use dynamic_quant::fuse_dynamic_quant;
 pub use epilogue::{fuse_epilogues, Fusion};
 pub use fold::fold_constants;
+pub use forward::bypass_forwarding_nodes;
 pub use fuse::fold_batch_norms;
 pub use gelu::fuse_gelu;
 pub use layer_norm::fuse_layer_norms;
@@ -39,6 +41,8 @@ pub fn optimize(graph: &mut Graph, threads: usize) -> Result<OptimizeReport> {
     let quantized = quantize_qdq(graph)?;
     let folded = fold_constants(graph, threads)?;
     let quantized = quantized + lookup_qdq(graph, threads)? + fuse_dynamic_quant(graph, threads)?;
+    // Bypassed nodes are dead, and go with the rest.
+    bypass_forwarding_nodes(graph);
     let removed = remove_dead_nodes(graph);
     let batch_norms = fold_batch_norms(graph)?;
     // Transformer patterns first: the GELU node they leave is a GEMM epilogue below.

@@ -11,7 +11,8 @@ use crate::ops::shape::identity::copy_kernel;
 use crate::support::inputs::{optional, required};
 use crate::support::numeric::Real;
 use crate::{
-    dispatch_float, Constructor, Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator,
+    dispatch_float, Constructor, DropsTrailingOutputs, Fact, Kernel, KernelIo, OpCapabilities,
+    OpContext, OpError, OpResult, Operator,
 };
 
 /// Dropout's constructors, listed in the activation family's `OPS` (which the registry reads).
@@ -28,6 +29,9 @@ pub struct Dropout {
     training: bool,
     /// Whether the node lists the mask output.
     mask: bool,
+    /// Whether the node lists a `training_mode` input (opset 12 on), which may turn training
+    /// on at run time.
+    training_input: bool,
 }
 
 impl Dropout {
@@ -45,6 +49,7 @@ impl Dropout {
             ratio,
             training: ctx.opset < 7 && ctx.attrs.int_or("is_test", 0)? == 0,
             mask: ctx.num_outputs == 2,
+            training_input: ctx.opset >= 12 && ctx.num_inputs > 2,
         }))
     }
 
@@ -128,6 +133,28 @@ impl Operator for Dropout {
 
     fn in_place_input(&self) -> Option<usize> {
         Some(0)
+    }
+
+    fn capabilities(&self) -> OpCapabilities<'_> {
+        // Outside training the output is the input: readers can read it directly.
+        let may_drop = self.training_input || (self.training && self.ratio > 0.0);
+        OpCapabilities {
+            trailing_outputs: Some(self),
+            forwards_input: (!may_drop).then_some(0),
+            ..OpCapabilities::default()
+        }
+    }
+}
+
+/// The mask nobody reads is left out: an all-true tensor filled on every run for nothing.
+impl DropsTrailingOutputs for Dropout {
+    fn keep_outputs(&self, keep: usize) -> Option<std::sync::Arc<dyn Operator>> {
+        (keep == 1 && self.mask).then(|| {
+            std::sync::Arc::new(Dropout {
+                mask: false,
+                ..*self
+            }) as std::sync::Arc<dyn Operator>
+        })
     }
 }
 

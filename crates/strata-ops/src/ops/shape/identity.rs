@@ -4,7 +4,7 @@
 use strata_core::Device;
 
 use crate::support::inputs::required;
-use crate::{Fact, Kernel, KernelIo, OpContext, OpError, OpResult, Operator};
+use crate::{Fact, Kernel, KernelIo, OpCapabilities, OpContext, OpError, OpResult, Operator};
 
 #[derive(Debug)]
 pub struct Identity;
@@ -38,6 +38,13 @@ impl Operator for Identity {
 
     fn in_place_input(&self) -> Option<usize> {
         Some(0)
+    }
+
+    fn capabilities(&self) -> OpCapabilities<'_> {
+        OpCapabilities {
+            forwards_input: Some(0),
+            ..OpCapabilities::default()
+        }
     }
 }
 
