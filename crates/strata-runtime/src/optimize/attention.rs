@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use strata_core::{DType, MemoryKind, Tensor};
 use strata_ops::eval::{run_operator, EvalOptions};
-use strata_ops::ops::attention::{FusedAttention, MaskStep, OperandLayout, OutputLayout};
+use strata_ops::ops::attention::{Columns, FusedAttention, MaskStep, OperandLayout, OutputLayout};
 use strata_ops::{Dim, Fact, Operator};
 
 use crate::graph::{NodeId, ValueSource};
@@ -419,15 +419,59 @@ impl Matcher<'_> {
         if split.is_none() && self.fact(at)?.rank() != 4 {
             return None;
         }
+        // Split heads cut from a wider projection (GPT-2's Q, K and V side by side, then a
+        // Split): read the window of the projection itself, so the Split copies nothing.
+        let mut columns = None;
+        if split.is_some() {
+            if let Some((whole, window)) = self.last_axis_split(at) {
+                at = whole;
+                columns = Some(window);
+            }
+        }
         Some(Operand {
             source: at,
             layout: OperandLayout {
                 split_heads: split,
                 perm: axes,
+                columns,
             },
             scale,
             nodes,
         })
+    }
+
+    /// When `v` is output `i` of a Split of a rank-3 `[x0, x1, W]` along its last axis (told
+    /// by the facts: every output keeps x0 and x1 and their widths add up to W), the Split's
+    /// input and the window of columns `v` is.
+    fn last_axis_split(&self, v: ValueId) -> Option<(ValueId, Columns)> {
+        let ValueSource::Node(NodeId(node), _) = self.graph.values[v.0].source else {
+            return None;
+        };
+        if self.op_type(node) != "Split" {
+            return None;
+        }
+        let n = &self.graph.nodes[node];
+        let whole = (*n.inputs.first()?)?;
+        let dims = self.fact(whole)?.concrete()?;
+        let &[x0, x1, all] = dims.as_slice() else {
+            return None;
+        };
+        let (mut offset, mut window) = (0, None);
+        for &out in &n.outputs {
+            let d = self.fact(out)?.concrete()?;
+            let &[y0, y1, width] = d.as_slice() else {
+                return None;
+            };
+            if (y0, y1) != (x0, x1) {
+                return None;
+            }
+            if out == v {
+                window = Some(Columns { offset, width });
+            }
+            offset += width;
+        }
+        (offset == all).then_some(())?;
+        Some((whole, window?))
     }
 
     /// The head split: Reshape of `[x0, x1, H·D]` into `[x0, x1, H, D]` with H and D known.

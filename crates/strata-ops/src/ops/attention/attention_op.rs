@@ -241,6 +241,7 @@ impl Attention {
                 let layout = OperandLayout {
                     split_heads: Some(hq),
                     perm: [0, 2, 1, 3],
+                    columns: None,
                 };
                 (hq == hkv).then_some((layout, OutputLayout::Merged, qd[2] / hq.max(1), kd[1]))?
             }

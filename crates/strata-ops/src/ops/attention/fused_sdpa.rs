@@ -26,6 +26,17 @@ pub struct OperandLayout {
     pub split_heads: Option<usize>,
     /// Logical axis `j` (of B, H, S, D) is axis `perm[j]` of the (split) input.
     pub perm: [usize; 4],
+    /// With `split_heads`: the operand is columns `offset..offset + width` of a rank-3 input
+    /// `[x0, x1, W]` holding more (Q, K and V side by side, as GPT-2's projection writes them
+    /// before a Split); `None`: all of its last axis.
+    pub columns: Option<Columns>,
+}
+
+/// A run of columns of the last axis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Columns {
+    pub offset: usize,
+    pub width: usize,
 }
 
 impl OperandLayout {
@@ -33,7 +44,18 @@ impl OperandLayout {
     pub const HEADS: OperandLayout = OperandLayout {
         split_heads: None,
         perm: [0, 1, 2, 3],
+        columns: None,
     };
+
+    /// The operand's width when the input's last axis is `all` wide: its window's, which must
+    /// lie inside; `all` without one.
+    fn width(&self, all: usize) -> Option<usize> {
+        match self.columns {
+            Some(c) if c.offset.checked_add(c.width)? <= all => Some(c.width),
+            Some(_) => None,
+            None => Some(all),
+        }
+    }
 }
 
 /// Where the output `[B, H, Sq, Dv]` is written.
@@ -88,6 +110,31 @@ pub struct FusedAttention {
     pub slots: usize,
 }
 
+/// The width of a column window of an axis of `all` (known or not), if it lies inside.
+fn window_dim<D: Clone + From<usize> + WindowExtent>(all: &D, window: Columns) -> Option<D> {
+    match all.extent() {
+        Some(n) if window.offset.checked_add(window.width)? > n => None,
+        _ => Some(D::from(window.width)),
+    }
+}
+
+/// An axis length, known or not.
+trait WindowExtent {
+    fn extent(&self) -> Option<usize>;
+}
+
+impl WindowExtent for Dim {
+    fn extent(&self) -> Option<usize> {
+        self.known()
+    }
+}
+
+impl WindowExtent for usize {
+    fn extent(&self) -> Option<usize> {
+        Some(*self)
+    }
+}
+
 fn split_dim(d: &Dim, h: usize) -> Option<Dim> {
     match d {
         Dim::Known(n) if h > 0 && n % h == 0 => Some(Dim::Known(n / h)),
@@ -135,13 +182,19 @@ fn mask_fits(mask: &[Dim], scores: &[Dim; 4]) -> bool {
 
 impl FusedAttention {
     /// The logical `[B, H, S, D]` dims of an input with `dims` held in `layout`.
-    fn logical<D: Clone + From<usize>>(
+    fn logical<D: Clone + From<usize> + WindowExtent>(
         layout: &OperandLayout,
         dims: &[D],
         split: impl Fn(&D, usize) -> Option<D>,
     ) -> Option<[D; 4]> {
         let view: [D; 4] = match (layout.split_heads, dims) {
-            (Some(h), [a, b, c]) => [a.clone(), b.clone(), D::from(h), split(c, h)?],
+            (Some(h), [a, b, c]) => {
+                let c = match layout.columns {
+                    Some(window) => window_dim(c, window)?,
+                    None => c.clone(),
+                };
+                [a.clone(), b.clone(), D::from(h), split(&c, h)?]
+            }
             (None, [a, b, c, d]) => [a.clone(), b.clone(), c.clone(), d.clone()],
             _ => return None,
         };
@@ -280,16 +333,18 @@ fn operand_view<'a>(
     data: &'a [f32],
 ) -> OpResult<View4<'a, f32>> {
     let bad = || OpError::shape(OP, format!("input {dims:?} does not fit layout {layout:?}"));
-    let (vd, vs): ([usize; 4], [usize; 4]) = match (layout.split_heads, dims) {
-        (Some(h), &[a, b, c]) => {
+    let (vd, vs, start): ([usize; 4], [usize; 4], usize) = match (layout.split_heads, dims) {
+        (Some(h), &[a, b, all]) => {
+            let c = layout.width(all).ok_or_else(bad)?;
             let d = split_usize(&c, h).ok_or_else(bad)?;
-            ([a, b, h, d], [b * c, c, d, 1])
+            let offset = layout.columns.map_or(0, |w| w.offset);
+            ([a, b, h, d], [b * all, all, d, 1], offset)
         }
-        (None, &[a, b, c, d]) => ([a, b, c, d], [b * c * d, c * d, d, 1]),
+        (None, &[a, b, c, d]) => ([a, b, c, d], [b * c * d, c * d, d, 1], 0),
         _ => return Err(bad()),
     };
     Ok(View4 {
-        data,
+        data: data.get(start..).ok_or_else(bad)?,
         dims: layout.perm.map(|p| vd[p]),
         strides: layout.perm.map(|p| vs[p]),
     })
@@ -522,6 +577,7 @@ mod tests {
         let layout = |perm| OperandLayout {
             split_heads: Some(h),
             perm,
+            columns: None,
         };
         let op = FusedAttention {
             q: layout([0, 2, 1, 3]),
@@ -570,6 +626,66 @@ mod tests {
         for (g, w) in got.iter().zip(&want) {
             assert!((g - w).abs() < 1e-5, "{g} vs {w}");
         }
+    }
+
+    /// Q, K and V as column windows of one `[B, S, 3·H·D]` input (GPT-2's projection before its
+    /// Split) give what the three separate inputs give; a window past the input's end is an
+    /// error.
+    #[test]
+    fn column_windows_of_one_input_read_q_k_and_v() {
+        let (b, s, h, d) = (2, 5, 3, 4);
+        let hd = h * d;
+        let layout = |columns| OperandLayout {
+            split_heads: Some(h),
+            perm: [0, 2, 1, 3],
+            columns,
+        };
+        let op = |windows: [Option<Columns>; 3]| FusedAttention {
+            q: layout(windows[0]),
+            k: layout(windows[1]),
+            v: layout(windows[2]),
+            out: OutputLayout::Merged,
+            scale: 0.5,
+            steps: vec![],
+            causal: true,
+            zero_empty_rows: false,
+            slots: 1,
+        };
+        let packed = tensor(&[b, s, 3 * hd], 5);
+        let all = packed.to_vec::<f32>().unwrap();
+        let part = |i: usize| {
+            let x: Vec<f32> = all
+                .chunks(3 * hd)
+                .flat_map(|row| row[i * hd..(i + 1) * hd].to_vec())
+                .collect();
+            Tensor::from_slice(&x, &[b, s, hd]).unwrap()
+        };
+        let separate = run(&op([None; 3]), &[part(0), part(1), part(2)]).unwrap();
+        let window = |i: usize| {
+            Some(Columns {
+                offset: i * hd,
+                width: hd,
+            })
+        };
+        let windows = op([window(0), window(1), window(2)]);
+        let packed3 = [packed.clone(), packed.clone(), packed.clone()];
+        let got = run(&windows, &packed3).unwrap();
+        assert_eq!(got.dims(), &[b, s, hd]);
+        assert_eq!(
+            got.to_vec::<f32>().unwrap(),
+            separate.to_vec::<f32>().unwrap()
+        );
+        // K and V swapped: a different answer, so the offsets are really read.
+        let swapped = run(&op([window(0), window(2), window(1)]), &packed3).unwrap();
+        assert_ne!(
+            swapped.to_vec::<f32>().unwrap(),
+            separate.to_vec::<f32>().unwrap()
+        );
+        let past_the_end = Some(Columns {
+            offset: 2 * hd + 1,
+            width: hd,
+        });
+        assert!(run(&op([window(0), window(1), past_the_end]), &packed3).is_err());
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::OpTable;
 
 pub use attention_op::Attention;
 pub use causal_conv_with_state::CausalConvWithState;
-pub use fused_sdpa::{FusedAttention, MaskStep, OperandLayout, OutputLayout};
+pub use fused_sdpa::{Columns, FusedAttention, MaskStep, OperandLayout, OutputLayout};
 pub use linear_attention::LinearAttention;
 pub use rotary_embedding::RotaryEmbedding;
 pub use swiglu::SwiGlu;
