@@ -46,6 +46,8 @@ struct Spec {
     scores_output: bool,
     /// The model ends after P·V (no head merge).
     no_merge: bool,
+    /// BERT's projections: a bias Add after Q's and V's MatMul (K's has none).
+    biases: bool,
 }
 
 impl Spec {
@@ -62,6 +64,7 @@ impl Spec {
             vector_scale: false,
             scores_output: false,
             no_merge: false,
+            biases: false,
         }
     }
 
@@ -104,9 +107,16 @@ fn model(spec: &Spec) -> ModelBuilder {
     } else {
         for (n, name) in ["q", "k", "v"].iter().enumerate() {
             let wname = format!("w{name}");
-            m = m
-                .initializer_f32(&wname, &values(hd * hd, 2 + n as u64, w), &[hd, hd])
-                .node("MatMul", &["x", &wname], &[name], Attrs::new());
+            m = m.initializer_f32(&wname, &values(hd * hd, 2 + n as u64, w), &[hd, hd]);
+            if spec.biases && *name != "k" {
+                let (p, bname) = (format!("{name}_product"), format!("b{name}"));
+                m = m
+                    .initializer_f32(&bname, &values(hd, 20 + n as u64, 1.0), &[hd])
+                    .node("MatMul", &["x", &wname], &[&p], Attrs::new())
+                    .node("Add", &[&p, &bname], &[name], Attrs::new());
+            } else {
+                m = m.node("MatMul", &["x", &wname], &[name], Attrs::new());
+            }
         }
     }
     // Head split.
@@ -345,6 +355,11 @@ fn bert_gpt2_and_sdpa_forms_fuse_and_match_the_unfused_graph() {
             no_merge: true,
             ..Spec::new(Form::Bert, 1, 7, 3, 4)
         },
+        Spec {
+            biases: true,
+            mask: Mask::Input(vec![2, 1, 1, 11]),
+            ..Spec::new(Form::Bert, 2, 11, 2, 8)
+        },
         // Opset 11: Softmax's default axis 1 would differ; axis 3 of a rank-4 input is the last.
         Spec {
             opset: 11,
@@ -364,8 +379,14 @@ fn bert_gpt2_and_sdpa_forms_fuse_and_match_the_unfused_graph() {
             assert!(text.contains("FusedAttention"), "{text}");
             assert!(text.contains("Softmax"), "{text}");
             // GPT-2's QKV Split is read as three column windows of the projection: it goes.
-            if matches!(spec.form, Form::Gpt2) {
-                assert_eq!(counts.get("Split"), None, "{spec:?}: {counts:?}");
+            // BERT's three projections of x become one product, read the same way.
+            match spec.form {
+                Form::Gpt2 => assert_eq!(counts.get("Split"), None, "{spec:?}: {counts:?}"),
+                Form::Bert => {
+                    assert_eq!(counts.get("MatMul"), Some(&1), "{spec:?}: {counts:?}");
+                    assert!(text.contains("packed with its Q/K/V peers"), "{text}");
+                }
+                Form::Sdpa => {}
             }
         }
     }

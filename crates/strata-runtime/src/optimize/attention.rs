@@ -30,6 +30,7 @@ use strata_ops::{Dim, Fact, Operator};
 use crate::graph::{NodeId, ValueSource};
 use crate::optimize::epilogue::{value_facts, Fusion};
 use crate::optimize::fuse::sole_consumer;
+use crate::optimize::qkv_projection::pack_projections;
 use crate::optimize::remove_dead_nodes;
 use crate::{Graph, Result, ValueId};
 
@@ -49,8 +50,9 @@ pub fn fuse_attention(graph: &mut Graph, threads: usize) -> Result<Vec<Fusion>> 
         })
         .collect();
     let mut fusions = Vec::new();
+    let mut packed_any = false;
     for mut m in found {
-        let absorbed = m
+        let mut absorbed: Vec<String> = m
             .nodes
             .iter()
             .map(|&i| {
@@ -59,6 +61,25 @@ pub fn fuse_attention(graph: &mut Graph, threads: usize) -> Result<Vec<Fusion>> 
             })
             .collect();
         m.op.slots = threads.max(1);
+        // Three projections of one input: one product, read through windows.
+        let layouts = [&m.op.q, &m.op.k, &m.op.v];
+        if layouts
+            .iter()
+            .all(|l| l.split_heads.is_some() && l.columns.is_none())
+        {
+            if let [Some(q), Some(k), Some(v), ..] = m.inputs[..] {
+                if let Some(packed) =
+                    pack_projections(graph, &facts, &consumers, [q, k, v], &m.nodes)?
+                {
+                    absorbed.extend(packed.replaced);
+                    m.inputs[..3].fill(Some(packed.value));
+                    m.op.q.columns = Some(packed.windows[0]);
+                    m.op.k.columns = Some(packed.windows[1]);
+                    m.op.v.columns = Some(packed.windows[2]);
+                    packed_any = true;
+                }
+            }
+        }
         let node = &mut graph.nodes[m.last];
         node.op = Arc::new(m.op);
         node.inputs = m.inputs;
@@ -67,6 +88,11 @@ pub fn fuse_attention(graph: &mut Graph, threads: usize) -> Result<Vec<Fusion>> 
             op_type: "FusedAttention".into(),
             absorbed,
         });
+    }
+    if packed_any {
+        // The packed products were appended after their readers (dead-node removal walks the
+        // graph in order).
+        graph.sort()?;
     }
     if !fusions.is_empty() {
         remove_dead_nodes(graph);

@@ -13,6 +13,7 @@ mod matmul_bias;
 mod pattern;
 mod qdq;
 mod qdq_lookup;
+mod qkv_projection;
 mod skip_norm;
 mod transpose;
 
