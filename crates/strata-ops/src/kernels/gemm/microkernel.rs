@@ -2,8 +2,9 @@
 //!
 //! A microkernel computes one `MR x NR` tile of C from a packed sliver of A (`k` columns of `MR`
 //! consecutive elements) and a packed sliver of B (`k` rows of `NR` consecutive elements),
-//! accumulating in registers, then writes `C = alpha * AB + beta * C` for the tile's valid part.
-//! It also carries the cache-blocking sizes that suit its register tile.
+//! accumulating in registers, then writes `C = alpha * AB + beta * C` for the tile's valid part
+//! (on a product's last depth block, with a [`TileEpilogue`] applied before the store). It also
+//! carries the cache-blocking sizes that suit its register tile.
 
 use super::super::float::Float;
 use super::pack::{pack_block, MatRef};
@@ -44,6 +45,119 @@ impl<T> Prefetch<T> {
     /// Nothing ahead: re-touches the A sliver the kernel reads anyway (L1 hits).
     pub fn none(a: *const T, mr: usize) -> Self {
         Prefetch::packed(a, mr)
+    }
+}
+
+/// An activation simple enough to apply to the accumulators in registers (a max, a min or a
+/// blend per vector). Each has exactly the scalar semantics of its
+/// [`crate::kernels::activation::Activation`] namesake, NaNs and signed zeros included, so the
+/// vector kernels and the portable one agree with the separate pass.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum FusedAct<T> {
+    None,
+    /// `x > 0 ? x : 0` (NaN gives 0).
+    Relu,
+    /// `min(max(x, lo), hi)` in the order `x < lo ? lo : x`, then `x > hi ? hi : x` (NaN stays).
+    Clip {
+        lo: T,
+        hi: T,
+    },
+    /// `x >= 0 ? x : alpha * x`.
+    LeakyRelu {
+        alpha: T,
+    },
+}
+
+impl<T: Float> FusedAct<T> {
+    /// The in-register form of `act`, if it has one.
+    pub fn of(act: crate::kernels::activation::Activation) -> Option<Self> {
+        use crate::kernels::activation::Activation;
+        match act {
+            Activation::None => Some(FusedAct::None),
+            Activation::Relu => Some(FusedAct::Relu),
+            Activation::Clip { min, max } => Some(FusedAct::Clip {
+                lo: T::from_f32(min),
+                hi: T::from_f32(max),
+            }),
+            Activation::LeakyRelu { alpha } => Some(FusedAct::LeakyRelu {
+                alpha: T::from_f32(alpha),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The activation of one value (the portable kernel's and every edge tile's).
+    #[inline(always)]
+    pub fn apply(self, x: T) -> T {
+        match self {
+            FusedAct::None => x,
+            FusedAct::Relu => {
+                if x > T::ZERO {
+                    x
+                } else {
+                    T::ZERO
+                }
+            }
+            FusedAct::Clip { lo, hi } => {
+                let x = if x < lo { lo } else { x };
+                if x > hi {
+                    hi
+                } else {
+                    x
+                }
+            }
+            FusedAct::LeakyRelu { alpha } => {
+                if x >= T::ZERO {
+                    x
+                } else {
+                    alpha * x
+                }
+            }
+        }
+    }
+}
+
+/// What a microkernel applies to a tile's results before storing them, on a product's last
+/// depth block: `C(i, j) = act(((alpha * acc + beta * C) + residual(i, j)) + row_bias[i] +
+/// col_bias[j])`, each addition in that order and only for the parts that are present (a null
+/// pointer is an absent part). The pointers are at the tile's first row and column.
+#[derive(Clone, Copy, Debug)]
+pub struct TileEpilogue<T> {
+    /// Element `(i, j)` of the residual at `residual + i * residual_rs + j`.
+    pub residual: *const T,
+    pub residual_rs: isize,
+    /// One value per row of the tile (a convolution's bias per output channel).
+    pub row_bias: *const T,
+    /// One value per column of the tile (a Gemm's bias row).
+    pub col_bias: *const T,
+    pub act: FusedAct<T>,
+}
+
+impl<T: Float> TileEpilogue<T> {
+    /// Element `(i, j)`'s final value from `x = alpha * acc + beta * C`.
+    ///
+    /// # Safety
+    /// `(i, j)` is inside the tile, whose residual and bias elements are readable.
+    #[inline(always)]
+    pub unsafe fn finish(&self, x: T, i: usize, j: usize) -> T {
+        let mut x = x;
+        if !self.residual.is_null() {
+            // SAFETY: (i, j) of the tile's residual, readable by the caller's contract.
+            x = x + unsafe {
+                *self
+                    .residual
+                    .offset(i as isize * self.residual_rs + j as isize)
+            };
+        }
+        if !self.row_bias.is_null() {
+            // SAFETY: row i of the tile, readable by the caller's contract.
+            x = x + unsafe { *self.row_bias.add(i) };
+        }
+        if !self.col_bias.is_null() {
+            // SAFETY: column j of the tile, readable by the caller's contract.
+            x = x + unsafe { *self.col_bias.add(j) };
+        }
+        self.act.apply(x)
     }
 }
 
@@ -91,7 +205,10 @@ pub trait Microkernel<T: Float>: Copy + Send + Sync + 'static {
     ///   and for reads unless `beta == 0`, and no other thread accesses it during the call;
     /// - the CPU supports the instructions the kernel uses (checked by whoever picked it).
     ///
-    /// `prefetch` may be anything: kernels that prefetch only hint the cache with it.
+    /// `prefetch` may be anything: kernels that prefetch only hint the cache with it. With
+    /// `epilogue`, its residual and biases are readable for every element of the tile and the
+    /// kernel stores its [`TileEpilogue::finish`]ed values.
+    #[allow(clippy::too_many_arguments)]
     unsafe fn run(
         k: usize,
         a: *const T,
@@ -100,21 +217,24 @@ pub trait Microkernel<T: Float>: Copy + Send + Sync + 'static {
         alpha: T,
         beta: T,
         prefetch: Prefetch<T>,
+        epilogue: Option<&TileEpilogue<T>>,
     );
 }
 
-/// Writes `alpha * acc + beta * C` over the valid part of a tile, one element at a time (edge
-/// tiles and C with a non-unit column stride). `beta == 0` never reads C.
+/// Writes `alpha * acc + beta * C` (then the epilogue, if any) over the valid part of a tile,
+/// one element at a time (edge tiles and C with a non-unit column stride). `beta == 0` never
+/// reads C.
 ///
 /// # Safety
 /// Every element `(i, j)` of `c` is valid for writes (and reads unless `beta == 0`) and no other
-/// thread accesses it; `c.m <= MR` and `c.n <= NR`.
+/// thread accesses it; `c.m <= MR` and `c.n <= NR`; the epilogue's parts are readable for them.
 #[inline(always)]
 pub(super) unsafe fn store_tile<T: Float, const MR: usize, const NR: usize>(
     acc: &[[T; NR]; MR],
     c: &Tile<T>,
     alpha: T,
     beta: T,
+    epilogue: Option<&TileEpilogue<T>>,
 ) {
     for (i, row) in acc.iter().enumerate().take(c.m) {
         for (j, &x) in row.iter().enumerate().take(c.n) {
@@ -122,13 +242,20 @@ pub(super) unsafe fn store_tile<T: Float, const MR: usize, const NR: usize>(
             // guarantees is valid and not accessed elsewhere.
             let at = unsafe { c.ptr.offset(i as isize * c.rs + j as isize * c.cs) };
             // SAFETY: as above; C is read only when beta != 0.
-            unsafe {
-                *at = if beta == T::ZERO {
+            let x = unsafe {
+                if beta == T::ZERO {
                     alpha * x
                 } else {
                     alpha * x + beta * *at
-                };
-            }
+                }
+            };
+            let x = match epilogue {
+                // SAFETY: (i, j) is in the tile, whose epilogue parts are readable (caller).
+                Some(e) => unsafe { e.finish(x, i, j) },
+                None => x,
+            };
+            // SAFETY: as above.
+            unsafe { *at = x };
         }
     }
 }
@@ -177,6 +304,7 @@ impl<T: Float + bytemuck::Pod, const MR: usize, const NR: usize> Microkernel<T>
         alpha: T,
         beta: T,
         _prefetch: Prefetch<T>,
+        epilogue: Option<&TileEpilogue<T>>,
     ) {
         // SAFETY: the caller guarantees `a` holds `k * MR` readable elements; packed buffers
         // are initialized (the packers write every element, padding included).
@@ -192,6 +320,6 @@ impl<T: Float + bytemuck::Pod, const MR: usize, const NR: usize> Microkernel<T>
             }
         }
         // SAFETY: forwarded from the caller's contract on `c`.
-        unsafe { store_tile(&acc, c, alpha, beta) };
+        unsafe { store_tile(&acc, c, alpha, beta, epilogue) };
     }
 }

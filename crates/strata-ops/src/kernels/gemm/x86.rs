@@ -10,7 +10,7 @@
 
 use std::arch::x86_64::*;
 
-use super::microkernel::{store_tile, Microkernel, Prefetch, Tile};
+use super::microkernel::{store_tile, FusedAct, Microkernel, Prefetch, Tile, TileEpilogue};
 use super::pack::{pack_block, MatRef};
 
 /// Generates a microkernel marker type `$name<MR>` over element `$t` whose register tile is `MR`
@@ -20,8 +20,10 @@ macro_rules! simd_microkernel {
         $(#[$doc:meta])*
         $name:ident, $module:ident, $t:ty, feature = $feature:literal,
         lanes = $lanes:literal, vectors = $vectors:literal, kc = $kc:literal, nc = $nc:literal,
+        vector = $vector:ty,
         zero = $zero:ident, splat = $splat:ident, load = $load:ident, store = $store:ident,
-        fmadd = $fmadd:ident, mul = $mul:ident $(,)?
+        fmadd = $fmadd:ident, mul = $mul:ident, add = $add:ident, max = $max:ident,
+        min = $min:ident, leaky = $leaky:ident $(,)?
     ) => {
         pub use $module::$name;
 
@@ -73,18 +75,58 @@ macro_rules! simd_microkernel {
                     alpha: $t,
                     beta: $t,
                     prefetch: Prefetch<$t>,
+                    epilogue: Option<&TileEpilogue<$t>>,
                 ) {
                     // SAFETY: the caller upholds `Microkernel::run`'s contract, which is
-                    // `kernel`'s: buffer extents, exclusive access to the tile, and the CPU
-                    // features (this type is only chosen after run-time detection).
-                    unsafe { kernel::<MR>(k, a, b, c, alpha, beta, prefetch) }
+                    // `kernel`'s: buffer extents, exclusive access to the tile, the epilogue's
+                    // parts, and the CPU features (this type is only chosen after run-time
+                    // detection).
+                    unsafe { kernel::<MR>(k, a, b, c, alpha, beta, prefetch, epilogue) }
+                }
+            }
+
+            /// `epilogue`'s steps on one vector `x` of results: row `i`, columns `j..j + LANES`
+            /// of the tile, in [`TileEpilogue::finish`]'s order, with the same rounding and the
+            /// same NaN and signed-zero results (max/min return their second operand on a NaN
+            /// or a tie, which is what the scalar comparisons do with the operands in this
+            /// order).
+            ///
+            /// # Safety
+            /// Those elements of the epilogue's residual and column bias, and row `i` of its
+            /// row bias, are readable; the CPU has the enabled features.
+            #[target_feature(enable = $feature)]
+            #[inline]
+            unsafe fn finish(e: &TileEpilogue<$t>, x: $vector, i: usize, j: usize) -> $vector {
+                let mut x = x;
+                if !e.residual.is_null() {
+                    // SAFETY: row i, columns j..j + LANES of the residual (caller).
+                    let r = unsafe {
+                        $load(e.residual.offset(i as isize * e.residual_rs + j as isize))
+                    };
+                    x = $add(x, r);
+                }
+                if !e.row_bias.is_null() {
+                    // SAFETY: row i of the tile (caller).
+                    x = $add(x, $splat(unsafe { *e.row_bias.add(i) }));
+                }
+                if !e.col_bias.is_null() {
+                    // SAFETY: columns j..j + LANES of the tile (caller).
+                    x = $add(x, unsafe { $load(e.col_bias.add(j)) });
+                }
+                match e.act {
+                    FusedAct::None => x,
+                    FusedAct::Relu => $max(x, $zero()),
+                    FusedAct::Clip { lo, hi } => $min($splat(hi), $max($splat(lo), x)),
+                    // SAFETY: the CPU has the enabled features (caller).
+                    FusedAct::LeakyRelu { alpha } => unsafe { $leaky(x, $splat(alpha)) },
                 }
             }
 
             /// # Safety
             /// As [`Microkernel::run`]: `a` holds `k * MR` elements, `b + p * b_stride` `NR`
-            /// for each `p < k`, the tile is valid and exclusively ours, and the CPU has the
-            /// enabled features.
+            /// for each `p < k`, the tile is valid and exclusively ours, the epilogue's parts
+            /// are readable for it, and the CPU has the enabled features.
+            #[allow(clippy::too_many_arguments)]
             #[target_feature(enable = $feature)]
             unsafe fn kernel<const MR: usize>(
                 k: usize,
@@ -94,6 +136,7 @@ macro_rules! simd_microkernel {
                 alpha: $t,
                 beta: $t,
                 prefetch: Prefetch<$t>,
+                epilogue: Option<&TileEpilogue<$t>>,
             ) {
                 let mut acc = [[$zero(); VECTORS]; MR];
                 let (mut a, mut b) = (a, b);
@@ -140,6 +183,12 @@ macro_rules! simd_microkernel {
                                 // the caller guarantees them readable.
                                 $fmadd($splat(beta), unsafe { $load(at) }, scaled)
                             };
+                            let out = match epilogue {
+                                // SAFETY: the same elements, whose epilogue parts the caller
+                                // guarantees readable; the features are enabled here.
+                                Some(e) => unsafe { finish(e, out, i, v * LANES) },
+                                None => out,
+                            };
                             // SAFETY: the same elements, which the caller guarantees writable
                             // and exclusively ours.
                             unsafe { $store(at, out) };
@@ -156,7 +205,7 @@ macro_rules! simd_microkernel {
                         }
                     }
                     // SAFETY: forwarded from the caller's contract on `c`.
-                    unsafe { store_tile(&tile, c, alpha, beta) };
+                    unsafe { store_tile(&tile, c, alpha, beta, epilogue) };
                 }
             }
         }
@@ -167,30 +216,73 @@ simd_microkernel! {
     /// AVX-512F, f32: `MR x 32` tile (two 16-lane vectors per row).
     Avx512F32, avx512_f32, f32, feature = "avx512f",
     lanes = 16, vectors = 2, kc = 256, nc = 512,
-    zero = _mm512_setzero_ps, splat = _mm512_set1_ps, load = _mm512_loadu_ps,
-    store = _mm512_storeu_ps, fmadd = _mm512_fmadd_ps, mul = _mm512_mul_ps,
+    vector = __m512, zero = _mm512_setzero_ps, splat = _mm512_set1_ps, load = _mm512_loadu_ps,
+    store = _mm512_storeu_ps, fmadd = _mm512_fmadd_ps, mul = _mm512_mul_ps, add = _mm512_add_ps,
+    max = _mm512_max_ps, min = _mm512_min_ps, leaky = leaky_avx512_f32,
 }
 
 simd_microkernel! {
     /// AVX-512F, f64: `MR x 16` tile (two 8-lane vectors per row).
     Avx512F64, avx512_f64, f64, feature = "avx512f",
     lanes = 8, vectors = 2, kc = 128, nc = 512,
-    zero = _mm512_setzero_pd, splat = _mm512_set1_pd, load = _mm512_loadu_pd,
-    store = _mm512_storeu_pd, fmadd = _mm512_fmadd_pd, mul = _mm512_mul_pd,
+    vector = __m512d, zero = _mm512_setzero_pd, splat = _mm512_set1_pd, load = _mm512_loadu_pd,
+    store = _mm512_storeu_pd, fmadd = _mm512_fmadd_pd, mul = _mm512_mul_pd, add = _mm512_add_pd,
+    max = _mm512_max_pd, min = _mm512_min_pd, leaky = leaky_avx512_f64,
 }
 
 simd_microkernel! {
     /// AVX2 + FMA, f32: `MR x 16` tile (two 8-lane vectors per row).
     Avx2F32, avx2_f32, f32, feature = "avx2,fma",
     lanes = 8, vectors = 2, kc = 256, nc = 512,
-    zero = _mm256_setzero_ps, splat = _mm256_set1_ps, load = _mm256_loadu_ps,
-    store = _mm256_storeu_ps, fmadd = _mm256_fmadd_ps, mul = _mm256_mul_ps,
+    vector = __m256, zero = _mm256_setzero_ps, splat = _mm256_set1_ps, load = _mm256_loadu_ps,
+    store = _mm256_storeu_ps, fmadd = _mm256_fmadd_ps, mul = _mm256_mul_ps, add = _mm256_add_ps,
+    max = _mm256_max_ps, min = _mm256_min_ps, leaky = leaky_avx2_f32,
 }
 
 simd_microkernel! {
     /// AVX2 + FMA, f64: `MR x 8` tile (two 4-lane vectors per row).
     Avx2F64, avx2_f64, f64, feature = "avx2,fma",
     lanes = 4, vectors = 2, kc = 256, nc = 256,
-    zero = _mm256_setzero_pd, splat = _mm256_set1_pd, load = _mm256_loadu_pd,
-    store = _mm256_storeu_pd, fmadd = _mm256_fmadd_pd, mul = _mm256_mul_pd,
+    vector = __m256d, zero = _mm256_setzero_pd, splat = _mm256_set1_pd, load = _mm256_loadu_pd,
+    store = _mm256_storeu_pd, fmadd = _mm256_fmadd_pd, mul = _mm256_mul_pd, add = _mm256_add_pd,
+    max = _mm256_max_pd, min = _mm256_min_pd, leaky = leaky_avx2_f64,
+}
+
+// LeakyRelu on one vector: `x >= 0 ? x : alpha * x`, as a multiply under the mask of the
+// negative lanes (a NaN compares false and stays as it is, as in the scalar form).
+
+/// # Safety
+/// The CPU has AVX-512F.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn leaky_avx512_f32(x: __m512, alpha: __m512) -> __m512 {
+    let negative = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_setzero_ps());
+    _mm512_mask_mul_ps(x, negative, x, alpha)
+}
+
+/// # Safety
+/// The CPU has AVX-512F.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn leaky_avx512_f64(x: __m512d, alpha: __m512d) -> __m512d {
+    let negative = _mm512_cmp_pd_mask::<_CMP_LT_OQ>(x, _mm512_setzero_pd());
+    _mm512_mask_mul_pd(x, negative, x, alpha)
+}
+
+/// # Safety
+/// The CPU has AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn leaky_avx2_f32(x: __m256, alpha: __m256) -> __m256 {
+    let negative = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_setzero_ps());
+    _mm256_blendv_ps(x, _mm256_mul_ps(x, alpha), negative)
+}
+
+/// # Safety
+/// The CPU has AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn leaky_avx2_f64(x: __m256d, alpha: __m256d) -> __m256d {
+    let negative = _mm256_cmp_pd::<_CMP_LT_OQ>(x, _mm256_setzero_pd());
+    _mm256_blendv_pd(x, _mm256_mul_pd(x, alpha), negative)
 }
