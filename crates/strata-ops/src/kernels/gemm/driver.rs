@@ -414,7 +414,12 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                             }
                             _ => Prefetch::none(sliver_a.as_ptr(), K::MR),
                         };
-                        let tile_epilogue = fused.map(|f| f.at(ir, jr));
+                        // Whole rows of a tile only: a partial last tile is finished by the
+                        // row closure, which is cheaper on a few columns than the row-by-row
+                        // scalar store.
+                        let tile_epilogue = fused
+                            .filter(|_| tile.n == K::NR && tile.cs == 1)
+                            .map(|f| f.at(ir, jr));
                         // SAFETY: `sliver_a` holds kc * MR packed elements (one sliver, since
                         // mr <= MR) and `sliver_b` NR elements at every multiple of its stride
                         // below kc (slicing checked both); the tile's
@@ -435,23 +440,32 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                             )
                         };
                     }
-                    if pc + kc == p.k && p.fused.is_none() {
+                    if pc + kc == p.k {
                         if let Some(epilogue) = p.epilogue {
+                            // With a fused epilogue, only the columns of a partial last tile
+                            // are left to finish.
+                            let from = match p.fused {
+                                Some(_) if p.c.cs == 1 => jc + nc / K::NR * K::NR,
+                                _ => jc,
+                            };
                             let sliver = Tile {
                                 ptr: p
                                     .c
                                     .ptr
-                                    .wrapping_offset(ir as isize * p.c.rs + jc as isize * p.c.cs),
+                                    .wrapping_offset(ir as isize * p.c.rs + from as isize * p.c.cs),
                                 rs: p.c.rs,
                                 cs: p.c.cs,
                                 m: mr,
-                                n: nc,
+                                n: jc + nc - from,
                             };
-                            // SAFETY: rows ir..ir + mr, columns jc..jc + nc of C are finished
-                            // (this was their last depth block), inside this block, so ours
-                            // alone and in bounds, and contiguous along rows (`cs == 1` is part
-                            // of the epilogue's contract). They are still in L1/L2.
-                            unsafe { finish_tile(epilogue, &sliver, ir, jc) };
+                            if sliver.n > 0 {
+                                // SAFETY: rows ir..ir + mr, columns from..jc + nc of C are
+                                // finished (this was their last depth block), inside this
+                                // block, so ours alone and in bounds, and contiguous along rows
+                                // (`cs == 1` is part of the epilogue's contract). They are
+                                // still in L1/L2.
+                                unsafe { finish_tile(epilogue, &sliver, ir, from) };
+                            }
                         }
                     }
                 }

@@ -134,30 +134,36 @@ pub struct TileEpilogue<T> {
 }
 
 impl<T: Float> TileEpilogue<T> {
-    /// Element `(i, j)`'s final value from `x = alpha * acc + beta * C`.
+    /// Finishes row `i` of the tile in place: `values` holds `alpha * acc + beta * C` for its
+    /// first `values.len()` columns. One pass per part, so each loop vectorizes.
     ///
     /// # Safety
-    /// `(i, j)` is inside the tile, whose residual and bias elements are readable.
+    /// Row `i` and those columns are inside the tile, whose residual and bias elements are
+    /// readable.
     #[inline(always)]
-    pub unsafe fn finish(&self, x: T, i: usize, j: usize) -> T {
-        let mut x = x;
+    pub unsafe fn finish_row(&self, i: usize, values: &mut [T]) {
+        let n = values.len();
         if !self.residual.is_null() {
-            // SAFETY: (i, j) of the tile's residual, readable by the caller's contract.
-            x = x + unsafe {
-                *self
-                    .residual
-                    .offset(i as isize * self.residual_rs + j as isize)
+            // SAFETY: row i, columns 0..n of the tile's residual, readable (caller).
+            let r = unsafe {
+                std::slice::from_raw_parts(self.residual.offset(i as isize * self.residual_rs), n)
             };
+            values.iter_mut().zip(r).for_each(|(v, &r)| *v = *v + r);
         }
         if !self.row_bias.is_null() {
-            // SAFETY: row i of the tile, readable by the caller's contract.
-            x = x + unsafe { *self.row_bias.add(i) };
+            // SAFETY: row i of the tile, readable (caller).
+            let b = unsafe { *self.row_bias.add(i) };
+            values.iter_mut().for_each(|v| *v = *v + b);
         }
         if !self.col_bias.is_null() {
-            // SAFETY: column j of the tile, readable by the caller's contract.
-            x = x + unsafe { *self.col_bias.add(j) };
+            // SAFETY: columns 0..n of the tile, readable (caller).
+            let b = unsafe { std::slice::from_raw_parts(self.col_bias, n) };
+            values.iter_mut().zip(b).for_each(|(v, &b)| *v = *v + b);
         }
-        self.act.apply(x)
+        match self.act {
+            FusedAct::None => {}
+            act => values.iter_mut().for_each(|v| *v = act.apply(*v)),
+        }
     }
 }
 
@@ -207,7 +213,7 @@ pub trait Microkernel<T: Float>: Copy + Send + Sync + 'static {
     ///
     /// `prefetch` may be anything: kernels that prefetch only hint the cache with it. With
     /// `epilogue`, its residual and biases are readable for every element of the tile and the
-    /// kernel stores its [`TileEpilogue::finish`]ed values.
+    /// kernel stores the values [`TileEpilogue::finish_row`] makes of its results.
     #[allow(clippy::too_many_arguments)]
     unsafe fn run(
         k: usize,
@@ -222,7 +228,7 @@ pub trait Microkernel<T: Float>: Copy + Send + Sync + 'static {
 }
 
 /// Writes `alpha * acc + beta * C` (then the epilogue, if any) over the valid part of a tile,
-/// one element at a time (edge tiles and C with a non-unit column stride). `beta == 0` never
+/// row by row (edge tiles and C with a non-unit column stride). `beta == 0` never
 /// reads C.
 ///
 /// # Safety
@@ -237,25 +243,25 @@ pub(super) unsafe fn store_tile<T: Float, const MR: usize, const NR: usize>(
     epilogue: Option<&TileEpilogue<T>>,
 ) {
     for (i, row) in acc.iter().enumerate().take(c.m) {
-        for (j, &x) in row.iter().enumerate().take(c.n) {
+        let mut values = [T::ZERO; NR];
+        let values = &mut values[..c.n];
+        for (j, (v, &x)) in values.iter_mut().zip(row).enumerate() {
             // SAFETY: i < c.m and j < c.n, so this is an element of the tile, which the caller
-            // guarantees is valid and not accessed elsewhere.
-            let at = unsafe { c.ptr.offset(i as isize * c.rs + j as isize * c.cs) };
-            // SAFETY: as above; C is read only when beta != 0.
-            let x = unsafe {
-                if beta == T::ZERO {
-                    alpha * x
-                } else {
-                    alpha * x + beta * *at
-                }
+            // guarantees is valid; C is read only when beta != 0.
+            *v = if beta == T::ZERO {
+                alpha * x
+            } else {
+                alpha * x + beta * unsafe { *c.ptr.offset(i as isize * c.rs + j as isize * c.cs) }
             };
-            let x = match epilogue {
-                // SAFETY: (i, j) is in the tile, whose epilogue parts are readable (caller).
-                Some(e) => unsafe { e.finish(x, i, j) },
-                None => x,
-            };
-            // SAFETY: as above.
-            unsafe { *at = x };
+        }
+        if let Some(e) = epilogue {
+            // SAFETY: row i < c.m, columns < c.n: in the tile, whose epilogue parts the caller
+            // guarantees readable.
+            unsafe { e.finish_row(i, values) };
+        }
+        for (j, &v) in values.iter().enumerate() {
+            // SAFETY: as above; written by this call only (caller).
+            unsafe { *c.ptr.offset(i as isize * c.rs + j as isize * c.cs) = v };
         }
     }
 }

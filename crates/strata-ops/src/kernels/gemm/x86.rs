@@ -20,7 +20,6 @@ macro_rules! simd_microkernel {
         $(#[$doc:meta])*
         $name:ident, $module:ident, $t:ty, feature = $feature:literal,
         lanes = $lanes:literal, vectors = $vectors:literal, kc = $kc:literal, nc = $nc:literal,
-        vector = $vector:ty,
         zero = $zero:ident, splat = $splat:ident, load = $load:ident, store = $store:ident,
         fmadd = $fmadd:ident, mul = $mul:ident, add = $add:ident, max = $max:ident,
         min = $min:ident, leaky = $leaky:ident $(,)?
@@ -85,43 +84,6 @@ macro_rules! simd_microkernel {
                 }
             }
 
-            /// `epilogue`'s steps on one vector `x` of results: row `i`, columns `j..j + LANES`
-            /// of the tile, in [`TileEpilogue::finish`]'s order, with the same rounding and the
-            /// same NaN and signed-zero results (max/min return their second operand on a NaN
-            /// or a tie, which is what the scalar comparisons do with the operands in this
-            /// order).
-            ///
-            /// # Safety
-            /// Those elements of the epilogue's residual and column bias, and row `i` of its
-            /// row bias, are readable; the CPU has the enabled features.
-            #[target_feature(enable = $feature)]
-            #[inline]
-            unsafe fn finish(e: &TileEpilogue<$t>, x: $vector, i: usize, j: usize) -> $vector {
-                let mut x = x;
-                if !e.residual.is_null() {
-                    // SAFETY: row i, columns j..j + LANES of the residual (caller).
-                    let r = unsafe {
-                        $load(e.residual.offset(i as isize * e.residual_rs + j as isize))
-                    };
-                    x = $add(x, r);
-                }
-                if !e.row_bias.is_null() {
-                    // SAFETY: row i of the tile (caller).
-                    x = $add(x, $splat(unsafe { *e.row_bias.add(i) }));
-                }
-                if !e.col_bias.is_null() {
-                    // SAFETY: columns j..j + LANES of the tile (caller).
-                    x = $add(x, unsafe { $load(e.col_bias.add(j)) });
-                }
-                match e.act {
-                    FusedAct::None => x,
-                    FusedAct::Relu => $max(x, $zero()),
-                    FusedAct::Clip { lo, hi } => $min($splat(hi), $max($splat(lo), x)),
-                    // SAFETY: the CPU has the enabled features (caller).
-                    FusedAct::LeakyRelu { alpha } => unsafe { $leaky(x, $splat(alpha)) },
-                }
-            }
-
             /// # Safety
             /// As [`Microkernel::run`]: `a` holds `k * MR` elements, `b + p * b_stride` `NR`
             /// for each `p < k`, the tile is valid and exclusively ours, the epilogue's parts
@@ -167,27 +129,114 @@ macro_rules! simd_microkernel {
                     b = b.wrapping_add(b_stride);
                 }
 
-                if c.m == MR && c.n == NR && c.cs == 1 {
-                    // Whole tile, rows contiguous: vector read-modify-write of C.
+                if c.n == NR && c.cs == 1 {
+                    // Whole rows, contiguous: vector read-modify-write of C (a last row sliver
+                    // of fewer than MR rows too). The row loops run over all MR rows, testing
+                    // `i < c.m`, so they unroll and the sums stay in registers.
                     let alpha = $splat(alpha);
+                    if let Some(e) = epilogue {
+                        // Finish the sums in registers, one pass per part of the epilogue (a
+                        // test per part, not per vector), in `TileEpilogue::finish_row`'s order
+                        // and with its rounding.
+                        for (i, acc_row) in acc.iter_mut().enumerate() {
+                            let row = c.ptr.wrapping_offset(i as isize * c.rs);
+                            for (v, sum) in acc_row.iter_mut().enumerate() {
+                                *sum = $mul(*sum, alpha);
+                                if beta != 0.0 && i < c.m {
+                                    // SAFETY: elements (i, v * LANES..(v + 1) * LANES) of
+                                    // the tile: i < c.m and the columns < NR = c.n with unit
+                                    // stride, so the caller guarantees them readable.
+                                    let old = unsafe { $load(row.wrapping_add(v * LANES)) };
+                                    *sum = $fmadd($splat(beta), old, *sum);
+                                }
+                            }
+                        }
+                        if !e.residual.is_null() {
+                            for (i, acc_row) in acc.iter_mut().enumerate() {
+                                let r = e.residual.wrapping_offset(i as isize * e.residual_rs);
+                                for (v, sum) in acc_row.iter_mut().enumerate() {
+                                    if i < c.m {
+                                        // SAFETY: row i < c.m, columns < NR = c.n of the
+                                        // tile's residual, readable (caller).
+                                        *sum = $add(*sum, unsafe { $load(r.add(v * LANES)) });
+                                    }
+                                }
+                            }
+                        }
+                        if !e.row_bias.is_null() {
+                            for (i, acc_row) in acc.iter_mut().enumerate() {
+                                if i < c.m {
+                                    // SAFETY: row i < c.m of the tile, readable (caller).
+                                    let b = $splat(unsafe { *e.row_bias.add(i) });
+                                    for sum in acc_row.iter_mut() {
+                                        *sum = $add(*sum, b);
+                                    }
+                                }
+                            }
+                        }
+                        if !e.col_bias.is_null() {
+                            let mut b = [$zero(); VECTORS];
+                            for (v, b) in b.iter_mut().enumerate() {
+                                // SAFETY: columns < NR = c.n of the tile, readable (caller).
+                                *b = unsafe { $load(e.col_bias.add(v * LANES)) };
+                            }
+                            for acc_row in acc.iter_mut() {
+                                for (sum, &b) in acc_row.iter_mut().zip(&b) {
+                                    *sum = $add(*sum, b);
+                                }
+                            }
+                        }
+                        // max/min return their second operand on a NaN or a tie, which is
+                        // what the scalar comparisons do with the operands in this order.
+                        match e.act {
+                            FusedAct::None => {}
+                            FusedAct::Relu => {
+                                for x in acc.iter_mut().flatten() {
+                                    *x = $max(*x, $zero());
+                                }
+                            }
+                            FusedAct::Clip { lo, hi } => {
+                                let (lo, hi) = ($splat(lo), $splat(hi));
+                                for x in acc.iter_mut().flatten() {
+                                    *x = $min(hi, $max(lo, *x));
+                                }
+                            }
+                            FusedAct::LeakyRelu { alpha } => {
+                                let alpha = $splat(alpha);
+                                for x in acc.iter_mut().flatten() {
+                                    // SAFETY: the CPU has the enabled features (caller).
+                                    *x = unsafe { $leaky(*x, alpha) };
+                                }
+                            }
+                        }
+                        for (i, acc_row) in acc.iter().enumerate() {
+                            let row = c.ptr.wrapping_offset(i as isize * c.rs);
+                            for (v, &sum) in acc_row.iter().enumerate() {
+                                if i < c.m {
+                                    // SAFETY: elements (i < c.m, columns < NR = c.n) of the
+                                    // tile, which the caller guarantees writable and
+                                    // exclusively ours.
+                                    unsafe { $store(row.wrapping_add(v * LANES), sum) };
+                                }
+                            }
+                        }
+                        return;
+                    }
                     for (i, acc_row) in acc.iter().enumerate() {
                         let row = c.ptr.wrapping_offset(i as isize * c.rs);
                         for (v, &sum) in acc_row.iter().enumerate() {
+                            if i >= c.m {
+                                continue;
+                            }
                             let at = row.wrapping_add(v * LANES);
                             let scaled = $mul(sum, alpha);
                             let out = if beta == 0.0 {
                                 scaled
                             } else {
                                 // SAFETY: elements (i, v * LANES..(v + 1) * LANES) of the tile:
-                                // i < MR = c.m and the columns < NR = c.n with unit stride, so
-                                // the caller guarantees them readable.
+                                // i < c.m and the columns < NR = c.n with unit stride, so the
+                                // caller guarantees them readable.
                                 $fmadd($splat(beta), unsafe { $load(at) }, scaled)
-                            };
-                            let out = match epilogue {
-                                // SAFETY: the same elements, whose epilogue parts the caller
-                                // guarantees readable; the features are enabled here.
-                                Some(e) => unsafe { finish(e, out, i, v * LANES) },
-                                None => out,
                             };
                             // SAFETY: the same elements, which the caller guarantees writable
                             // and exclusively ours.
@@ -195,7 +244,7 @@ macro_rules! simd_microkernel {
                         }
                     }
                 } else {
-                    // Edge tile or strided columns: spill the registers, write element-wise.
+                    // Partial columns or strided ones: spill the registers, write row by row.
                     let mut tile = [[0.0 as $t; NR]; MR];
                     for (dst, acc_row) in tile.iter_mut().zip(&acc) {
                         for (v, &sum) in acc_row.iter().enumerate() {
@@ -216,7 +265,7 @@ simd_microkernel! {
     /// AVX-512F, f32: `MR x 32` tile (two 16-lane vectors per row).
     Avx512F32, avx512_f32, f32, feature = "avx512f",
     lanes = 16, vectors = 2, kc = 256, nc = 512,
-    vector = __m512, zero = _mm512_setzero_ps, splat = _mm512_set1_ps, load = _mm512_loadu_ps,
+    zero = _mm512_setzero_ps, splat = _mm512_set1_ps, load = _mm512_loadu_ps,
     store = _mm512_storeu_ps, fmadd = _mm512_fmadd_ps, mul = _mm512_mul_ps, add = _mm512_add_ps,
     max = _mm512_max_ps, min = _mm512_min_ps, leaky = leaky_avx512_f32,
 }
@@ -225,7 +274,7 @@ simd_microkernel! {
     /// AVX-512F, f64: `MR x 16` tile (two 8-lane vectors per row).
     Avx512F64, avx512_f64, f64, feature = "avx512f",
     lanes = 8, vectors = 2, kc = 128, nc = 512,
-    vector = __m512d, zero = _mm512_setzero_pd, splat = _mm512_set1_pd, load = _mm512_loadu_pd,
+    zero = _mm512_setzero_pd, splat = _mm512_set1_pd, load = _mm512_loadu_pd,
     store = _mm512_storeu_pd, fmadd = _mm512_fmadd_pd, mul = _mm512_mul_pd, add = _mm512_add_pd,
     max = _mm512_max_pd, min = _mm512_min_pd, leaky = leaky_avx512_f64,
 }
@@ -234,7 +283,7 @@ simd_microkernel! {
     /// AVX2 + FMA, f32: `MR x 16` tile (two 8-lane vectors per row).
     Avx2F32, avx2_f32, f32, feature = "avx2,fma",
     lanes = 8, vectors = 2, kc = 256, nc = 512,
-    vector = __m256, zero = _mm256_setzero_ps, splat = _mm256_set1_ps, load = _mm256_loadu_ps,
+    zero = _mm256_setzero_ps, splat = _mm256_set1_ps, load = _mm256_loadu_ps,
     store = _mm256_storeu_ps, fmadd = _mm256_fmadd_ps, mul = _mm256_mul_ps, add = _mm256_add_ps,
     max = _mm256_max_ps, min = _mm256_min_ps, leaky = leaky_avx2_f32,
 }
@@ -243,7 +292,7 @@ simd_microkernel! {
     /// AVX2 + FMA, f64: `MR x 8` tile (two 4-lane vectors per row).
     Avx2F64, avx2_f64, f64, feature = "avx2,fma",
     lanes = 4, vectors = 2, kc = 256, nc = 256,
-    vector = __m256d, zero = _mm256_setzero_pd, splat = _mm256_set1_pd, load = _mm256_loadu_pd,
+    zero = _mm256_setzero_pd, splat = _mm256_set1_pd, load = _mm256_loadu_pd,
     store = _mm256_storeu_pd, fmadd = _mm256_fmadd_pd, mul = _mm256_mul_pd, add = _mm256_add_pd,
     max = _mm256_max_pd, min = _mm256_min_pd, leaky = leaky_avx2_f64,
 }
