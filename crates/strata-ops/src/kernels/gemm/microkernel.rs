@@ -148,17 +148,17 @@ impl<T: Float> TileEpilogue<T> {
             let r = unsafe {
                 std::slice::from_raw_parts(self.residual.offset(i as isize * self.residual_rs), n)
             };
-            values.iter_mut().zip(r).for_each(|(v, &r)| *v = *v + r);
+            values.iter_mut().zip(r).for_each(|(v, &r)| *v += r);
         }
         if !self.row_bias.is_null() {
             // SAFETY: row i of the tile, readable (caller).
             let b = unsafe { *self.row_bias.add(i) };
-            values.iter_mut().for_each(|v| *v = *v + b);
+            values.iter_mut().for_each(|v| *v += b);
         }
         if !self.col_bias.is_null() {
             // SAFETY: columns 0..n of the tile, readable (caller).
             let b = unsafe { std::slice::from_raw_parts(self.col_bias, n) };
-            values.iter_mut().zip(b).for_each(|(v, &b)| *v = *v + b);
+            values.iter_mut().zip(b).for_each(|(v, &b)| *v += b);
         }
         match self.act {
             FusedAct::None => {}
