@@ -133,6 +133,17 @@ pub struct TileEpilogue<T> {
     pub act: FusedAct<T>,
 }
 
+impl<T> TileEpilogue<T> {
+    /// No part at all (the form a kernel without an epilogue is handed).
+    pub const NONE: Self = TileEpilogue {
+        residual: std::ptr::null(),
+        residual_rs: 0,
+        row_bias: std::ptr::null(),
+        col_bias: std::ptr::null(),
+        act: FusedAct::None,
+    };
+}
+
 impl<T: Float> TileEpilogue<T> {
     /// Finishes row `i` of the tile in place: `values` holds `alpha * acc + beta * C` for its
     /// first `values.len()` columns. One pass per part, so each loop vectorizes.
