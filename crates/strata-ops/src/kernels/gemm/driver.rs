@@ -340,12 +340,12 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                 let packed_b = &packed_b[..b_len];
                 // Later depth blocks accumulate onto the first one's result.
                 let beta = if pc == 0 { p.beta } else { T::ONE };
-                // The fused epilogue goes with the stores of a product of one depth block. With
-                // several, the row closure finishes C after the last one: fused there, single
-                // 3x3 convolutions through im2col (depth 576, 1152) ran 4-11 % slower (64 <- 64
-                // at 56x56 1.08-1.12x, 128 <- 128 at 28x28 1.04-1.08x), while one depth block
-                // gains most where the depth is small (96 <- 16 at 112x112 with Clip 0.83x,
-                // 256 <- 64 + residual at 56x56 0.90x).
+                // The fused epilogue goes with the stores of a product of one depth block, where
+                // it was measured to pay (single 1x1 convolutions at 1 thread: 96 <- 16 at
+                // 112x112 with Clip 0.83x, 256 <- 64 + residual at 56x56 0.90x; the gain shrinks
+                // with the depth). With several, the row closure finishes C after the last one,
+                // as before: a conservative choice, not measured against the fused form there
+                // (the 3x3 layers first blamed on it were Winograd ones, slower by code layout).
                 let fused = p.fused.filter(|_| pc == 0 && kc == p.k);
                 for ir in rows.clone().step_by(K::MR) {
                     let mr = K::MR.min(rows.end - ir);
