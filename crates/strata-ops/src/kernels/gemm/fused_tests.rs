@@ -187,7 +187,10 @@ fn fused_epilogues_equal_the_product_then_the_scalar_epilogue() {
                 assert_eq!(wide, 0, "{what}: closure ran on whole tiles");
             }
             if k > 256 && (m > 1 && n > 32) {
-                assert!(wide > 0, "{what}: fused form used over several depth blocks");
+                assert!(
+                    wide > 0,
+                    "{what}: fused form used over several depth blocks"
+                );
             }
         }
     }
