@@ -24,7 +24,7 @@ use std::ops::Range;
 use bytemuck::Pod;
 
 use super::super::float::Float;
-use super::microkernel::{Microkernel, Prefetch, Tile};
+use super::microkernel::{FusedAct, Microkernel, Prefetch, Tile, TileEpilogue};
 use super::pack::{with_pack_buffers, MatRef};
 use crate::parallel;
 
@@ -81,10 +81,46 @@ pub struct Problem<'a, T> {
     /// Run on each finished piece of a row of C while it is still in cache (C's columns must be
     /// contiguous): `epilogue(i, j, row)` with `row` = C's elements `(i, j..j + row.len())`.
     pub epilogue: Option<&'a Epilogue<'a, T>>,
+    /// The same steps as `epilogue` in the form the microkernels apply to their accumulators
+    /// before the store: when set, the blocked driver uses it instead of calling `epilogue`
+    /// (which the other paths, the skinny products, still run).
+    pub fused: Option<FusedEpilogue<'a, T>>,
 }
 
 /// A step applied to finished pieces of C's rows: bias, residual, activation.
 pub type Epilogue<'a, T> = dyn Fn(usize, usize, &mut [T]) + Sync + 'a;
+
+/// An epilogue the microkernel applies in registers: `C(i, j) = act(((alpha * AB + beta * C)
+/// + residual(i, j)) + row_bias[i] + col_bias[j])`, with the parts that are given.
+#[derive(Clone, Copy, Debug)]
+pub struct FusedEpilogue<'a, T> {
+    /// `m x n`, element `(i, j)` at `data[i * rs + j]`.
+    pub residual: Option<(&'a [T], isize)>,
+    /// One value per row of C (`m`).
+    pub row_bias: Option<&'a [T]>,
+    /// One value per column of C (`n`).
+    pub col_bias: Option<&'a [T]>,
+    pub act: FusedAct<T>,
+}
+
+impl<T> FusedEpilogue<'_, T> {
+    /// The microkernel's view for the tile whose first element is C's `(i, j)`.
+    fn at(&self, i: usize, j: usize) -> TileEpilogue<T>
+    where
+        T: Copy,
+    {
+        let null = std::ptr::null::<T>();
+        TileEpilogue {
+            residual: self.residual.map_or(null, |(data, rs)| {
+                data.as_ptr().wrapping_offset(i as isize * rs + j as isize)
+            }),
+            residual_rs: self.residual.map_or(0, |(_, rs)| rs),
+            row_bias: self.row_bias.map_or(null, |b| b.as_ptr().wrapping_add(i)),
+            col_bias: self.col_bias.map_or(null, |b| b.as_ptr().wrapping_add(j)),
+            act: self.act,
+        }
+    }
+}
 
 /// One block of B a [`ProduceB`] is asked for: rows `p0..p0 + kc`, columns `j0..j0 + cols`, as
 /// `cols.div_ceil(nr)` slivers of `nr` columns (sliver `s` at `s * kc * nr`, row `p` of it at
@@ -121,6 +157,7 @@ impl<T: Copy> Problem<'_, T> {
     pub fn transposed(&self) -> Self {
         debug_assert!(self.packed_a.is_none() && self.packed_b.is_none());
         debug_assert!(self.produce_b.is_none() && self.epilogue.is_none());
+        debug_assert!(self.fused.is_none());
         Problem {
             m: self.n,
             n: self.m,
@@ -138,6 +175,7 @@ impl<T: Copy> Problem<'_, T> {
             packed_b: None,
             produce_b: None,
             epilogue: None,
+            fused: None,
         }
     }
 }
@@ -147,7 +185,8 @@ impl<T: Copy> Problem<'_, T> {
 /// # Safety
 /// - every element of A, B (read) and C (read unless `beta == 0`, written) addressed by
 ///   `(i, j)` within the operand's extents is in bounds: A and B through their slices' bounds,
-///   C through `c.ptr`, which must be valid for all of them; a prepacked operand holds
+///   C through `c.ptr`, which must be valid for all of them, and so are the fused epilogue's
+///   residual and biases (checked by `prepacked::check_fused`); a prepacked operand holds
 ///   `extent.div_ceil(tile) * k * tile` elements for `K`'s tile (`MR` for A, `NR` for B);
 /// - distinct `(i, j)` of C address distinct elements, and nothing else accesses C meanwhile;
 /// - the CPU supports the instructions of `K`.
@@ -313,6 +352,13 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                 let packed_b = &packed_b[..b_len];
                 // Later depth blocks accumulate onto the first one's result.
                 let beta = if pc == 0 { p.beta } else { T::ONE };
+                // The fused epilogue goes with the stores of a product of one depth block, where
+                // it was measured to pay (single 1x1 convolutions at 1 thread: 96 <- 16 at
+                // 112x112 with Clip 0.83x, 256 <- 64 + residual at 56x56 0.90x; the gain shrinks
+                // with the depth). With several, the row closure finishes C after the last one,
+                // as before: a conservative choice, not measured against the fused form there
+                // (the 3x3 layers first blamed on it were Winograd ones, slower by code layout).
+                let fused = p.fused.filter(|_| pc == 0 && kc == p.k);
                 for step in 0..row_slivers {
                     let ir = rows.start + (step + first_sliver) % row_slivers * K::MR;
                     let mr = K::MR.min(rows.end - ir);
@@ -385,12 +431,19 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                             }
                             _ => Prefetch::none(sliver_a.as_ptr(), K::MR),
                         };
+                        // Whole rows of a tile only: a partial last tile is finished by the
+                        // row closure, which is cheaper on a few columns than the row-by-row
+                        // scalar store.
+                        let tile_epilogue = fused
+                            .filter(|_| tile.n == K::NR && tile.cs == 1)
+                            .map(|f| f.at(ir, jr));
                         // SAFETY: `sliver_a` holds kc * MR packed elements (one sliver, since
                         // mr <= MR) and `sliver_b` NR elements at every multiple of its stride
                         // below kc (slicing checked both); the tile's
                         // elements are C's (ir + i, jr + j) for i < mr, j < its n, inside this
                         // block, so valid and exclusively ours by the caller's contract, which
-                        // also covers K's CPU features.
+                        // also covers K's CPU features and the fused epilogue's parts (valid
+                        // for every element of C).
                         unsafe {
                             K::run(
                                 kc,
@@ -400,26 +453,36 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                                 p.alpha,
                                 beta,
                                 prefetch,
+                                tile_epilogue.as_ref(),
                             )
                         };
                     }
                     if pc + kc == p.k {
                         if let Some(epilogue) = p.epilogue {
+                            // With a fused epilogue, only the columns of a partial last tile
+                            // are left to finish.
+                            let from = match fused {
+                                Some(_) if p.c.cs == 1 => jc + nc / K::NR * K::NR,
+                                _ => jc,
+                            };
                             let sliver = Tile {
                                 ptr: p
                                     .c
                                     .ptr
-                                    .wrapping_offset(ir as isize * p.c.rs + jc as isize * p.c.cs),
+                                    .wrapping_offset(ir as isize * p.c.rs + from as isize * p.c.cs),
                                 rs: p.c.rs,
                                 cs: p.c.cs,
                                 m: mr,
-                                n: nc,
+                                n: jc + nc - from,
                             };
-                            // SAFETY: rows ir..ir + mr, columns jc..jc + nc of C are finished
-                            // (this was their last depth block), inside this block, so ours
-                            // alone and in bounds, and contiguous along rows (`cs == 1` is part
-                            // of the epilogue's contract). They are still in L1/L2.
-                            unsafe { finish_tile(epilogue, &sliver, ir, jc) };
+                            if sliver.n > 0 {
+                                // SAFETY: rows ir..ir + mr, columns from..jc + nc of C are
+                                // finished (this was their last depth block), inside this
+                                // block, so ours alone and in bounds, and contiguous along rows
+                                // (`cs == 1` is part of the epilogue's contract). They are
+                                // still in L1/L2.
+                                unsafe { finish_tile(epilogue, &sliver, ir, from) };
+                            }
                         }
                     }
                 }
@@ -493,6 +556,7 @@ mod tests {
                 packed_b: None,
                 produce_b: None,
                 epilogue: None,
+                fused: None,
             };
             reads_b_in_place(&p)
         };

@@ -2,8 +2,9 @@
 //!
 //! A microkernel computes one `MR x NR` tile of C from a packed sliver of A (`k` columns of `MR`
 //! consecutive elements) and a packed sliver of B (`k` rows of `NR` consecutive elements),
-//! accumulating in registers, then writes `C = alpha * AB + beta * C` for the tile's valid part.
-//! It also carries the cache-blocking sizes that suit its register tile.
+//! accumulating in registers, then writes `C = alpha * AB + beta * C` for the tile's valid part
+//! (on a product's last depth block, with a [`TileEpilogue`] applied before the store). It also
+//! carries the cache-blocking sizes that suit its register tile.
 
 use super::super::float::Float;
 use super::pack::{pack_block, MatRef};
@@ -44,6 +45,136 @@ impl<T> Prefetch<T> {
     /// Nothing ahead: re-touches the A sliver the kernel reads anyway (L1 hits).
     pub fn none(a: *const T, mr: usize) -> Self {
         Prefetch::packed(a, mr)
+    }
+}
+
+/// An activation simple enough to apply to the accumulators in registers (a max, a min or a
+/// blend per vector). Each has exactly the scalar semantics of its
+/// [`crate::kernels::activation::Activation`] namesake, NaNs and signed zeros included, so the
+/// vector kernels and the portable one agree with the separate pass.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum FusedAct<T> {
+    None,
+    /// `x > 0 ? x : 0` (NaN gives 0).
+    Relu,
+    /// `min(max(x, lo), hi)` in the order `x < lo ? lo : x`, then `x > hi ? hi : x` (NaN stays).
+    Clip {
+        lo: T,
+        hi: T,
+    },
+    /// `x >= 0 ? x : alpha * x`.
+    LeakyRelu {
+        alpha: T,
+    },
+}
+
+impl<T: Float> FusedAct<T> {
+    /// The in-register form of `act`, if it has one.
+    pub fn of(act: crate::kernels::activation::Activation) -> Option<Self> {
+        use crate::kernels::activation::Activation;
+        match act {
+            Activation::None => Some(FusedAct::None),
+            Activation::Relu => Some(FusedAct::Relu),
+            Activation::Clip { min, max } => Some(FusedAct::Clip {
+                lo: T::from_f32(min),
+                hi: T::from_f32(max),
+            }),
+            Activation::LeakyRelu { alpha } => Some(FusedAct::LeakyRelu {
+                alpha: T::from_f32(alpha),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The activation of one value (the portable kernel's and every edge tile's).
+    #[inline(always)]
+    pub fn apply(self, x: T) -> T {
+        match self {
+            FusedAct::None => x,
+            FusedAct::Relu => {
+                if x > T::ZERO {
+                    x
+                } else {
+                    T::ZERO
+                }
+            }
+            FusedAct::Clip { lo, hi } => {
+                let x = if x < lo { lo } else { x };
+                if x > hi {
+                    hi
+                } else {
+                    x
+                }
+            }
+            FusedAct::LeakyRelu { alpha } => {
+                if x >= T::ZERO {
+                    x
+                } else {
+                    alpha * x
+                }
+            }
+        }
+    }
+}
+
+/// What a microkernel applies to a tile's results before storing them, on a product's last
+/// depth block: `C(i, j) = act(((alpha * acc + beta * C) + residual(i, j)) + row_bias[i] +
+/// col_bias[j])`, each addition in that order and only for the parts that are present (a null
+/// pointer is an absent part). The pointers are at the tile's first row and column.
+#[derive(Clone, Copy, Debug)]
+pub struct TileEpilogue<T> {
+    /// Element `(i, j)` of the residual at `residual + i * residual_rs + j`.
+    pub residual: *const T,
+    pub residual_rs: isize,
+    /// One value per row of the tile (a convolution's bias per output channel).
+    pub row_bias: *const T,
+    /// One value per column of the tile (a Gemm's bias row).
+    pub col_bias: *const T,
+    pub act: FusedAct<T>,
+}
+
+impl<T> TileEpilogue<T> {
+    /// No part at all (the form a kernel without an epilogue is handed).
+    pub const NONE: Self = TileEpilogue {
+        residual: std::ptr::null(),
+        residual_rs: 0,
+        row_bias: std::ptr::null(),
+        col_bias: std::ptr::null(),
+        act: FusedAct::None,
+    };
+}
+
+impl<T: Float> TileEpilogue<T> {
+    /// Finishes row `i` of the tile in place: `values` holds `alpha * acc + beta * C` for its
+    /// first `values.len()` columns. One pass per part, so each loop vectorizes.
+    ///
+    /// # Safety
+    /// Row `i` and those columns are inside the tile, whose residual and bias elements are
+    /// readable.
+    #[inline(always)]
+    pub unsafe fn finish_row(&self, i: usize, values: &mut [T]) {
+        let n = values.len();
+        if !self.residual.is_null() {
+            // SAFETY: row i, columns 0..n of the tile's residual, readable (caller).
+            let r = unsafe {
+                std::slice::from_raw_parts(self.residual.offset(i as isize * self.residual_rs), n)
+            };
+            values.iter_mut().zip(r).for_each(|(v, &r)| *v += r);
+        }
+        if !self.row_bias.is_null() {
+            // SAFETY: row i of the tile, readable (caller).
+            let b = unsafe { *self.row_bias.add(i) };
+            values.iter_mut().for_each(|v| *v += b);
+        }
+        if !self.col_bias.is_null() {
+            // SAFETY: columns 0..n of the tile, readable (caller).
+            let b = unsafe { std::slice::from_raw_parts(self.col_bias, n) };
+            values.iter_mut().zip(b).for_each(|(v, &b)| *v += b);
+        }
+        match self.act {
+            FusedAct::None => {}
+            act => values.iter_mut().for_each(|v| *v = act.apply(*v)),
+        }
     }
 }
 
@@ -91,7 +222,10 @@ pub trait Microkernel<T: Float>: Copy + Send + Sync + 'static {
     ///   and for reads unless `beta == 0`, and no other thread accesses it during the call;
     /// - the CPU supports the instructions the kernel uses (checked by whoever picked it).
     ///
-    /// `prefetch` may be anything: kernels that prefetch only hint the cache with it.
+    /// `prefetch` may be anything: kernels that prefetch only hint the cache with it. With
+    /// `epilogue`, its residual and biases are readable for every element of the tile and the
+    /// kernel stores the values [`TileEpilogue::finish_row`] makes of its results.
+    #[allow(clippy::too_many_arguments)]
     unsafe fn run(
         k: usize,
         a: *const T,
@@ -100,35 +234,45 @@ pub trait Microkernel<T: Float>: Copy + Send + Sync + 'static {
         alpha: T,
         beta: T,
         prefetch: Prefetch<T>,
+        epilogue: Option<&TileEpilogue<T>>,
     );
 }
 
-/// Writes `alpha * acc + beta * C` over the valid part of a tile, one element at a time (edge
-/// tiles and C with a non-unit column stride). `beta == 0` never reads C.
+/// Writes `alpha * acc + beta * C` (then the epilogue, if any) over the valid part of a tile,
+/// row by row (edge tiles and C with a non-unit column stride). `beta == 0` never
+/// reads C.
 ///
 /// # Safety
 /// Every element `(i, j)` of `c` is valid for writes (and reads unless `beta == 0`) and no other
-/// thread accesses it; `c.m <= MR` and `c.n <= NR`.
+/// thread accesses it; `c.m <= MR` and `c.n <= NR`; the epilogue's parts are readable for them.
 #[inline(always)]
 pub(super) unsafe fn store_tile<T: Float, const MR: usize, const NR: usize>(
     acc: &[[T; NR]; MR],
     c: &Tile<T>,
     alpha: T,
     beta: T,
+    epilogue: Option<&TileEpilogue<T>>,
 ) {
     for (i, row) in acc.iter().enumerate().take(c.m) {
-        for (j, &x) in row.iter().enumerate().take(c.n) {
+        let mut values = [T::ZERO; NR];
+        let values = &mut values[..c.n];
+        for (j, (v, &x)) in values.iter_mut().zip(row).enumerate() {
             // SAFETY: i < c.m and j < c.n, so this is an element of the tile, which the caller
-            // guarantees is valid and not accessed elsewhere.
-            let at = unsafe { c.ptr.offset(i as isize * c.rs + j as isize * c.cs) };
-            // SAFETY: as above; C is read only when beta != 0.
-            unsafe {
-                *at = if beta == T::ZERO {
-                    alpha * x
-                } else {
-                    alpha * x + beta * *at
-                };
-            }
+            // guarantees is valid; C is read only when beta != 0.
+            *v = if beta == T::ZERO {
+                alpha * x
+            } else {
+                alpha * x + beta * unsafe { *c.ptr.offset(i as isize * c.rs + j as isize * c.cs) }
+            };
+        }
+        if let Some(e) = epilogue {
+            // SAFETY: row i < c.m, columns < c.n: in the tile, whose epilogue parts the caller
+            // guarantees readable.
+            unsafe { e.finish_row(i, values) };
+        }
+        for (j, &v) in values.iter().enumerate() {
+            // SAFETY: as above; written by this call only (caller).
+            unsafe { *c.ptr.offset(i as isize * c.rs + j as isize * c.cs) = v };
         }
     }
 }
@@ -177,6 +321,7 @@ impl<T: Float + bytemuck::Pod, const MR: usize, const NR: usize> Microkernel<T>
         alpha: T,
         beta: T,
         _prefetch: Prefetch<T>,
+        epilogue: Option<&TileEpilogue<T>>,
     ) {
         // SAFETY: the caller guarantees `a` holds `k * MR` readable elements; packed buffers
         // are initialized (the packers write every element, padding included).
@@ -192,6 +337,6 @@ impl<T: Float + bytemuck::Pod, const MR: usize, const NR: usize> Microkernel<T>
             }
         }
         // SAFETY: forwarded from the caller's contract on `c`.
-        unsafe { store_tile(&acc, c, alpha, beta) };
+        unsafe { store_tile(&acc, c, alpha, beta, epilogue) };
     }
 }

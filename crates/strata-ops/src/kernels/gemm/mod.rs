@@ -10,6 +10,8 @@
 //! without a copy. In steady state a product allocates nothing.
 
 mod driver;
+#[cfg(test)]
+mod fused_tests;
 mod microkernel;
 mod pack;
 mod prepacked;
@@ -21,9 +23,10 @@ mod x86;
 
 use bytemuck::Pod;
 
-pub use self::driver::Epilogue;
 pub(crate) use self::driver::MatMut;
 use self::driver::Problem;
+pub use self::driver::{Epilogue, FusedEpilogue};
+pub use self::microkernel::FusedAct;
 use self::microkernel::{Microkernel, Portable};
 pub(crate) use self::pack::with_pack_buffers;
 use self::pack::MatRef;
@@ -319,6 +322,7 @@ fn gemm_with_isa<T: GemmFloat>(
         packed_b: None,
         produce_b: None,
         epilogue: None,
+        fused: None,
     };
     // One to four rows (or columns) of C: stream B, do not pack it.
     // SAFETY: the operands were validated above, and `c` stays mutably borrowed throughout.

@@ -10,7 +10,7 @@
 
 use strata_core::{Device, Element, MemoryKind, Tensor};
 
-use super::driver::{Epilogue, MatMut, Problem};
+use super::driver::{Epilogue, FusedEpilogue, MatMut, Problem};
 use super::isa::Isa;
 use super::pack::{pack_block, MatRef};
 use super::{check_distinct, check_operand, GemmFloat, OP};
@@ -69,7 +69,7 @@ impl<T: GemmFloat + Element> Prepacked<T> {
     }
 
     /// Packs `src` (`k x extent`) into slivers of `tile` columns over all `k` rows.
-    fn pack(
+    pub(super) fn pack(
         side: PackedOperand,
         isa: Isa,
         extent: usize,
@@ -196,13 +196,17 @@ pub fn gemm_prepacked<T: GemmFloat + Element>(
         c_strides,
         (alpha, beta),
         None,
+        None,
         threads,
     )
 }
 
 /// [`gemm_prepacked`] with an epilogue run on each finished piece of C's rows while it is still
 /// in cache (`epilogue(i, j, row)`, `row` = C's elements `(i, j..j + row.len())`): bias,
-/// residual and activation fused into the product instead of a second pass over C. With
+/// residual and activation fused into the product instead of a second pass over C. `fused`,
+/// when given, is the same epilogue in the form the microkernels apply to their accumulators
+/// before storing them (no pass over C at all); products that do not go through them (a few
+/// rows against a packed B) run `epilogue` instead, so both must be given and agree. With
 /// `k == 0` no epilogue runs.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_prepacked_with<T: GemmFloat + Element>(
@@ -214,6 +218,7 @@ pub fn gemm_prepacked_with<T: GemmFloat + Element>(
     c_strides: (isize, isize),
     (alpha, beta): (T, T),
     epilogue: Option<&Epilogue<'_, T>>,
+    fused: Option<FusedEpilogue<'_, T>>,
     threads: usize,
 ) -> KernelResult<()> {
     let (m, n) = packed.product_dims(n_or_m);
@@ -242,6 +247,7 @@ pub fn gemm_prepacked_with<T: GemmFloat + Element>(
             c,
             (alpha, beta),
             epilogue,
+            fused,
             threads,
         )
     }
@@ -263,6 +269,7 @@ pub(crate) unsafe fn gemm_prepacked_raw<T: GemmFloat + Element>(
     c: MatMut<T>,
     (alpha, beta): (T, T),
     epilogue: Option<&Epilogue<'_, T>>,
+    fused: Option<FusedEpilogue<'_, T>>,
     threads: usize,
 ) -> KernelResult<()> {
     let k = packed.k;
@@ -338,6 +345,16 @@ pub(crate) unsafe fn gemm_prepacked_raw<T: GemmFloat + Element>(
             (other_view, empty, None, Some(data))
         }
     };
+    if let Some(fused) = &fused {
+        if epilogue.is_none() {
+            return Err(KernelError::InvalidParam {
+                op: OP,
+                param: "epilogue",
+                reason: "a fused epilogue needs its row form too".into(),
+            });
+        }
+        check_fused(fused, m, n)?;
+    }
     let problem = Problem {
         m,
         n,
@@ -351,6 +368,7 @@ pub(crate) unsafe fn gemm_prepacked_raw<T: GemmFloat + Element>(
         packed_b,
         produce_b: None,
         epilogue,
+        fused,
     };
     // A few rows against packed weights stream the slivers; anything else takes the driver.
     // SAFETY: the operands were validated above, `data` holds the packed slivers, and `c` is
@@ -361,6 +379,27 @@ pub(crate) unsafe fn gemm_prepacked_raw<T: GemmFloat + Element>(
         return Ok(());
     }
     T::dispatch(&problem, packed.isa, threads);
+    Ok(())
+}
+
+/// Checks that a fused epilogue's residual and biases cover an `m x n` product.
+fn check_fused<T>(fused: &FusedEpilogue<'_, T>, m: usize, n: usize) -> KernelResult<()> {
+    if let Some((data, rs)) = fused.residual {
+        check_operand("residual", data.len(), m, n, (rs, 1))?;
+    }
+    for (buffer, bias, expected) in [
+        ("row bias", fused.row_bias, m),
+        ("column bias", fused.col_bias, n),
+    ] {
+        if let Some(bias) = bias.filter(|b| b.len() < expected) {
+            return Err(KernelError::BufferLength {
+                op: OP,
+                buffer,
+                expected,
+                actual: bias.len(),
+            });
+        }
+    }
     Ok(())
 }
 

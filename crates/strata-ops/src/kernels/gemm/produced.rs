@@ -83,6 +83,7 @@ pub fn gemm_produced_b<T: GemmFloat>(
         packed_b: None,
         produce_b: Some(produce),
         epilogue,
+        fused: None,
     };
     // The driver, not the skinny paths: they read B from memory.
     T::dispatch(&problem, Isa::detect(), threads);

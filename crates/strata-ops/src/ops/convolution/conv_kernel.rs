@@ -5,7 +5,8 @@
 use crate::kernels::activation::Activation;
 use crate::kernels::error::{KernelError, KernelResult};
 use crate::kernels::gemm::{
-    gemm, gemm_prepacked_raw, gemm_prepacked_with, Epilogue, GemmFloat, MatMut, Prepacked,
+    gemm, gemm_prepacked_raw, gemm_prepacked_with, Epilogue, FusedAct, FusedEpilogue, GemmFloat,
+    MatMut, Prepacked,
 };
 use crate::kernels::spatial::{check_len, checked_product, WindowAttrs, WindowGeometry};
 pub use crate::ops::convolution::conv_params::ConvParams;
@@ -181,6 +182,21 @@ pub fn conv<T: GemmFloat + Element>(
     // Cancellation: one poll per (batch, group); the run fails at its next check (run_control).
     let stop = crate::run_control::stop_token();
     let needs_epilogue = bias.is_some() || residual.is_some() || p.post != Activation::None;
+    // The same epilogue applied by the microkernel to its registers before the store, when the
+    // activation is a simple one: for the products of batch `b`, group `grp`, from output
+    // column `start` on.
+    let fused_act = FusedAct::of(p.post).filter(|_| needs_epilogue);
+    let fused = |b: usize, grp: usize, start: usize| {
+        fused_act.map(|act| FusedEpilogue {
+            residual: residual.map(|r| {
+                let first = (b * g.out_channels + grp * mg) * w.out_len + start;
+                (&r[first..], w.out_len as isize)
+            }),
+            row_bias: bias.map(|bias| &bias[grp * mg..][..mg]),
+            col_bias: None,
+            act,
+        })
+    };
     // Pointwise: the input plane already is the (cg x out_len) matrix of a group.
     let pointwise = |b: usize, grp: usize, y: &mut [T], threads: usize| -> KernelResult<()> {
         if stop.should_stop() {
@@ -205,6 +221,7 @@ pub fn conv<T: GemmFloat + Element>(
                 row(w.out_len),
                 (T::ONE, T::ZERO),
                 needs_epilogue.then_some(&finish_row as &Epilogue<'_, T>),
+                fused(b, grp, 0),
                 threads,
             ),
             None => {
@@ -316,6 +333,7 @@ pub fn conv<T: GemmFloat + Element>(
                                 y_tile,
                                 (T::ONE, T::ZERO),
                                 needs_epilogue.then_some(&epilogue as &Epilogue<'_, T>),
+                                fused(b, grp, start),
                                 1,
                             )
                         };
@@ -351,6 +369,7 @@ pub fn conv<T: GemmFloat + Element>(
                             row(w.out_len),
                             (T::ONE, T::ZERO),
                             needs_epilogue.then_some(&epilogue as &Epilogue<'_, T>),
+                            fused(b, grp, start),
                             threads,
                         )?;
                         start = end;

@@ -3,7 +3,7 @@
 
 use strata_core::{DType, Device, Element};
 
-use crate::kernels::gemm::{gemm_prepacked_with, Epilogue};
+use crate::kernels::gemm::{gemm_prepacked_with, Epilogue, FusedAct, FusedEpilogue};
 use crate::kernels::{gemm, gemm_prepacked, Activation, GemmFloat, Prepacked};
 use crate::support::strided::for_each_broadcast;
 use crate::{
@@ -243,6 +243,16 @@ impl<T: Element + GemmFloat> GemmKernel<T> {
             (k as isize, 1)
         };
         let needs = !bias.is_empty() || post != Activation::None;
+        // The microkernels add the bias row and apply a simple activation in registers (a bias
+        // scaled by beta != 1 takes the closure).
+        let fused = FusedAct::of(post)
+            .filter(|_| needs && (bias.is_empty() || beta == T::ONE))
+            .map(|act| FusedEpilogue {
+                residual: None,
+                row_bias: None,
+                col_bias: (!bias.is_empty()).then_some(bias),
+                act,
+            });
         gemm_prepacked_with(
             pb,
             m,
@@ -252,6 +262,7 @@ impl<T: Element + GemmFloat> GemmKernel<T> {
             (n as isize, 1),
             (T::from_f32(self.op.alpha), T::from_f32(0.0)),
             needs.then_some(&finish as &Epilogue<'_, T>),
+            fused,
             threads,
         )?;
         Ok(true)

@@ -247,6 +247,7 @@ impl<T: Element + GemmFloat> Kernel for MatMulKernel<T> {
                     (n as isize, 1),
                     (T::ONE, T::ZERO),
                     epilogue,
+                    self.steps.fused(operands, n),
                     io.threads,
                 )?;
             }

@@ -2,6 +2,7 @@
 //! the last axis, a residual of the output's shape, activations (GELU included), in the order
 //! the graph had them. Tensor-reading steps take the node's inputs 2, 3, … in step order.
 
+use crate::kernels::gemm::{FusedAct, FusedEpilogue};
 use crate::kernels::Float;
 use crate::EpilogueStep;
 
@@ -49,6 +50,46 @@ impl Steps {
         next.steps[self.len] = Some(step);
         next.len += 1;
         Some((next, slot))
+    }
+
+    /// The steps in the form the GEMM microkernels apply in registers, when they have one: at
+    /// most one bias and one residual (in either order: the kernels add the residual first,
+    /// which may round the last bit differently), then at most one simple activation.
+    /// `operands` as for [`Steps::apply_row`], of an output `n` wide.
+    pub(crate) fn fused<'a, T: Float>(
+        &self,
+        operands: &[&'a [T]],
+        n: usize,
+    ) -> Option<FusedEpilogue<'a, T>> {
+        let mut fused = FusedEpilogue {
+            residual: None,
+            row_bias: None,
+            col_bias: None,
+            act: FusedAct::None,
+        };
+        let (mut next, mut activated) = (0, false);
+        for step in self.iter() {
+            // Nothing follows an activation.
+            if activated {
+                return None;
+            }
+            match step {
+                EpilogueStep::Activation(act) => {
+                    fused.act = FusedAct::of(act)?;
+                    activated = true;
+                }
+                EpilogueStep::Bias if fused.col_bias.is_none() => {
+                    fused.col_bias = Some(*operands.get(next)?);
+                    next += 1;
+                }
+                EpilogueStep::Residual if fused.residual.is_none() => {
+                    fused.residual = Some((*operands.get(next)?, n as isize));
+                    next += 1;
+                }
+                _ => return None,
+            }
+        }
+        (!self.is_empty()).then_some(fused)
     }
 
     /// Applies the steps to `row`, C's elements `(i, j..j + row.len())` of an output `n` wide;
