@@ -24,6 +24,7 @@ use super::direct_stride1_avx512::{Block, Store};
 use super::few_channels::window;
 use super::interleaved_weights::interleave_weight_rows;
 use super::row_band::{avx512, Clamp, ClampKind, LANES};
+use super::winograd::{self, Variant};
 use crate::kernels::error::{KernelError, KernelResult};
 use crate::kernels::gemm::with_pack_buffers;
 
@@ -40,8 +41,11 @@ const MAX_TAPS: usize = 49;
 const BAND_ELEMENTS: usize = 16 * 1024;
 
 /// Whether the direct kernel takes this convolution: f32 on AVX-512, 2-D, one group, stride 1,
-/// a 3x3 window, input channels in the range where it measured faster than im2col + GEMM and
-/// Winograd, at least [`OC_BLOCK`] output channels and output rows at least 8 wide.
+/// a 3x3 window, 8 to 64 input channels (im2col + GEMM's depth of 72..576 is where unfolding
+/// and packing cost as much as the products), at least [`OC_BLOCK`] output channels and output
+/// rows at least 8 wide; not where Winograd F(4x4) runs (64 <- 64 at 28x28, one thread: 270
+/// us there against 385 here; at 56x56 1.10 against 1.64 ms). Against F(2x2) (256 <- 64 at
+/// 13x13) it measured even at one thread.
 pub(crate) fn pays(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) -> bool {
     if !avx512() || input_dims.len() != 4 || weight_dims.len() != 4 || p.groups != 1 {
         return false;
@@ -56,6 +60,7 @@ pub(crate) fn pays(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) 
         && (8..=64).contains(&cin)
         && cout >= OC_BLOCK
         && w.out_dims[1] >= 8
+        && winograd::variant(input_dims, weight_dims, p) != Some(Variant::F4x4)
 }
 
 /// A weight `[out, in, kh, kw]` reordered for the kernel: per block of [`OC_BLOCK`] output
@@ -554,7 +559,25 @@ mod tests {
         if avx512() {
             assert!(pays(&[1, 16, 55, 55], &[64, 16, 3, 3], &p(1, 1)));
             assert!(pays(&[1, 48, 13, 13], &[192, 48, 3, 3], &p(1, 1)));
+            assert!(
+                pays(&[1, 8, 13, 13], &[8, 8, 3, 3], &p(1, 1)),
+                "the smallest"
+            );
+            assert!(
+                pays(&[1, 64, 13, 13], &[256, 64, 3, 3], &p(1, 1)),
+                "beside F(2x2)"
+            );
         }
+        let winograd = &[1, 64, 28, 28];
+        assert!(!pays(winograd, &[64, 64, 3, 3], &p(1, 1)), "F(4x4)");
+        assert!(
+            !pays(&[1, 72, 13, 13], &[64, 72, 3, 3], &p(1, 1)),
+            "72 channels"
+        );
+        assert!(
+            !pays(&[1, 7, 13, 13], &[64, 7, 3, 3], &p(1, 1)),
+            "7 channels"
+        );
         assert!(
             !pays(&[1, 16, 56, 56], &[64, 16, 3, 3], &p(2, 1)),
             "stride 2"
