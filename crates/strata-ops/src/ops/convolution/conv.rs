@@ -14,6 +14,7 @@ use crate::ops::convolution::conv_kernel::{
     conv, conv_output_dims, conv_scratch_len, prepack_conv_weights, ConvParams,
 };
 use crate::ops::convolution::depthwise_blocked::{self, BlockedWeights};
+use crate::ops::convolution::direct_stride1::{self, DirectWeights};
 use crate::ops::convolution::few_channels::{self, FewChannelWeights};
 use crate::ops::convolution::winograd::{self, WinogradWeights};
 use crate::support::inputs::{optional, required};
@@ -268,17 +269,25 @@ impl Operator for Conv {
         };
         match (inputs[0].dtype, device) {
             (DType::F32, Device::Cpu) => {
-                let winograd = winograd_weights(inputs, &planned)?;
                 let few_channels = few_channel_weights(inputs, &planned)?;
+                let direct = match few_channels {
+                    None => direct_weights(inputs, &planned)?,
+                    Some(_) => None,
+                };
+                let winograd = match (&few_channels, &direct) {
+                    (None, None) => winograd_weights(inputs, &planned)?,
+                    _ => None,
+                };
                 let depthwise = depthwise_weights(inputs, &planned)?;
                 Ok(Box::new(ConvKernel::<f32> {
                     op: self.clone(),
-                    packed: match (&winograd, &few_channels) {
-                        (None, None) => prepack(inputs, &planned)?,
+                    packed: match (&winograd, &few_channels, &direct) {
+                        (None, None, None) => prepack(inputs, &planned)?,
                         _ => None,
                     },
                     winograd,
                     few_channels,
+                    direct,
                     depthwise,
                     weight_dims: inputs[1].concrete(),
                     planned,
@@ -289,6 +298,7 @@ impl Operator for Conv {
                 packed: prepack(inputs, &planned)?,
                 winograd: None,
                 few_channels: None,
+                direct: None,
                 depthwise: None,
                 weight_dims: inputs[1].concrete(),
                 planned,
@@ -369,6 +379,25 @@ fn few_channel_weights(
     Ok(Some(FewChannelWeights::new(values, weight.dims())?))
 }
 
+/// A constant f32 weight reordered for the direct stride-1 kernel, when the planned dims make it
+/// pay (see `direct_stride1::pays`); it then replaces the packed weight for every run.
+fn direct_weights(
+    inputs: &[&Fact],
+    planned: &Option<(Vec<usize>, ConvParams)>,
+) -> OpResult<Option<DirectWeights>> {
+    let (Some((x_dims, params)), Some(weight)) = (planned, inputs[1].value.as_ref()) else {
+        return Ok(None);
+    };
+    if !direct_stride1::pays(x_dims, weight.dims(), params) {
+        return Ok(None);
+    }
+    let read = weight.read::<f32>()?;
+    let Some(values) = read.as_slice() else {
+        return Ok(None);
+    };
+    Ok(Some(DirectWeights::new(values, weight.dims())?))
+}
+
 /// A constant f32 depthwise weight interleaved for the blocked kernel, when the planned dims
 /// take it (see `depthwise_blocked::prepack_pays`).
 fn depthwise_weights(
@@ -398,6 +427,8 @@ struct ConvKernel<T> {
     winograd: Option<WinogradWeights>,
     /// Or the weight reordered for the direct few-input-channel kernel (f32 only).
     few_channels: Option<FewChannelWeights>,
+    /// Or the weight reordered for the direct stride-1 kernel (f32 only).
+    direct: Option<DirectWeights>,
     /// Or the depthwise weight interleaved for the blocked kernel (f32 only).
     depthwise: Option<BlockedWeights>,
     /// The weight's dims when they were known at plan time: with the weight packed, the plan
@@ -411,6 +442,7 @@ impl<T> ConvKernel<T> {
         self.packed.is_some()
             || self.winograd.is_some()
             || self.few_channels.is_some()
+            || self.direct.is_some()
             || self.depthwise.is_some()
     }
 }
@@ -481,7 +513,7 @@ impl<T: Element + GemmFloat> Kernel for ConvKernel<T> {
         };
         let input = rx.as_slice().ok_or_else(not_contiguous)?;
         let output = wo.as_mut_slice().ok_or_else(not_contiguous)?;
-        if self.few_channels.is_some() || self.depthwise.is_some() {
+        if self.few_channels.is_some() || self.direct.is_some() || self.depthwise.is_some() {
             fn cast<T: Pod>(v: &[T]) -> Option<&[f32]> {
                 bytemuck::try_cast_slice::<T, f32>(v).ok()
             }
@@ -491,14 +523,17 @@ impl<T: Element + GemmFloat> Kernel for ConvKernel<T> {
             let residual = residual.map(|r| cast(r).ok_or_else(wrong)).transpose()?;
             let output = bytemuck::try_cast_slice_mut::<T, f32>(output).map_err(|_| wrong())?;
             let (dims, threads) = (x.dims(), io.threads);
-            match (&self.few_channels, &self.depthwise) {
-                (Some(fc), _) => {
+            match (&self.few_channels, &self.direct, &self.depthwise) {
+                (Some(fc), _, _) => {
                     few_channels::conv(input, dims, fc, params, bias, residual, output, threads)?
                 }
-                (_, Some(dw)) => depthwise_blocked::depthwise_prepacked(
+                (_, Some(d), _) => {
+                    direct_stride1::conv(input, dims, d, params, bias, residual, output, threads)?
+                }
+                (_, _, Some(dw)) => depthwise_blocked::depthwise_prepacked(
                     input, dims, dw, params, bias, residual, output, threads,
                 )?,
-                (None, None) => {}
+                (None, None, None) => {}
             }
             return Ok(());
         }

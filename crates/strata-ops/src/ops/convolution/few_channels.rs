@@ -297,14 +297,14 @@ impl OutPtr {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::kernels::activation::Activation;
     use crate::support::rng::Rng;
 
     /// Direct 2-D convolution from the ONNX definition, in f64, with the epilogue.
     #[allow(clippy::too_many_arguments)]
-    fn reference(
+    pub(in crate::ops::convolution) fn reference(
         x: &[f32],
         x_dims: &[usize],
         wt: &[f32],

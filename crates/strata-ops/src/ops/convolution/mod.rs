@@ -1,5 +1,5 @@
 //! Convolution in one place: Conv (im2col + GEMM kernels in `conv_kernel` / `im2col`, the direct
-//! depthwise kernels in `depthwise` (per plane) and `depthwise_blocked` (channel blocks), Winograd F(2x2, 3x3) and F(4x4, 3x3) for 3x3 stride-1 layers in `winograd`, a direct kernel for layers with few input channels in `few_channels`),
+//! depthwise kernels in `depthwise` (per plane) and `depthwise_blocked` (channel blocks), Winograd F(2x2, 3x3) and F(4x4, 3x3) for 3x3 stride-1 layers in `winograd`, a direct kernel for layers with few input channels in `few_channels`, a direct stride-1 kernel for thin layers in `direct_stride1`),
 //! ConvTranspose (GEMM then the `col2im_fold`), DeformConv, the Col2Im operator, and the integer
 //! convolutions ConvInteger and QLinearConv on `integer_conv_kernel`.
 
@@ -22,6 +22,9 @@ mod depthwise_direct_avx512;
 mod depthwise_rows;
 #[cfg(target_arch = "x86_64")]
 mod depthwise_rows_avx512;
+pub(crate) mod direct_stride1;
+#[cfg(target_arch = "x86_64")]
+mod direct_stride1_avx512;
 pub(crate) mod few_channels;
 #[cfg(target_arch = "x86_64")]
 mod few_channels_avx512;

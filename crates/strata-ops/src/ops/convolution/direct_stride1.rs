@@ -1,0 +1,651 @@
+//! Direct stride-1 convolution for thin layers (SqueezeNet's 3x3 expands: 16 to 64 input
+//! channels), where im2col + GEMM has a depth of only 144..576 and the unfold and packing cost
+//! as much as the multiply-adds.
+//!
+//! A band of input rows of every channel is copied zero-padded into planes of row stride
+//! `Wp = pad_left + W + pad_right`; an output at row `oy`, column `ox` is computed at the
+//! flattened position `q = oy * Wp + ox`, so every tap's input for 16 consecutive positions is
+//! one contiguous load at `q + ky * dy * Wp + kx * dx`, whatever the width. Only the `Wp - OW`
+//! padding columns of every row are computed for nothing (2 of 57 at 55x55); their lanes are
+//! dropped as the outputs are stored (the valid lanes of a vector are consecutive outputs, so
+//! one compress and one masked store). A register block of [`OC_BLOCK`] output channels x up to
+//! [`MAX_VECTORS`] vectors keeps its accumulators over every input channel and tap; bias,
+//! residual and Relu/Clip are applied in registers as the block is stored. Bands of output rows
+//! are split over the threads, each thread taking the same bands on every run.
+//!
+//! f32 on AVX-512 only (elsewhere the GEMM path stays); the weights are reordered once at plan
+//! time ([`DirectWeights`], Persistent memory).
+
+use strata_core::Tensor;
+
+use super::conv_params::ConvParams;
+#[cfg(target_arch = "x86_64")]
+use super::direct_stride1_avx512::{Block, Store};
+use super::few_channels::window;
+use super::interleaved_weights::interleave_weight_rows;
+use super::row_band::{avx512, Clamp, ClampKind, LANES};
+use super::winograd::{self, Variant};
+use crate::kernels::error::{KernelError, KernelResult};
+use crate::kernels::gemm::with_pack_buffers;
+
+const OP: &str = "Conv";
+/// Output channels of a register block (one broadcast weight each per tap).
+pub(super) const OC_BLOCK: usize = 8;
+/// Vectors of 16 positions of a register block: 8 x 3 = 24 accumulators, with room for the
+/// three loads of a tap and a broadcast weight.
+const MAX_VECTORS: usize = 3;
+/// At most this many taps per window (7x7).
+const MAX_TAPS: usize = 49;
+/// The band's size target in elements (all its channels' padded rows). One thread, 64 <- 16 at
+/// 55x55: 8K 293 us, 16K 284, 32K 287; 256 <- 64 at 13x13: 300, 289, 294.
+const BAND_ELEMENTS: usize = 16 * 1024;
+
+/// Whether the direct kernel takes this convolution: f32 on AVX-512, 2-D, one group, stride 1,
+/// a 3x3 window, 8 to 64 input channels (im2col + GEMM's depth of 72..576 is where unfolding
+/// and packing cost as much as the products), at least [`OC_BLOCK`] output channels and output
+/// rows at least 8 wide; not where Winograd F(4x4) runs (64 <- 64 at 28x28, one thread: 270
+/// us there against 385 here; at 56x56 1.10 against 1.64 ms). Against F(2x2) (256 <- 64 at
+/// 13x13) it measured even at one thread.
+pub(crate) fn pays(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) -> bool {
+    if !avx512() || input_dims.len() != 4 || weight_dims.len() != 4 || p.groups != 1 {
+        return false;
+    }
+    let (cin, cout) = (input_dims[1], weight_dims[0]);
+    let Ok(w) = window(input_dims, weight_dims, p) else {
+        return false;
+    };
+    weight_dims[1] == cin
+        && weight_dims[2..] == [3, 3]
+        && w.strides.iter().all(|&s| s == 1)
+        && (8..=64).contains(&cin)
+        && cout >= OC_BLOCK
+        && w.out_dims[1] >= 8
+        && winograd::variant(input_dims, weight_dims, p) != Some(Variant::F4x4)
+}
+
+/// A weight `[out, in, kh, kw]` reordered for the kernel: per block of [`OC_BLOCK`] output
+/// channels, per input channel and tap, the block's [`OC_BLOCK`] weights (zero past the last
+/// channel). Held by the plan in Persistent memory; the original is freed.
+#[derive(Debug)]
+pub struct DirectWeights {
+    data: Tensor,
+    /// `[out, in, kh, kw]`.
+    dims: [usize; 4],
+}
+
+impl DirectWeights {
+    pub fn new(weight: &[f32], weight_dims: &[usize]) -> KernelResult<Self> {
+        let invalid = |reason: String| KernelError::InvalidParam {
+            op: OP,
+            param: "weight",
+            reason,
+        };
+        let &[cout, cin, kh, kw] = weight_dims else {
+            return Err(invalid(format!("{weight_dims:?} is not a 2-D kernel")));
+        };
+        let taps = kh * kw;
+        let depth = cin * taps;
+        if depth == 0 || taps > MAX_TAPS || cout.checked_mul(depth) != Some(weight.len()) {
+            return Err(invalid(format!(
+                "{} values do not make a {weight_dims:?} kernel of at most {MAX_TAPS} taps",
+                weight.len()
+            )));
+        }
+        let data = interleave_weight_rows(weight, depth, OC_BLOCK).map_err(invalid)?;
+        Ok(DirectWeights {
+            data,
+            dims: [cout, cin, kh, kw],
+        })
+    }
+}
+
+/// The padded planes of one convolution: input `h x wd` at offset `(pad_top, pad_left)` in rows
+/// of `wp`, outputs `oh x ow`, and the taps' offsets in a plane.
+#[derive(Debug)]
+struct Geometry {
+    h: usize,
+    wd: usize,
+    pad_top: usize,
+    pad_left: usize,
+    wp: usize,
+    oh: usize,
+    ow: usize,
+    /// Input rows a band needs beyond its output rows: `(kh - 1) * dy`.
+    halo: usize,
+    taps: [usize; MAX_TAPS],
+    tap_count: usize,
+}
+
+impl Geometry {
+    fn new(input_dims: &[usize], weight_dims: &[usize; 4], p: &ConvParams) -> KernelResult<Self> {
+        let w = window(input_dims, weight_dims, p)?;
+        let [_, _, kh, kw] = *weight_dims;
+        if w.strides.iter().any(|&s| s != 1) || kh * kw > MAX_TAPS {
+            return Err(KernelError::InvalidParam {
+                op: OP,
+                param: "strides",
+                reason: format!("the direct kernel runs stride 1 only, got {:?}", w.strides),
+            });
+        }
+        let (dy, dx) = (w.dilations[0], w.dilations[1]);
+        let wp = w.pads_begin[1] + w.in_dims[1] + w.pads_end[1];
+        let mut taps = [0; MAX_TAPS];
+        for (t, at) in taps[..kh * kw].iter_mut().enumerate() {
+            *at = t / kw * dy * wp + t % kw * dx;
+        }
+        Ok(Geometry {
+            h: w.in_dims[0],
+            wd: w.in_dims[1],
+            pad_top: w.pads_begin[0],
+            pad_left: w.pads_begin[1],
+            wp,
+            oh: w.out_dims[0],
+            ow: w.out_dims[1],
+            halo: (kh - 1) * dy,
+            taps,
+            tap_count: kh * kw,
+        })
+    }
+
+    /// Elements of one channel's plane in a band of `rows` output rows: its padded input rows,
+    /// then room for the last vector's overreach (at most 15 positions past them).
+    fn plane_len(&self, rows: usize) -> usize {
+        (rows + self.halo) * self.wp + LANES
+    }
+
+    /// How the work is cut: into bands of output rows of about [`BAND_ELEMENTS`] of input each,
+    /// and with more than one thread into a count of tasks the threads share evenly; an image
+    /// that fits one band is split over groups of output channels instead (both threads copy
+    /// it, but every vector of its rows stays a full register block).
+    /// Returns `(bands, channel groups)`.
+    fn split(&self, cin: usize, cout: usize, batch: usize, threads: usize) -> (usize, usize) {
+        let per_row = cin * self.wp;
+        let rows = (BAND_ELEMENTS / per_row.max(1))
+            .saturating_sub(self.halo)
+            .clamp(1, self.oh.max(1));
+        let mut bands = self.oh.div_ceil(rows);
+        let blocks = cout.div_ceil(OC_BLOCK);
+        if bands == 1 && batch < threads {
+            return (1, threads.min(blocks));
+        }
+        while threads > 1 && !(batch * bands).is_multiple_of(threads) && bands < self.oh {
+            bands += 1;
+        }
+        (bands, 1)
+    }
+
+    /// Output rows of band `k` of `bands`: the rows as evenly split as they can be.
+    fn band(&self, k: usize, bands: usize) -> std::ops::Range<usize> {
+        k * self.oh / bands..(k + 1) * self.oh / bands
+    }
+
+    /// Copies the input rows under output rows `oy0..oy0 + rows` of `x` (`cin` planes) into
+    /// `buf`, zero-padded: channel `c`'s padded row `r` at `c * plane_len(rows) + r * wp`.
+    fn fill(&self, x: &[f32], cin: usize, oy0: usize, rows: usize, buf: &mut [f32]) {
+        let plane = self.plane_len(rows);
+        let (pl, wd) = (self.pad_left, self.wd);
+        for (c, dst) in buf[..cin * plane].chunks_exact_mut(plane).enumerate() {
+            let (padded, slack) = dst.split_at_mut((rows + self.halo) * self.wp);
+            slack.fill(0.0);
+            for (r, row) in padded.chunks_exact_mut(self.wp).enumerate() {
+                let iy = (oy0 + r).wrapping_sub(self.pad_top);
+                if iy >= self.h {
+                    row.fill(0.0);
+                    continue;
+                }
+                row[..pl].fill(0.0);
+                row[pl..pl + wd].copy_from_slice(&x[(c * self.h + iy) * wd..][..wd]);
+                row[pl + wd..].fill(0.0);
+            }
+        }
+    }
+
+    /// The valid lanes of the vector at flattened position `q` of a band starting at output row
+    /// `oy0` with `positions` positions, and the output they start at.
+    #[cfg(target_arch = "x86_64")]
+    fn store(&self, oy0: usize, positions: usize, q: usize) -> Store {
+        let end = (q + LANES).min(positions);
+        let mut store = Store::default();
+        let mut first = true;
+        let mut row = q / self.wp;
+        while row * self.wp < end {
+            let s = (row * self.wp).max(q);
+            let e = (row * self.wp + self.ow).min(end);
+            if s < e {
+                store.mask |= (((1u32 << (e - s)) - 1) << (s - q)) as u16;
+                if first {
+                    store.at = (oy0 + row) * self.ow + s - row * self.wp;
+                    first = false;
+                }
+            }
+            row += 1;
+        }
+        store
+    }
+}
+
+/// `out = post(conv(input, weight) + bias + residual)` for an NCHW `input` of `input_dims` and
+/// the weight in `weights`, stride 1; `out` (and `residual`) hold `[N, out, OH, OW]`. Lengths
+/// are checked.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn conv(
+    input: &[f32],
+    input_dims: &[usize],
+    weights: &DirectWeights,
+    p: &ConvParams,
+    bias: Option<&[f32]>,
+    residual: Option<&[f32]>,
+    out: &mut [f32],
+    threads: usize,
+) -> KernelResult<()> {
+    let [cout, cin, _, _] = weights.dims;
+    if input_dims.len() != 4 || input_dims[1] != cin || p.groups != 1 || !avx512() {
+        return Err(KernelError::InvalidParam {
+            op: OP,
+            param: "input",
+            reason: format!(
+                "{input_dims:?} does not fit the {:?} direct kernel (AVX-512 only)",
+                weights.dims
+            ),
+        });
+    }
+    let g = Geometry::new(input_dims, &weights.dims, p)?;
+    let batch = input_dims[0];
+    let check = |buffer: &'static str, actual: usize, expected: usize| {
+        if actual == expected {
+            Ok(())
+        } else {
+            Err(KernelError::BufferLength {
+                op: OP,
+                buffer,
+                expected,
+                actual,
+            })
+        }
+    };
+    let (in_len, out_plane) = (g.h * g.wd, g.oh * g.ow);
+    let out_len = cout * out_plane;
+    check("input", input.len(), batch * cin * in_len)?;
+    check("output", out.len(), batch * out_len)?;
+    if let Some(r) = residual {
+        check("residual", r.len(), out.len())?;
+    }
+    if let Some(b) = bias {
+        check("bias", b.len(), cout)?;
+    }
+    if out.is_empty() {
+        return Ok(());
+    }
+    let read = weights
+        .data
+        .read::<f32>()
+        .map_err(|e| KernelError::InvalidParam {
+            op: OP,
+            param: "weight",
+            reason: e.to_string(),
+        })?;
+    let packed = read.as_slice().ok_or_else(|| KernelError::InvalidParam {
+        op: OP,
+        param: "weight",
+        reason: "packed weight is not contiguous".into(),
+    })?;
+    // Relu and Clip are applied in registers; another activation as a pass after each block.
+    let (clamp, after) = match Clamp::of(p.post, false) {
+        Some(c) => (c, false),
+        None => (
+            Clamp {
+                lo: 0.0,
+                hi: 0.0,
+                kind: ClampKind::None,
+            },
+            true,
+        ),
+    };
+    let muladds = out.len().saturating_mul(g.tap_count * cin);
+    let threads = if muladds < 1 << 16 { 1 } else { threads.max(1) };
+    let (bands, groups) = g.split(cin, cout, batch, threads);
+    let tasks = batch * bands * groups;
+    let blocks = cout.div_ceil(OC_BLOCK);
+    let per_part = tasks.div_ceil(threads.min(tasks));
+    let parts = tasks.div_ceil(per_part);
+    let stop = crate::run_control::stop_token();
+    let shared = OutPtr(out.as_mut_ptr());
+    let depth = cin * g.tap_count;
+    let task = |i: usize| {
+        let (b, k, group) = (i / (bands * groups), i / groups % bands, i % groups);
+        let first = group * blocks / groups * OC_BLOCK;
+        let last = ((group + 1) * blocks / groups * OC_BLOCK).min(cout);
+        let rows = g.band(k, bands);
+        let (oy0, n) = (rows.start, rows.len());
+        if n == 0 {
+            return;
+        }
+        let plane = g.plane_len(n);
+        let x = &input[b * cin * in_len..][..cin * in_len];
+        with_pack_buffers::<f32, _>(cin * plane, 0, |buf, _| {
+            let buf = &mut buf[..cin * plane];
+            g.fill(x, cin, oy0, n, buf);
+            #[cfg(target_arch = "x86_64")]
+            {
+                let block = Block {
+                    src: buf,
+                    plane,
+                    cin,
+                    taps: &g.taps[..g.tap_count],
+                    clamp,
+                    out: shared.at(b * out_len),
+                    residual: residual.map(|r| &r[b * out_len..][..out_len]),
+                    out_plane,
+                    channels: cout,
+                };
+                let positions = (n - 1) * g.wp + g.ow;
+                let vectors = positions.div_ceil(LANES);
+                let chunks = vectors.div_ceil(MAX_VECTORS);
+                for oc0 in (first..last).step_by(OC_BLOCK) {
+                    let valid = (cout - oc0).min(OC_BLOCK);
+                    let mut start = [0.0f32; OC_BLOCK];
+                    if let Some(bias) = bias {
+                        start[..valid].copy_from_slice(&bias[oc0..oc0 + valid]);
+                    }
+                    let w = &packed[oc0 / OC_BLOCK * depth * OC_BLOCK..][..depth * OC_BLOCK];
+                    let mut v0 = 0;
+                    for c in 0..chunks {
+                        // Chunks as even as possible: the first `vectors % chunks` get one more.
+                        let count = vectors / chunks + usize::from(c < vectors % chunks);
+                        let q0 = v0 * LANES;
+                        let at = |v: usize| g.store(oy0, positions, q0 + v * LANES);
+                        // SAFETY: AVX-512F was checked above; the stores go to output rows
+                        // `oy0..oy0 + n` of batch item `b`, this task's alone.
+                        unsafe {
+                            match count {
+                                1 => block.run::<1>(oc0, q0, w, &start, &std::array::from_fn(at)),
+                                2 => block.run::<2>(oc0, q0, w, &start, &std::array::from_fn(at)),
+                                _ => block.run::<3>(oc0, q0, w, &start, &std::array::from_fn(at)),
+                            }
+                        }
+                        v0 += count;
+                    }
+                    if after {
+                        for c in oc0..oc0 + valid {
+                            let at = b * out_len + c * out_plane + oy0 * g.ow;
+                            // SAFETY: rows `oy0..oy0 + n` of plane `c`, this task's alone.
+                            p.post.apply_all(unsafe { shared.slice(at, n * g.ow) });
+                        }
+                    }
+                }
+            }
+        });
+    };
+    let part = |t: usize| {
+        for i in t * per_part..((t + 1) * per_part).min(tasks) {
+            if stop.should_stop_at(i) {
+                return;
+            }
+            task(i);
+        }
+    };
+    if parts <= 1 {
+        part(0);
+    } else {
+        crate::parallel::for_each_thread(parts, part);
+    }
+    Ok(())
+}
+
+/// The output, shared by the band tasks of one call.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+
+// SAFETY: every task writes a disjoint set of rows (its own band's), and the call does not
+// return before every task has finished.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// The output from element `at` on (a method: a closure capturing the field would capture
+    /// the bare pointer).
+    fn at(self, at: usize) -> *mut f32 {
+        self.0.wrapping_add(at)
+    }
+
+    /// # Safety
+    /// `at..at + len` must be inside the output and written by no other task meanwhile.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slice(&self, at: usize, len: usize) -> &mut [f32] {
+        // SAFETY: guaranteed by the caller.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(at), len) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::activation::Activation;
+    use crate::ops::convolution::few_channels::tests::reference;
+    use crate::support::rng::Rng;
+
+    /// One convolution through the kernel at `threads`, checked against the f64 reference.
+    fn check(case: &str, x_dims: [usize; 4], w_dims: [usize; 4], p: &ConvParams, rng: &mut Rng) {
+        let geometry = window(&x_dims, &w_dims, p).unwrap();
+        let [oh, ow] = [geometry.out_dims[0], geometry.out_dims[1]];
+        let x = rng.vec(x_dims.iter().product());
+        let wt = rng.vec(w_dims.iter().product());
+        let bias = rng.vec(w_dims[0]);
+        let len = x_dims[0] * w_dims[0] * oh * ow;
+        let residual = (rng.below(3) == 1).then(|| rng.vec(len));
+        let want = reference(
+            &x,
+            &x_dims,
+            &wt,
+            &w_dims,
+            p,
+            &bias,
+            residual.as_deref(),
+            [oh, ow],
+        );
+        let weights = DirectWeights::new(&wt, &w_dims).unwrap();
+        for threads in 1..=3 {
+            let pool = crate::parallel::ThreadPool::new(threads).unwrap();
+            let mut got = vec![f32::NAN; len];
+            crate::parallel::install(&pool, || {
+                conv(
+                    &x,
+                    &x_dims,
+                    &weights,
+                    p,
+                    Some(&bias),
+                    residual.as_deref(),
+                    &mut got,
+                    threads,
+                )
+            })
+            .unwrap();
+            for (j, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                    "{case} {x_dims:?} {w_dims:?} {p:?} threads {threads}: element {j}: {a} vs {b}"
+                );
+            }
+        }
+    }
+
+    fn params(
+        k: [usize; 2],
+        pads: [usize; 4],
+        dilations: [usize; 2],
+        post: Activation,
+    ) -> ConvParams {
+        ConvParams {
+            kernel: k.to_vec(),
+            strides: vec![1, 1],
+            pads_begin: pads[..2].to_vec(),
+            pads_end: pads[2..].to_vec(),
+            dilations: dilations.to_vec(),
+            groups: 1,
+            post,
+        }
+    }
+
+    /// Random shapes (batch up to 3, odd widths from 1 to 70 with rows narrower than a vector,
+    /// asymmetric pads, kernels 1-5 with dilation, channel counts off the block) with every
+    /// epilogue, at 1 to 3 threads, against the reference.
+    #[test]
+    fn equals_the_reference_convolution() {
+        if !avx512() {
+            eprintln!("skipped: the direct kernel needs AVX-512");
+            return;
+        }
+        let mut rng = Rng::new(11);
+        let posts = [
+            Activation::None,
+            Activation::Relu,
+            Activation::Clip {
+                min: -0.5,
+                max: 0.75,
+            },
+            Activation::Sigmoid,
+        ];
+        for case in 0..50 {
+            let (kh, kw) = (rng.range(1, 5), rng.range(1, 5));
+            let (dy, dx) = if rng.below(4) == 0 {
+                (2, rng.range(1, 2))
+            } else {
+                (1, 1)
+            };
+            let pads = [rng.below(kh), rng.below(kw), rng.below(kh), rng.below(kw)];
+            let (h, wd) = (
+                rng.range((kh - 1) * dy + 1, 30),
+                rng.range((kw - 1) * dx + 1, 70),
+            );
+            let (n, cin, cout) = (rng.range(1, 3), rng.range(1, 20), rng.range(1, 27));
+            let p = params([kh, kw], pads, [dy, dx], posts[case % posts.len()]);
+            check(
+                &format!("case {case}"),
+                [n, cin, h, wd],
+                [cout, cin, kh, kw],
+                &p,
+                &mut rng,
+            );
+        }
+    }
+
+    /// The shapes the kernel is chosen for: SqueezeNet's 3x3 expands (pad 1) and ResNet's
+    /// 64 <- 64, each with Relu.
+    #[test]
+    fn equals_the_reference_on_network_shapes() {
+        if !avx512() {
+            eprintln!("skipped: the direct kernel needs AVX-512");
+            return;
+        }
+        let mut rng = Rng::new(3);
+        let p = params([3, 3], [1; 4], [1, 1], Activation::Relu);
+        for (cout, cin, hw) in [(64, 16, 55), (128, 32, 27), (192, 48, 13), (64, 64, 28)] {
+            check("network", [1, cin, hw, hw], [cout, cin, 3, 3], &p, &mut rng);
+        }
+    }
+
+    #[test]
+    fn takes_thin_3x3_stride_1_layers_only() {
+        let p = |s: usize, groups: usize| ConvParams {
+            kernel: vec![3, 3],
+            strides: vec![s, s],
+            pads_begin: vec![1, 1],
+            pads_end: vec![1, 1],
+            dilations: vec![1, 1],
+            groups,
+            post: Activation::None,
+        };
+        if avx512() {
+            assert!(pays(&[1, 16, 55, 55], &[64, 16, 3, 3], &p(1, 1)));
+            assert!(pays(&[1, 48, 13, 13], &[192, 48, 3, 3], &p(1, 1)));
+            assert!(
+                pays(&[1, 8, 13, 13], &[8, 8, 3, 3], &p(1, 1)),
+                "the smallest"
+            );
+            assert!(
+                pays(&[1, 64, 13, 13], &[256, 64, 3, 3], &p(1, 1)),
+                "beside F(2x2)"
+            );
+        }
+        let winograd = &[1, 64, 28, 28];
+        assert!(!pays(winograd, &[64, 64, 3, 3], &p(1, 1)), "F(4x4)");
+        assert!(
+            !pays(&[1, 72, 13, 13], &[64, 72, 3, 3], &p(1, 1)),
+            "72 channels"
+        );
+        assert!(
+            !pays(&[1, 7, 13, 13], &[64, 7, 3, 3], &p(1, 1)),
+            "7 channels"
+        );
+        assert!(
+            !pays(&[1, 16, 56, 56], &[64, 16, 3, 3], &p(2, 1)),
+            "stride 2"
+        );
+        assert!(
+            !pays(&[1, 4, 56, 56], &[64, 4, 3, 3], &p(1, 1)),
+            "4 channels"
+        );
+        assert!(!pays(&[1, 16, 56, 56], &[16, 4, 3, 3], &p(1, 4)), "grouped");
+        assert!(
+            !pays(&[1, 16, 5, 5], &[64, 16, 3, 3], &p(1, 1)),
+            "5 columns"
+        );
+        assert!(
+            !pays(&[1, 16, 56, 56], &[4, 16, 3, 3], &p(1, 1)),
+            "4 outputs"
+        );
+        assert!(!pays(&[1, 16, 64], &[32, 16, 3], &p(1, 1)), "1-D");
+    }
+
+    #[test]
+    fn bad_input_is_an_error() {
+        let wt = vec![0.5f32; 8 * 16 * 9];
+        assert!(DirectWeights::new(&wt[1..], &[8, 16, 3, 3]).is_err());
+        assert!(DirectWeights::new(&wt, &[8, 16, 9]).is_err());
+        assert!(
+            DirectWeights::new(&[0.5; 8 * 64], &[8, 1, 8, 8]).is_err(),
+            "64 taps"
+        );
+        let weights = DirectWeights::new(&wt, &[8, 16, 3, 3]).unwrap();
+        let p = params([3, 3], [1; 4], [1, 1], Activation::None);
+        let x = vec![1.0f32; 16 * 16 * 16];
+        let mut out = vec![0.0f32; 8 * 16 * 16];
+        let run =
+            |x: &[f32],
+             dims: &[usize],
+             p: &ConvParams,
+             bias: Option<&[f32]>,
+             res: Option<&[f32]>,
+             out: &mut [f32]| { conv(x, dims, &weights, p, bias, res, out, 1) };
+        let dims = [1, 16, 16, 16];
+        assert!(
+            run(&x, &dims, &p, None, None, &mut out[1..]).is_err(),
+            "output"
+        );
+        assert!(
+            run(&x[1..], &dims, &p, None, None, &mut out).is_err(),
+            "input"
+        );
+        assert!(
+            run(&x, &[1, 8, 32, 16], &p, None, None, &mut out).is_err(),
+            "channels"
+        );
+        assert!(
+            run(&x, &dims, &p, Some(&[0.0; 7]), None, &mut out).is_err(),
+            "bias"
+        );
+        assert!(
+            run(&x, &dims, &p, None, Some(&x[..5]), &mut out).is_err(),
+            "residual"
+        );
+        let strided = ConvParams {
+            strides: vec![2, 2],
+            ..p.clone()
+        };
+        assert!(
+            run(&x, &dims, &strided, None, None, &mut out[..8 * 64]).is_err(),
+            "stride 2"
+        );
+    }
+}
