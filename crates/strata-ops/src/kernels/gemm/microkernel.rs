@@ -336,7 +336,8 @@ impl<T: Float + bytemuck::Pod, const MR: usize, const NR: usize> Microkernel<T>
                 }
             }
         }
-        // SAFETY: forwarded from the caller's contract on `c`.
+        // SAFETY: forwarded from the caller's contract: the tile's elements are valid and
+        // ours, and the epilogue's parts readable for every one of them.
         unsafe { store_tile(&acc, c, alpha, beta, epilogue) };
     }
 }

@@ -295,7 +295,8 @@ macro_rules! simd_microkernel {
                             unsafe { $store(dst.as_mut_ptr().add(v * LANES), sum) };
                         }
                     }
-                    // SAFETY: forwarded from the caller's contract on `c`.
+                    // SAFETY: forwarded from the caller's contract: the tile's elements are
+                    // valid and ours, and the epilogue's parts readable for every one of them.
                     unsafe { store_tile(&tile, c, alpha, beta, FUSED.then_some(e)) };
                 }
             }

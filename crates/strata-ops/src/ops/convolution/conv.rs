@@ -9,6 +9,7 @@ use bytemuck::Pod;
 use strata_core::shape::checked_numel;
 use strata_core::{DType, Device, Element};
 
+use crate::kernels::error::KernelResult;
 use crate::kernels::{resolve_auto_pad, Activation, GemmFloat, Prepacked};
 use crate::ops::convolution::conv_kernel::{
     conv, conv_output_dims, conv_scratch_len, prepack_conv_weights, ConvParams,
@@ -337,84 +338,71 @@ fn prepack<T: Element + GemmFloat>(
     Ok(prepack_conv_weights(x_dims, values, weight.dims(), params)?)
 }
 
-/// A constant f32 3x3 stride-1 weight transformed for Winograd's F(2x2, 3x3) or F(4x4, 3x3),
-/// when the planned dims make one pay (see `winograd::variant`); it then replaces the packed
-/// weight for every run.
+/// The constant f32 weight in a kernel's own layout, made by `make(values, dims, choice)` when
+/// `choose` finds that the planned dims pay for that kernel (`Some(choice)`); it then replaces
+/// the packed weight for every run. `None` for a weight that is not a constant (or not
+/// contiguous) or dims not planned.
+fn planned_weights<C, W>(
+    inputs: &[&Fact],
+    planned: &Option<(Vec<usize>, ConvParams)>,
+    choose: impl FnOnce(&[usize], &[usize], &ConvParams) -> Option<C>,
+    make: impl FnOnce(&[f32], &[usize], C) -> KernelResult<W>,
+) -> OpResult<Option<W>> {
+    let (Some((x_dims, params)), Some(weight)) = (planned, inputs[1].value.as_ref()) else {
+        return Ok(None);
+    };
+    let Some(choice) = choose(x_dims, weight.dims(), params) else {
+        return Ok(None);
+    };
+    let read = weight.read::<f32>()?;
+    let Some(values) = read.as_slice() else {
+        return Ok(None);
+    };
+    Ok(Some(make(values, weight.dims(), choice)?))
+}
+
+/// A 3x3 stride-1 weight transformed for Winograd's F(2x2, 3x3) or F(4x4, 3x3), when the planned
+/// dims make one pay (see `winograd::variant`).
 fn winograd_weights(
     inputs: &[&Fact],
     planned: &Option<(Vec<usize>, ConvParams)>,
 ) -> OpResult<Option<WinogradWeights>> {
-    let (Some((x_dims, params)), Some(weight)) = (planned, inputs[1].value.as_ref()) else {
-        return Ok(None);
-    };
-    let w_dims = weight.dims();
-    let Some(variant) = winograd::variant(x_dims, w_dims, params) else {
-        return Ok(None);
-    };
-    let read = weight.read::<f32>()?;
-    let Some(values) = read.as_slice() else {
-        return Ok(None);
-    };
-    Ok(Some(WinogradWeights::new(
-        values, w_dims[0], w_dims[1], variant,
-    )?))
+    planned_weights(inputs, planned, winograd::variant, |v, w, variant| {
+        WinogradWeights::new(v, w[0], w[1], variant)
+    })
 }
 
-/// A constant f32 weight reordered for the direct few-input-channel kernel, when the planned
-/// dims make it pay (see `few_channels::pays`); it then replaces the packed weight for every run.
+/// A weight reordered for the direct few-input-channel kernel (see `few_channels::pays`).
 fn few_channel_weights(
     inputs: &[&Fact],
     planned: &Option<(Vec<usize>, ConvParams)>,
 ) -> OpResult<Option<FewChannelWeights>> {
-    let (Some((x_dims, params)), Some(weight)) = (planned, inputs[1].value.as_ref()) else {
-        return Ok(None);
-    };
-    if !few_channels::pays(x_dims, weight.dims(), params) {
-        return Ok(None);
-    }
-    let read = weight.read::<f32>()?;
-    let Some(values) = read.as_slice() else {
-        return Ok(None);
-    };
-    Ok(Some(FewChannelWeights::new(values, weight.dims())?))
+    let pays = |x: &[usize], w: &[usize], p: &ConvParams| few_channels::pays(x, w, p).then_some(());
+    planned_weights(inputs, planned, pays, |v, w, ()| {
+        FewChannelWeights::new(v, w)
+    })
 }
 
-/// A constant f32 weight reordered for the direct stride-1 kernel, when the planned dims make it
-/// pay (see `direct_stride1::pays`); it then replaces the packed weight for every run.
+/// A weight reordered for the direct stride-1 kernel (see `direct_stride1::pays`).
 fn direct_weights(
     inputs: &[&Fact],
     planned: &Option<(Vec<usize>, ConvParams)>,
 ) -> OpResult<Option<DirectWeights>> {
-    let (Some((x_dims, params)), Some(weight)) = (planned, inputs[1].value.as_ref()) else {
-        return Ok(None);
-    };
-    if !direct_stride1::pays(x_dims, weight.dims(), params) {
-        return Ok(None);
-    }
-    let read = weight.read::<f32>()?;
-    let Some(values) = read.as_slice() else {
-        return Ok(None);
-    };
-    Ok(Some(DirectWeights::new(values, weight.dims())?))
+    let pays =
+        |x: &[usize], w: &[usize], p: &ConvParams| direct_stride1::pays(x, w, p).then_some(());
+    planned_weights(inputs, planned, pays, |v, w, ()| DirectWeights::new(v, w))
 }
 
-/// A constant f32 depthwise weight interleaved for the blocked kernel, when the planned dims
-/// take it (see `depthwise_blocked::prepack_pays`).
+/// A depthwise weight interleaved for the blocked kernel (see
+/// `depthwise_blocked::prepack_pays`).
 fn depthwise_weights(
     inputs: &[&Fact],
     planned: &Option<(Vec<usize>, ConvParams)>,
 ) -> OpResult<Option<BlockedWeights>> {
-    let (Some((x_dims, params)), Some(weight)) = (planned, inputs[1].value.as_ref()) else {
-        return Ok(None);
+    let pays = |x: &[usize], w: &[usize], p: &ConvParams| {
+        depthwise_blocked::prepack_pays(x, w, p).then_some(())
     };
-    if !depthwise_blocked::prepack_pays(x_dims, weight.dims(), params) {
-        return Ok(None);
-    }
-    let read = weight.read::<f32>()?;
-    let Some(values) = read.as_slice() else {
-        return Ok(None);
-    };
-    Ok(Some(BlockedWeights::new(values, weight.dims())?))
+    planned_weights(inputs, planned, pays, |v, w, ()| BlockedWeights::new(v, w))
 }
 
 #[derive(Debug)]

@@ -20,7 +20,7 @@ use crate::kernels::gemm::with_pack_buffers;
 use crate::kernels::interleave::{deinterleave, interleave_rows, LANES};
 use crate::kernels::phase_planes::{Axis, MAX_TAPS};
 use crate::kernels::simd::multiversion;
-use crate::kernels::spatial::WindowGeometry;
+use crate::kernels::spatial::{check_len, WindowGeometry};
 
 use super::conv_params::ConvParams;
 use super::depthwise_band::BandShape;
@@ -277,25 +277,13 @@ pub(crate) fn depthwise_prepacked(
     }
     let w = window(input_dims, &weights.dims, p)?;
     let planes = input_dims[0] * channels;
-    let check = |buffer: &'static str, actual: usize, expected: usize| {
-        if actual == expected {
-            Ok(())
-        } else {
-            Err(KernelError::BufferLength {
-                op: "Conv",
-                buffer,
-                expected,
-                actual,
-            })
-        }
-    };
-    check("input", input.len(), planes * w.in_len)?;
-    check("output", out.len(), planes * w.out_len)?;
+    check_len("Conv", "input", input.len(), planes * w.in_len)?;
+    check_len("Conv", "output", out.len(), planes * w.out_len)?;
     if let Some(r) = residual {
-        check("residual", r.len(), out.len())?;
+        check_len("Conv", "residual", r.len(), out.len())?;
     }
     if let Some(b) = bias {
-        check("bias", b.len(), channels)?;
+        check_len("Conv", "bias", b.len(), channels)?;
     }
     let read = weights
         .data

@@ -18,6 +18,7 @@
 
 use strata_core::Tensor;
 
+use super::band_output::OutPtr;
 use super::conv_params::ConvParams;
 #[cfg(target_arch = "x86_64")]
 use super::direct_stride1_avx512::{Block, Store};
@@ -27,6 +28,7 @@ use super::row_band::{avx512, Clamp, ClampKind, LANES};
 use super::winograd::{self, Variant};
 use crate::kernels::error::{KernelError, KernelResult};
 use crate::kernels::gemm::with_pack_buffers;
+use crate::kernels::spatial::check_len;
 
 const OP: &str = "Conv";
 /// Output channels of a register block (one broadcast weight each per tap).
@@ -251,27 +253,15 @@ pub(crate) fn conv(
     }
     let g = Geometry::new(input_dims, &weights.dims, p)?;
     let batch = input_dims[0];
-    let check = |buffer: &'static str, actual: usize, expected: usize| {
-        if actual == expected {
-            Ok(())
-        } else {
-            Err(KernelError::BufferLength {
-                op: OP,
-                buffer,
-                expected,
-                actual,
-            })
-        }
-    };
     let (in_len, out_plane) = (g.h * g.wd, g.oh * g.ow);
     let out_len = cout * out_plane;
-    check("input", input.len(), batch * cin * in_len)?;
-    check("output", out.len(), batch * out_len)?;
+    check_len(OP, "input", input.len(), batch * cin * in_len)?;
+    check_len(OP, "output", out.len(), batch * out_len)?;
     if let Some(r) = residual {
-        check("residual", r.len(), out.len())?;
+        check_len(OP, "residual", r.len(), out.len())?;
     }
     if let Some(b) = bias {
-        check("bias", b.len(), cout)?;
+        check_len(OP, "bias", b.len(), cout)?;
     }
     if out.is_empty() {
         return Ok(());
@@ -390,32 +380,6 @@ pub(crate) fn conv(
         crate::parallel::for_each_thread(parts, part);
     }
     Ok(())
-}
-
-/// The output, shared by the band tasks of one call.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-
-// SAFETY: every task writes a disjoint set of rows (its own band's), and the call does not
-// return before every task has finished.
-unsafe impl Send for OutPtr {}
-// SAFETY: as above.
-unsafe impl Sync for OutPtr {}
-
-impl OutPtr {
-    /// The output from element `at` on (a method: a closure capturing the field would capture
-    /// the bare pointer).
-    fn at(self, at: usize) -> *mut f32 {
-        self.0.wrapping_add(at)
-    }
-
-    /// # Safety
-    /// `at..at + len` must be inside the output and written by no other task meanwhile.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn slice(&self, at: usize, len: usize) -> &mut [f32] {
-        // SAFETY: guaranteed by the caller.
-        unsafe { std::slice::from_raw_parts_mut(self.0.add(at), len) }
-    }
 }
 
 #[cfg(test)]

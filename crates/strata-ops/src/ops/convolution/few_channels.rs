@@ -15,10 +15,11 @@
 
 use strata_core::Tensor;
 
+use super::band_output::OutPtr;
 use super::conv_params::ConvParams;
 use crate::kernels::error::{KernelError, KernelResult};
 use crate::kernels::gemm::with_pack_buffers;
-use crate::kernels::spatial::{WindowAttrs, WindowGeometry};
+use crate::kernels::spatial::{check_len, WindowAttrs, WindowGeometry};
 
 #[cfg(target_arch = "x86_64")]
 use super::few_channels_avx512;
@@ -126,26 +127,14 @@ pub(crate) fn conv(
     }
     let w = window(input_dims, &weights.dims, p)?;
     let batch = input_dims[0];
-    let check = |buffer: &'static str, actual: usize, expected: usize| {
-        if actual == expected {
-            Ok(())
-        } else {
-            Err(KernelError::BufferLength {
-                op: OP,
-                buffer,
-                expected,
-                actual,
-            })
-        }
-    };
     let out_len = cout * w.out_len;
-    check("input", input.len(), batch * cin * w.in_len)?;
-    check("output", out.len(), batch * out_len)?;
+    check_len(OP, "input", input.len(), batch * cin * w.in_len)?;
+    check_len(OP, "output", out.len(), batch * out_len)?;
     if let Some(r) = residual {
-        check("residual", r.len(), out.len())?;
+        check_len(OP, "residual", r.len(), out.len())?;
     }
     if let Some(b) = bias {
-        check("bias", b.len(), cout)?;
+        check_len(OP, "bias", b.len(), cout)?;
     }
     if out.is_empty() {
         return Ok(());
@@ -267,32 +256,12 @@ impl Job<'_> {
                 self.packed,
                 self.bias,
                 self.clamp,
-                out.0,
+                out.at(0),
                 (at, self.out_plane, self.channels),
                 group,
                 self.ow,
             );
         }
-    }
-}
-
-/// The output, shared by the band tasks of one call.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-
-// SAFETY: every task writes a disjoint set of rows (its own band's), and the call does not
-// return before every task has finished.
-unsafe impl Send for OutPtr {}
-// SAFETY: as above.
-unsafe impl Sync for OutPtr {}
-
-impl OutPtr {
-    /// # Safety
-    /// `at..at + len` must be inside the output and written by no other task meanwhile.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn slice(&self, at: usize, len: usize) -> &mut [f32] {
-        // SAFETY: guaranteed by the caller.
-        unsafe { std::slice::from_raw_parts_mut(self.0.add(at), len) }
     }
 }
 

@@ -3,6 +3,7 @@
 //! ConvTranspose (GEMM then the `col2im_fold`), DeformConv, the Col2Im operator, and the integer
 //! convolutions ConvInteger and QLinearConv on `integer_conv_kernel`.
 
+mod band_output;
 pub mod col2im;
 pub(crate) mod col2im_fold;
 pub mod conv;
