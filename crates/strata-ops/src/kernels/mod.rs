@@ -20,6 +20,7 @@ pub(crate) mod phase_planes;
 pub mod quant;
 pub mod sdpa;
 pub(crate) mod simd;
+pub mod softmax;
 pub(crate) mod spatial;
 
 pub use activation::Activation;

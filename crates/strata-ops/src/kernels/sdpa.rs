@@ -492,7 +492,7 @@ row_kernel! {
 }
 
 /// The row's maximum (NaN if any element is NaN, as Softmax gives NaN then).
-fn row_max(row: &[f32]) -> f32 {
+pub(crate) fn row_max(row: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512f") {
         // SAFETY: AVX-512F was detected on this CPU just now.
@@ -549,7 +549,7 @@ fn exp_flushed(x: f32) -> f32 {
 }
 
 /// `row = exp(row - shift)`, flushed as [`exp_flushed`]; returns the sum.
-fn exp_shifted(row: &mut [f32], shift: f32) -> f32 {
+pub(crate) fn exp_shifted(row: &mut [f32], shift: f32) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512f") {
         // SAFETY: AVX-512F was detected on this CPU just now.

@@ -5,8 +5,9 @@
 use std::marker::PhantomData;
 
 use num_traits::{Float, Zero};
-use strata_core::Device;
+use strata_core::{DType, Device, Element};
 
+use crate::kernels::softmax::softmax_rows;
 use crate::support::axes::{normalize_axis, normalize_split_axis};
 use crate::support::inputs::required;
 use crate::support::kernel_choice::cpu_only;
@@ -180,35 +181,52 @@ pub(crate) fn apply_lanes<T: Real>(
     }
 }
 
-impl<T: Real> Kernel for SoftmaxKernel<T> {
-    fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
-        let name = self.op.kind.name();
-        let out = io.output(0);
-        let (outer, len, inner) = self.op.lanes(out.dims())?;
-        let mut w = out.write::<T>()?;
-        let data = w
-            .as_mut_slice()
-            .ok_or_else(|| OpError::kernel(name, "output is not contiguous"))?;
-        if io.in_place != Some(0) {
-            let x = io.input(0);
-            if x.dims() != out.dims() || x.dtype() != T::DTYPE {
-                return Err(OpError::kernel(
-                    name,
-                    format!(
-                        "input {:?} does not match output {:?}",
-                        x.dims(),
-                        out.dims()
-                    ),
-                ));
-            }
-            let r = x.read::<T>()?;
-            data.copy_from_slice(
-                r.as_slice()
-                    .ok_or_else(|| OpError::kernel(name, "input is not contiguous"))?,
-            );
+/// Where each output element starts: copied from the input, unless the planner ran the op in
+/// place; then `apply` works on the output as a slice of `U`.
+fn in_output<U: Element>(
+    io: &KernelIo<'_>,
+    name: &str,
+    apply: impl FnOnce(&mut [U]),
+) -> OpResult<()> {
+    let out = io.output(0);
+    let mut w = out.write::<U>()?;
+    let data = w
+        .as_mut_slice()
+        .ok_or_else(|| OpError::kernel(name, "output is not contiguous"))?;
+    if io.in_place != Some(0) {
+        let x = io.input(0);
+        if x.dims() != out.dims() || x.dtype() != U::DTYPE {
+            return Err(OpError::kernel(
+                name,
+                format!(
+                    "input {:?} does not match output {:?}",
+                    x.dims(),
+                    out.dims()
+                ),
+            ));
         }
-        apply_lanes(self.op.kind, data, outer, len, inner);
-        Ok(())
+        let r = x.read::<U>()?;
+        data.copy_from_slice(
+            r.as_slice()
+                .ok_or_else(|| OpError::kernel(name, "input is not contiguous"))?,
+        );
+    }
+    apply(data);
+    Ok(())
+}
+
+impl<T: Real + Element> Kernel for SoftmaxKernel<T> {
+    fn run(&self, io: &KernelIo<'_>) -> OpResult<()> {
+        let kind = self.op.kind;
+        let (outer, len, inner) = self.op.lanes(io.output(0).dims())?;
+        // f32 Softmax along contiguous lanes (the last axis, or all trailing dims before
+        // opset 13): the vectorized row kernel.
+        if kind == SoftmaxKind::Softmax && inner == 1 && T::DTYPE == DType::F32 {
+            return in_output::<f32>(io, kind.name(), |data| softmax_rows(data, len));
+        }
+        in_output::<T>(io, kind.name(), |data| {
+            apply_lanes(kind, data, outer, len, inner)
+        })
     }
 }
 
