@@ -472,3 +472,122 @@ fn fused_attention_runs_without_allocating() {
         assert_eq!(count, 0, "{spec:?}");
     }
 }
+
+/// Single-head attention as a plain block writes it, without a head split: `[B, S, D]`
+/// projections, `MatMul(q, Transpose(k, [0, 2, 1]))`, a scalar `Mul`, an optional additive
+/// mask input of `mask` dims, Softmax on `axis`, `MatMul(p, v)`. Returns (FusedAttention nodes,
+/// fusion text) after checking the fused plan against the unfused one.
+fn check_single_head(
+    batch: usize,
+    seq: usize,
+    dim: usize,
+    mask: Option<&[usize]>,
+    axis: i64,
+) -> (usize, String) {
+    let w = 1.0 / (dim as f32).sqrt();
+    let mut m = ModelBuilder::new("single_head")
+        .opset(17)
+        .input(
+            "x",
+            DType::F32,
+            &[Dim::Known(batch), Dim::Known(seq), Dim::Known(dim)],
+        )
+        .initializer_f32("scale", &[w], &[]);
+    for (n, name) in ["q", "k", "v"].iter().enumerate() {
+        let wname = format!("w{name}");
+        m = m
+            .initializer_f32(&wname, &values(dim * dim, 40 + n as u64, w), &[dim, dim])
+            .node("MatMul", &["x", &wname], &[name], Attrs::new());
+    }
+    m = m
+        .node(
+            "Transpose",
+            &["k"],
+            &["kt"],
+            Attrs::new().ints("perm", &[0, 2, 1]),
+        )
+        .node("MatMul", &["q", "kt"], &["scores"], Attrs::new())
+        .node("Mul", &["scores", "scale"], &["scaled"], Attrs::new());
+    let mut at = "scaled";
+    if let Some(dims) = mask {
+        let known: Vec<Dim> = dims.iter().map(|&d| Dim::Known(d)).collect();
+        m = m.input("mask", DType::F32, &known).node(
+            "Add",
+            &["scaled", "mask"],
+            &["masked"],
+            Attrs::new(),
+        );
+        at = "masked";
+    }
+    let bytes = m
+        .node("Softmax", &[at], &["p"], Attrs::new().int("axis", axis))
+        .node("MatMul", &["p", "v"], &["y"], Attrs::new())
+        .output(
+            "y",
+            DType::F32,
+            &[Dim::Known(batch), Dim::Known(seq), Dim::Known(dim)],
+        )
+        .to_bytes()
+        .unwrap();
+    let x = Tensor::from_slice(&values(batch * seq * dim, 42, 1.0), &[batch, seq, dim]).unwrap();
+    let mask = mask.map(|dims| {
+        let v: Vec<f32> = values(dims.iter().product(), 7, 1.0)
+            .iter()
+            .map(|&r| if r > 0.6 { -1e4 } else { r })
+            .collect();
+        Tensor::from_slice(&v, dims).unwrap()
+    });
+    let mut fused_plan = None;
+    let mut outputs = Vec::new();
+    for (optimize, threads) in [(false, 1), (true, 1), (true, 2)] {
+        let config = PlanConfig {
+            optimize,
+            ..PlanConfig::default().with_threads(threads)
+        };
+        let plan = strata_onnx::load_bytes(bytes.clone(), "single_head", config).unwrap();
+        let mut ctx = plan.create_context().unwrap();
+        ctx.set_input("x", &x).unwrap();
+        if let Some(mask) = &mask {
+            ctx.set_input("mask", mask).unwrap();
+        }
+        ctx.execute().unwrap();
+        outputs.push(ctx.output("y").unwrap().to_vec::<f32>().unwrap());
+        if optimize {
+            fused_plan = Some(plan);
+        }
+    }
+    for got in &outputs[1..] {
+        for (i, (a, w)) in got.iter().zip(&outputs[0]).enumerate() {
+            assert!(
+                (a - w).abs() <= 1e-4 * w.abs() + 1e-5,
+                "mask {mask:?}, axis {axis}: element {i}: fused {a} vs unfused {w}"
+            );
+        }
+    }
+    let plan = fused_plan.unwrap();
+    (fused_count(&plan), fusion_text(&plan))
+}
+
+#[test]
+fn single_head_attention_fuses_and_its_near_misses_do_not() {
+    // (batch, seq, dim, mask dims): masks with no batch axis of their own.
+    for (b, s, d, mask) in [
+        (1, 64, 32, None),
+        (2, 20, 16, Some(&[20usize, 20][..])),
+        (2, 9, 8, Some(&[1, 9, 9][..])),
+        (3, 70, 8, None),
+    ] {
+        let (fused, text) = check_single_head(b, s, d, mask, -1);
+        assert_eq!(
+            fused, 1,
+            "[{b}, {s}, {d}] mask {mask:?} should fuse:\n{text}"
+        );
+        assert!(text.contains("packed with its Q/K/V peers"), "{text}");
+    }
+    // A per-batch mask [B, S, S]: the fused node would read its first axis as the heads'.
+    let (fused, text) = check_single_head(2, 10, 8, Some(&[2, 10, 10]), -1);
+    assert_eq!(fused, 0, "a per-batch mask must not fuse:\n{text}");
+    // Softmax over the query axis.
+    let (fused, text) = check_single_head(1, 12, 8, None, 1);
+    assert_eq!(fused, 0, "softmax over queries must not fuse:\n{text}");
+}

@@ -241,8 +241,16 @@ pub fn sdpa_f32(
         });
     }
     let workers = slots.min(threads.max(1)).min(parallel::threads());
-    let whole = whole_head::fits(sq, sk) && whole_head::balanced(b * h, workers);
-    let qb = if whole { sq } else { QB.min(sq) };
+    // Whole heads (or blocks of their query rows against all keys) where the scores fit;
+    // else query blocks walking the keys.
+    let whole_blocks = whole_head::fits(sq, sk)
+        .then(|| whole_head::blocks_per_head(b * h, sq, workers))
+        .flatten();
+    let whole = whole_blocks.is_some();
+    let qb = match whole_blocks {
+        Some(n) => sq.div_ceil(n).max(1),
+        None => QB.min(sq),
+    };
     let blocks = sq.div_ceil(qb);
     let tasks = b * h * blocks;
     let participants = workers.min(tasks);
@@ -266,7 +274,7 @@ pub fn sdpa_f32(
             let q0 = block * qb;
             let rows = qb.min(sq - q0);
             let done = if whole {
-                whole_head::head(p, bi, hi, work, out_ptr, out_strides)
+                whole_head::head(p, bi, hi, (q0, rows), work, out_ptr, out_strides)
             } else {
                 tile(p, bi, hi, q0, rows, work, out_ptr, out_strides)
             };
@@ -745,6 +753,8 @@ mod tests {
             (2, 1, 64, 1024, 9, 3, true),
             (2, 1, 64, 1025, 9, 3, false),
             (1, 4, 3, 1, 1, 2, true),
+            // One head: with 2 or 3 workers, blocks of its query rows against all keys.
+            (1, 1, 64, 64, 8, 8, true),
         ];
         for &(b, h, sq, sk, d, dv, whole) in &cases {
             assert_eq!(whole_head::fits(sq, sk), whole, "{sq} x {sk}");
@@ -791,6 +801,16 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn few_heads_are_cut_into_query_blocks_for_the_workers() {
+        assert_eq!(whole_head::blocks_per_head(12, 128, 2), Some(1));
+        assert_eq!(whole_head::blocks_per_head(1, 64, 1), Some(1));
+        assert_eq!(whole_head::blocks_per_head(1, 64, 2), Some(2));
+        assert_eq!(whole_head::blocks_per_head(3, 256, 2), Some(2));
+        // Blocks of at least 16 rows: 20 rows cannot make 3 workers' worth of tasks.
+        assert_eq!(whole_head::blocks_per_head(1, 20, 3), None);
     }
 
     #[test]

@@ -15,6 +15,10 @@
 //! O  = MatMul(P, V'), then optionally Transpose [0, 2, 1, 3] and Reshape [B, S, H·Dv]
 //! ```
 //!
+//! Single-head attention without a split works on rank-3 `[B, S, D]` operands (`S` is
+//! `[B, Sq, Sk]`); it is read as a split into one head, so a mask with a batch axis of its own
+//! (which the fused node would align with the heads) is left unfused.
+//!
 //! Every node on the score chain (S, P) must feed only the next one, so no intermediate the
 //! graph still needs is skipped. The head split/merge nodes become strides of the fused node; a
 //! split node that something else also reads stays for that reader. The fused node's inferred
@@ -195,10 +199,12 @@ impl Matcher<'_> {
         }
         let [s] = self.inputs::<1>(softmax)?;
         let s_fact = self.fact(s)?;
-        if s_fact.dtype != DType::F32 || s_fact.rank() != 4 {
+        // Rank 4: [B, H, Sq, Sk] scores of split heads; rank 3: [B, Sq, Sk] of one head.
+        let rank = s_fact.rank();
+        if s_fact.dtype != DType::F32 || !(3..=4).contains(&rank) {
             return None;
         }
-        if !softmax_is_last_axis(self.graph.nodes[softmax].op.as_ref(), 4) {
+        if !softmax_is_last_axis(self.graph.nodes[softmax].op.as_ref(), rank) {
             return None;
         }
         let p = self.graph.nodes[softmax].outputs[0];
@@ -230,7 +236,10 @@ impl Matcher<'_> {
                         (b, a)
                     };
                     let mf = self.fact(m)?;
-                    if mf.dtype != DType::F32 || !self.same_dims(chain, node) || mf.rank() > 4 {
+                    if mf.dtype != DType::F32
+                        || !self.same_dims(chain, node)
+                        || !aligns_with_heads(mf, rank)
+                    {
                         return None;
                     }
                     mask = true;
@@ -245,7 +254,10 @@ impl Matcher<'_> {
                         _ => return None,
                     };
                     let cf = self.fact(c)?;
-                    if cf.dtype != DType::Bool || !self.same_dims(chain, node) || cf.rank() > 4 {
+                    if cf.dtype != DType::Bool
+                        || !self.same_dims(chain, node)
+                        || !aligns_with_heads(cf, rank)
+                    {
                         return None;
                     }
                     cond = true;
@@ -270,14 +282,32 @@ impl Matcher<'_> {
         // Walking back met the steps last-first.
         steps.reverse();
         let [q_in, k_in] = self.inputs::<2>(qk)?;
-        // The MatMul's operands are [B, H, Sq, D] and [B, H, D, Sk]: logical K swaps the last two.
-        let q = self.operand(q_in, [0, 1, 2, 3])?;
-        let k = self.operand(k_in, [0, 1, 3, 2])?;
-        let v = self.operand(v_in, [0, 1, 2, 3])?;
-        // The merge after P · V.
+        let (q, k, v) = if rank == 4 {
+            // The MatMul's operands are [B, H, Sq, D] and [B, H, D, Sk]: logical K swaps the
+            // last two.
+            (
+                self.operand(q_in, [0, 1, 2, 3])?,
+                self.operand(k_in, [0, 1, 3, 2])?,
+                self.operand(v_in, [0, 1, 2, 3])?,
+            )
+        } else {
+            // [B, Sq, D] and [B, D, Sk]: one head.
+            (
+                self.single_head_operand(q_in, [0, 1, 2])?,
+                self.single_head_operand(k_in, [0, 2, 1])?,
+                self.single_head_operand(v_in, [0, 1, 2])?,
+            )
+        };
+        // The merge after P · V (one head's [B, Sq, Dv] is already merged).
         let mut last = pv;
-        let mut out = OutputLayout::Heads;
-        if let Some(t) = self.next(self.graph.nodes[pv].outputs[0]) {
+        let mut out = if rank == 4 {
+            OutputLayout::Heads
+        } else {
+            OutputLayout::Merged
+        };
+        if rank == 3 {
+            // Nothing to merge.
+        } else if let Some(t) = self.next(self.graph.nodes[pv].outputs[0]) {
             if self.op_type(t) == "Transpose"
                 && self.permutation(t, 4) == Some([0, 2, 1, 3].to_vec())
             {
@@ -466,6 +496,55 @@ impl Matcher<'_> {
         })
     }
 
+    /// A rank-3 MatMul operand of single-head attention traced back through Transposes and
+    /// scalar scales to a `[x0, x1, D]` value, read as the head split `[x0, x1, 1, D]` would
+    /// be. `axes[j]` is the operand axis holding logical axis j (of B, S, D); D must end on the
+    /// last axis.
+    fn single_head_operand(&self, value: ValueId, mut axes: [usize; 3]) -> Option<Operand> {
+        let f = self.fact(value)?;
+        if f.dtype != DType::F32 || f.rank() != 3 {
+            return None;
+        }
+        let mut at = value;
+        let mut scale = 1.0f32;
+        let mut nodes = Vec::new();
+        while let Some(node) = self.producer(at) {
+            match self.op_type(node) {
+                "Transpose" => {
+                    let [x] = self.inputs::<1>(node)?;
+                    let Some(perm) = self.permutation(node, 3) else {
+                        break;
+                    };
+                    axes = axes.map(|j| perm[j]);
+                    at = x;
+                }
+                "Div" | "Mul" => {
+                    let Some((x, factor)) = self.scaling(node) else {
+                        break;
+                    };
+                    scale *= factor;
+                    at = x;
+                }
+                _ => break,
+            }
+            nodes.push(node);
+        }
+        if axes[2] != 2 {
+            return None;
+        }
+        Some(Operand {
+            source: at,
+            layout: OperandLayout {
+                split_heads: Some(1),
+                // B and S where the traced value holds them, H the split's axis 2 of size 1.
+                perm: [axes[0], 2, axes[1], 3],
+                columns: None,
+            },
+            scale,
+            nodes,
+        })
+    }
+
     /// When `v` is output `i` of a Split of a rank-3 `[x0, x1, W]` along its last axis (told
     /// by the facts: every output keeps x0 and x1 and their widths add up to W), the Split's
     /// input and the window of columns `v` is.
@@ -538,6 +617,19 @@ impl Matcher<'_> {
     /// for distinct dims (output axis i is input axis perm[i]).
     fn permutation(&self, node: usize, rank: usize) -> Option<Vec<usize>> {
         permutation_of(self.graph.nodes[node].op.as_ref(), rank)
+    }
+}
+
+/// Whether a mask of `fact` broadcast onto scores of rank `rank` means the same broadcast onto
+/// the fused node's `[B, H, Sq, Sk]`: always for rank-4 scores; for one head's `[B, Sq, Sk]`
+/// only when the mask has no batch axis of its own (rank 2, or a leading 1), since the fused
+/// node aligns a rank-3 mask's first axis with H.
+fn aligns_with_heads(fact: &Fact, rank: usize) -> bool {
+    match (rank, fact.rank()) {
+        (4, r) => r <= 4,
+        (3, r) if r <= 2 => true,
+        (3, 3) => fact.dims[0] == Dim::Known(1),
+        _ => false,
     }
 }
 

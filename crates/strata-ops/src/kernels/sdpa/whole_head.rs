@@ -25,22 +25,36 @@ pub(super) fn balanced(heads: usize, workers: usize) -> bool {
     heads.div_ceil(workers) * workers * 4 <= heads * 5
 }
 
+/// Fewest query rows a block of a whole-head task takes (a GEMM of fewer rows wastes its tile).
+const MIN_Q_BLOCK: usize = 16;
+
+/// Into how many blocks of query rows each head is cut, so that `heads · blocks` tasks keep
+/// `workers` busy ([`balanced`]): 1 when the heads alone do (few heads, a single one for
+/// single-head attention, would leave workers idle otherwise); `None` when no cut into blocks of
+/// at least [`MIN_Q_BLOCK`] rows does.
+pub(super) fn blocks_per_head(heads: usize, sq: usize, workers: usize) -> Option<usize> {
+    (1..=sq.div_ceil(MIN_Q_BLOCK).max(1)).find(|&n| balanced(heads * n, workers))
+}
+
 /// Scratch floats one whole-head task needs: the scores, the unnormalized output rows and the
 /// rows' sums.
 pub(super) fn slot_len(sq: usize, sk: usize, dv: usize) -> usize {
     sq * sk + sq * dv + sq
 }
 
-/// Every query row of head (`bi`, `hi`), with `work` of at least [`slot_len`] floats.
+/// Query rows `q0..q0 + sq` of head (`bi`, `hi`) against all its keys, with `work` of at least
+/// [`slot_len`] floats.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn head(
     p: &Sdpa<'_>,
     bi: usize,
     hi: usize,
+    (q0, sq): (usize, usize),
     work: &mut [f32],
     out: Shared,
     out_strides: [usize; 4],
 ) -> KernelResult<()> {
-    let [_, _, sq, d] = p.q.dims;
+    let d = p.q.dims[3];
     let [_, _, sk, dv] = p.v.dims;
     let (scores, rest) = work.split_at_mut(sq * sk);
     let (acc, rest) = rest.split_at_mut(sq * dv);
@@ -51,7 +65,7 @@ pub(super) fn head(
         sq,
         sk,
         d,
-        &p.q.data[p.q.offset(bi, hi, 0, 0)..],
+        &p.q.data[p.q.offset(bi, hi, q0, 0)..],
         (qs[2] as isize, qs[3] as isize),
         &p.k.data[p.k.offset(bi, hi, 0, 0)..],
         (ks[3] as isize, ks[2] as isize),
@@ -62,11 +76,12 @@ pub(super) fn head(
         1,
     )?;
     for (i, row) in scores.chunks_exact_mut(sk).enumerate() {
+        let qi = q0 + i;
         for step in p.steps {
-            apply_step(step, row, bi, hi, i, 0);
+            apply_step(step, row, bi, hi, qi, 0);
         }
         if p.causal {
-            row[(i + 1).min(sk)..].fill(f32::NEG_INFINITY);
+            row[(qi + 1).min(sk)..].fill(f32::NEG_INFINITY);
         }
         let max = row_max(row);
         // A row of −∞ only: shifting by 0 keeps exp(−∞) = 0 instead of NaN.
@@ -88,6 +103,6 @@ pub(super) fn head(
         0.0,
         1,
     )?;
-    write_rows(p, bi, hi, 0, acc, sum, out, out_strides);
+    write_rows(p, bi, hi, q0, acc, sum, out, out_strides);
     Ok(())
 }
