@@ -394,6 +394,33 @@ mod tests {
         }
     }
 
+    /// The windows compiled on their own (3x3 at strides 2 and 1, 2x2 at stride 2: CNNs'
+    /// pools) match the reference walk: any padding, ceil mode, NaNs, planes up to 60 wide.
+    #[test]
+    fn compiled_windows_match_the_reference_walk() {
+        let mut rng = Rng::new(0x9a02);
+        for case in 0..120 {
+            let (k, s) = [(3, 2), (3, 1), (2, 2)][case % 3];
+            let p = PoolParams {
+                strides: vec![s, s],
+                pads_begin: vec![rng.below(k), rng.below(k)],
+                pads_end: vec![rng.below(k), rng.below(k)],
+                ceil_mode: rng.below(2) == 0,
+                kernel: vec![k, k],
+                ..PoolParams::default()
+            };
+            let dims = [1, rng.range(1, 20), rng.range(k, 30), rng.range(k, 60)];
+            let mut input = rng.vec(dims.iter().product());
+            if case % 4 == 0 {
+                let at = rng.below(input.len());
+                input[at] = f32::NAN;
+            }
+            for threads in [1, 2] {
+                same_as_reference(&input, &dims, &p, threads, &format!("case {case}"));
+            }
+        }
+    }
+
     #[test]
     fn only_plain_2d_windows_take_the_separable_kernel() {
         let p = PoolParams {
