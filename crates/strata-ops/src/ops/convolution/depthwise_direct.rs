@@ -1,4 +1,4 @@
-//! Depthwise 3x3 convolution at stride 2 (and stride 1 from 28 outputs wide) plane by plane on
+//! Depthwise 3x3 convolution at stride 2 (and stride 1 from 8 outputs wide) plane by plane on
 //! the NCHW data, for f32 on AVX-512.
 //!
 //! The blocked kernel ([`super::depthwise_blocked`]) interleaves 16 channels of the input band
@@ -9,13 +9,17 @@
 //! ([`super::depthwise_direct_avx512`]: register permutes at stride 2, shifted loads at stride
 //! 1, masks for the padding): no copy of the input at all. Bias is the accumulators' start and
 //! Relu/Clip are applied at the store; a residual or another activation runs as a pass over
-//! the finished plane.
+//! the finished plane. Stride-1 planes narrower than 28 with rows as wide as their input's
+//! ("same" padding: MobileNetV2's 14x14) go through the flat kernel
+//! ([`super::depthwise_flat_avx512`]), sixteen consecutive outputs of the plane per vector.
 
 use crate::kernels::activation::Activation;
 use crate::kernels::spatial::WindowGeometry;
 
 #[cfg(target_arch = "x86_64")]
 use super::depthwise_direct_avx512::{self, Plane};
+#[cfg(target_arch = "x86_64")]
+use super::depthwise_flat_avx512::{self, Masks};
 use super::row_band::{avx512, Clamp, ClampKind};
 
 /// The narrowest output rows taken at stride 1 (narrower ones fill too little of a vector; the
@@ -25,9 +29,22 @@ const MIN_WIDTH_1: usize = 28;
 /// ran 1.5-1.9x faster than the blocked kernel, 7 wide 1.6x slower (per-plane overhead on a
 /// vector less than half full).
 const MIN_WIDTH_2: usize = 14;
+/// The narrowest output rows the flat kernel takes at stride 1. MobileNetV2 on Zen 4 (1 thread,
+/// in the model): 14x14 ran 47-55 us against the blocked kernel's 54-63 (384 channels) and
+/// 66-78 against 82-90 (576); 7x7 tied or lost (43-55 against 44-47 us for 960 channels: a
+/// quarter of every vector is a padding lane, and the blocked kernel's transposes are small).
+const MIN_FLAT_WIDTH: usize = 8;
+/// Whether a stride-1 geometry takes the flat kernel ([`super::depthwise_flat_avx512`]): rows
+/// narrower than [`MIN_WIDTH_1`], as wide as the input rows, planes of at most 1024 outputs.
+fn flat(w: &WindowGeometry) -> bool {
+    (MIN_FLAT_WIDTH..MIN_WIDTH_1).contains(&w.out_dims[1])
+        && w.in_dims[1] == w.out_dims[1]
+        && w.out_len <= 1024
+}
+
 /// Whether this kernel takes the depthwise convolution: f32 on AVX-512 (the caller checks the
 /// type), 2-D, one output channel per input channel, a 3x3 kernel at stride 2 or 1 with output
-/// rows at least [`MIN_WIDTH_2`] or [`MIN_WIDTH_1`] wide, without dilation, at most one row and
+/// rows at least [`MIN_WIDTH_2`] or [`MIN_WIDTH_1`] wide (or [`flat`] at stride 1), without dilation, at most one row and
 /// column of padding before the plane.
 pub(crate) fn pays(w: &WindowGeometry, in_channels: usize, out_channels: usize) -> bool {
     avx512()
@@ -35,7 +52,7 @@ pub(crate) fn pays(w: &WindowGeometry, in_channels: usize, out_channels: usize) 
         && in_channels == out_channels
         && w.kernel[..] == [3, 3]
         && match w.strides[..] {
-            [1, 1] => w.out_dims[1] >= MIN_WIDTH_1,
+            [1, 1] => w.out_dims[1] >= MIN_WIDTH_1 || flat(w),
             [2, 2] => w.out_dims[1] >= MIN_WIDTH_2,
             _ => false,
         }
@@ -77,6 +94,8 @@ pub(crate) fn depthwise_direct(
         pad_top: w.pads_begin[0],
         pad_left: w.pads_begin[1],
     };
+    #[cfg(target_arch = "x86_64")]
+    let masks = (w.strides[..] == [1, 1] && flat(w)).then(|| Masks::new(&geometry));
     let stop = crate::run_control::stop_token();
     // Output planes `first..` in `y`.
     let planes = |first: usize, y: &mut [f32]| {
@@ -92,7 +111,10 @@ pub(crate) fn depthwise_direct(
             #[cfg(target_arch = "x86_64")]
             // SAFETY: AVX-512F is available (`pays`, asserted on entry).
             unsafe {
-                depthwise_direct_avx512::plane(x, geometry, k, start, in_clamp, y)
+                match &masks {
+                    Some(m) => depthwise_flat_avx512::plane(x, &geometry, m, k, start, in_clamp, y),
+                    None => depthwise_direct_avx512::plane(x, geometry, k, start, in_clamp, y),
+                }
             };
             match residual {
                 Some(res) => post.add_residual_bias_and_apply(
@@ -210,6 +232,80 @@ mod tests {
         }
     }
 
+    /// The flat kernel (stride 1, rows 8 to 27 wide as wide as the input's) equals the plane
+    /// kernel: "same" padding (1, 1) or (0, 2) across, any rows' padding, planes 1 to 37 rows
+    /// high (the last vector of a plane partial or full), every epilogue, 1 and 2 threads.
+    #[test]
+    fn flat_equals_the_plane_kernel() {
+        if !avx512() {
+            eprintln!("skipped: the flat kernel needs AVX-512");
+            return;
+        }
+        let mut rng = Rng::new(31);
+        let posts = [
+            Activation::Clip { min: 0.0, max: 6.0 },
+            Activation::None,
+            Activation::Relu,
+            Activation::HardSwish,
+        ];
+        for case in 0..80 {
+            let across = if case % 2 == 0 { [1, 1] } else { [0, 2] };
+            let (pt, pb) = (rng.below(2), rng.below(3));
+            let ow = rng.range(MIN_FLAT_WIDTH, MIN_WIDTH_1 - 1);
+            let oh = rng.range(1, 1024 / ow).min(37);
+            // Input rows: oh = ih + pt + pb - 2.
+            let ih = (oh + 2).saturating_sub(pt + pb).max(1);
+            let w = strided([ih, ow], [pt, across[0]], [pb, across[1]], 1);
+            if w.out_dims[0] == 0 {
+                continue;
+            }
+            assert!(flat(&w) && pays(&w, 3, 3), "case {case}: {w:?}");
+            let (c, batch) = (rng.range(1, 20), rng.range(1, 2));
+            let x = rng.vec(batch * c * w.in_len);
+            let kw = rng.vec(c * 9);
+            let bias = (case % 4 != 3).then(|| rng.vec(c));
+            let res = (case % 3 == 2).then(|| rng.vec(batch * c * w.out_len));
+            let post = posts[case % posts.len()];
+            let mut want = vec![0.0f32; batch * c * w.out_len];
+            depthwise(
+                &x,
+                &kw,
+                bias.as_deref(),
+                c,
+                c,
+                &w,
+                post,
+                res.as_deref(),
+                &mut want,
+                1,
+            );
+            for threads in [1, 2] {
+                let pool = crate::parallel::ThreadPool::new(threads).unwrap();
+                let mut got = vec![f32::NAN; want.len()];
+                crate::parallel::install(&pool, || {
+                    depthwise_direct(
+                        &x,
+                        &kw,
+                        bias.as_deref(),
+                        c,
+                        &w,
+                        post,
+                        res.as_deref(),
+                        &mut got,
+                        threads,
+                    )
+                });
+                for (j, (a, b)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                        "case {case} {ih}x{ow} pads {pt},{pb} {across:?} {post:?} threads \
+                         {threads}: element {j}: {a} vs {b}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn takes_three_by_three_stride_one_and_two_only() {
         if avx512() {
@@ -236,8 +332,17 @@ mod tests {
             dilations: &[1, 1],
             ceil_mode: false,
         };
-        let narrow = WindowGeometry::new("test", &[14, 14], &attrs).unwrap();
-        assert!(!pays(&narrow, 8, 8), "stride 1, 14 wide");
+        let narrow = WindowGeometry::new("test", &[7, 7], &attrs).unwrap();
+        assert!(!pays(&narrow, 8, 8), "stride 1, 7 wide");
+        let ragged = strided([14, 14], [1, 1], [1, 0], 1);
+        assert!(
+            !pays(&ragged, 8, 8),
+            "stride 1, 14 wide, rows narrower than the input's"
+        );
+        if avx512() {
+            let flat = WindowGeometry::new("test", &[14, 14], &attrs).unwrap();
+            assert!(pays(&flat, 8, 8), "stride 1, 14 wide, same padding");
+        }
         if avx512() {
             let wide = WindowGeometry::new("test", &[56, 56], &attrs).unwrap();
             assert!(pays(&wide, 8, 8), "stride 1, 56 wide");

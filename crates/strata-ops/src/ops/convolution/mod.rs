@@ -20,6 +20,8 @@ mod depthwise_blocked_avx512;
 mod depthwise_direct;
 #[cfg(target_arch = "x86_64")]
 mod depthwise_direct_avx512;
+#[cfg(target_arch = "x86_64")]
+mod depthwise_flat_avx512;
 mod depthwise_rows;
 #[cfg(target_arch = "x86_64")]
 mod depthwise_rows_avx512;

@@ -63,14 +63,18 @@ pub(crate) fn max_pool_2d<T: MaxPoolElement>(
     if g.out_len == 0 || planes == 0 {
         return;
     }
-    let plane = |(index, y): (usize, &mut [T])| {
-        plane_max(g, &input[index * g.in_len..][..g.in_len], y);
+    // Planes `first..` into `y`.
+    let run = |first: usize, y: &mut [T]| {
+        let count = y.len() / g.out_len;
+        planes_max(g, &input[first * g.in_len..][..count * g.in_len], y);
     };
     if threads <= 1 || planes < 2 || planes * g.out_len < 2 * TASK_MIN_OUTPUTS {
-        out.chunks_mut(g.out_len).enumerate().for_each(plane);
+        run(0, out);
     } else {
         let per_task = TASK_MIN_OUTPUTS.div_ceil(g.out_len);
-        crate::parallel::for_each_chunk_mut(out, g.out_len, per_task, |i, y| plane((i, y)));
+        crate::parallel::for_each_chunk_mut(out, g.out_len * per_task, 1, |i, y| {
+            run(i * per_task, y)
+        });
     }
 }
 
@@ -83,15 +87,23 @@ fn window(o: usize, stride: usize, pad: usize, kernel: usize, input: usize) -> (
     (lo.min(hi), hi)
 }
 
-fn plane_max<T: MaxPoolElement>(g: &WindowGeometry, x: &[T], y: &mut [T]) {
+/// Consecutive planes: `x` holds whole input planes, `y` the matching output planes.
+fn planes_max<T: MaxPoolElement>(g: &WindowGeometry, x: &[T], y: &mut [T]) {
     #[cfg(target_arch = "x86_64")]
     if let (Some(x), Some(y)) = (as_f32(x), as_f32_mut(y)) {
         if super::max_pool_avx512::supports(g) {
-            super::max_pool_avx512::plane_max(g, x, y);
+            // One call for the whole run: its buffers and checks are set up once.
+            super::max_pool_avx512::planes_max(g, x, y);
             lowest_where_no_input(g, y);
             return;
         }
     }
+    for (x, y) in x.chunks_exact(g.in_len).zip(y.chunks_exact_mut(g.out_len)) {
+        plane_max(g, x, y);
+    }
+}
+
+fn plane_max<T: MaxPoolElement>(g: &WindowGeometry, x: &[T], y: &mut [T]) {
     #[cfg(target_arch = "x86_64")]
     if let Some(flip) = byte_flip::<T>() {
         if super::max_pool_int_avx512::supports(g) {
@@ -225,7 +237,7 @@ fn as_f32_mut<T: Pod>(s: &mut [T]) -> Option<&mut [f32]> {
 }
 
 /// Outputs whose window lies wholly in the padding (rows or columns at the ends) hold no input:
-/// they are `T::LOWEST`, not the `BOTTOM` the flat fold leaves.
+/// they are `T::LOWEST`, not the `BOTTOM` the flat fold leaves. `y` holds whole output planes.
 fn lowest_where_no_input<T: MaxPoolElement>(g: &WindowGeometry, y: &mut [T]) {
     let (ih, iw) = (g.in_dims[0], g.in_dims[1]);
     let (sh, sw) = (g.strides[0], g.strides[1]);
@@ -248,7 +260,10 @@ fn lowest_where_no_input<T: MaxPoolElement>(g: &WindowGeometry, y: &mut [T]) {
     {
         return;
     }
-    for (oy, y_row) in y.chunks_exact_mut(ow).enumerate() {
+    let rows = y
+        .chunks_exact_mut(oh * ow)
+        .flat_map(|plane| plane.chunks_exact_mut(ow));
+    for (oy, y_row) in rows.enumerate().map(|(i, row)| (i % oh, row)) {
         if empty_row(oy) {
             y_row.fill(T::LOWEST);
             continue;
@@ -376,6 +391,33 @@ mod tests {
             }
             let input: Vec<f64> = input.iter().map(|&v| v as f64).collect();
             same_as_reference(&input, &dims, &p, 1, &format!("case {case} (f64)"));
+        }
+    }
+
+    /// The windows compiled on their own (3x3 at strides 2 and 1, 2x2 at stride 2: CNNs'
+    /// pools) match the reference walk: any padding, ceil mode, NaNs, planes up to 60 wide.
+    #[test]
+    fn compiled_windows_match_the_reference_walk() {
+        let mut rng = Rng::new(0x9a02);
+        for case in 0..120 {
+            let (k, s) = [(3, 2), (3, 1), (2, 2)][case % 3];
+            let p = PoolParams {
+                strides: vec![s, s],
+                pads_begin: vec![rng.below(k), rng.below(k)],
+                pads_end: vec![rng.below(k), rng.below(k)],
+                ceil_mode: rng.below(2) == 0,
+                kernel: vec![k, k],
+                ..PoolParams::default()
+            };
+            let dims = [1, rng.range(1, 20), rng.range(k, 30), rng.range(k, 60)];
+            let mut input = rng.vec(dims.iter().product());
+            if case % 4 == 0 {
+                let at = rng.below(input.len());
+                input[at] = f32::NAN;
+            }
+            for threads in [1, 2] {
+                same_as_reference(&input, &dims, &p, threads, &format!("case {case}"));
+            }
         }
     }
 

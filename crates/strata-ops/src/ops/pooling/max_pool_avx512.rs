@@ -20,7 +20,7 @@ const MARGIN: usize = 16;
 /// Longest row buffer (a per-thread packing buffer): the widest rows handled.
 const ROW_CAP: usize = 1 << 16;
 
-/// Whether [`plane_max`] handles `g` on this CPU.
+/// Whether [`planes_max`] handles `g` on this CPU.
 pub(crate) fn supports(g: &WindowGeometry) -> bool {
     g.in_dims.len() == 2
         && g.dilations.iter().all(|&d| d == 1)
@@ -39,36 +39,57 @@ fn row_len(g: &WindowGeometry) -> Option<usize> {
     MARGIN.checked_add(iw.max(reach))?.checked_add(2 * LANES)
 }
 
-/// Max pool of plane `x` (`g.in_len` elements) into `y` (`g.out_len`), for a geometry
-/// [`supports`] accepted. Windows wholly in the padding yield `-inf` here; the caller replaces
-/// them with the lowest finite value.
-pub(crate) fn plane_max(g: &WindowGeometry, x: &[f32], y: &mut [f32]) {
-    assert!(supports(g) && x.len() >= g.in_len && y.len() >= g.out_len);
+/// Max pool of the planes of `x` (whole planes of `g.in_len` elements) into those of `y`
+/// (`g.out_len` each), for a geometry [`supports`] accepted. Windows wholly in the padding
+/// yield `-inf` here; the caller replaces them with the lowest finite value.
+pub(crate) fn planes_max(g: &WindowGeometry, x: &[f32], y: &mut [f32]) {
+    assert!(supports(g) && g.in_len > 0 && g.out_len > 0);
+    assert!(x.len() / g.in_len >= y.len() / g.out_len);
     let len = row_len(g).unwrap_or(ROW_CAP);
     with_pack_buffers::<f32, _>(2 * len, 0, |rows, _| {
         let (even, odd) = rows.split_at_mut(len);
+        // Folding writes only the row itself: the margins stay `-inf` from plane to plane.
         even.fill(f32::NEG_INFINITY);
         odd.fill(f32::NEG_INFINITY);
-        // SAFETY: AVX-512F was detected by `supports`; the lengths were asserted above and
-        // each row buffer holds `row_len(g)` elements.
-        unsafe { plane_max_avx512(g, x, y, [even, odd]) }
+        for (x, y) in x.chunks_exact(g.in_len).zip(y.chunks_exact_mut(g.out_len)) {
+            // SAFETY: AVX-512F was detected by `supports`; `x` holds `g.in_len` and `y`
+            // `g.out_len` elements, and each row buffer `row_len(g)`, all `-inf` but the
+            // folded rows.
+            unsafe {
+                match (&g.kernel[..], &g.strides[..]) {
+                    ([3, 3], [2, 2]) => plane_max_avx512::<3, 3, 2>(g, x, y, [even, odd]),
+                    ([3, 3], [1, 1]) => plane_max_avx512::<3, 3, 1>(g, x, y, [even, odd]),
+                    ([2, 2], [2, 2]) => plane_max_avx512::<2, 2, 2>(g, x, y, [even, odd]),
+                    _ => plane_max_avx512::<0, 0, 0>(g, x, y, [even, odd]),
+                }
+            }
+        }
     });
 }
 
 /// Output rows alternate between two row buffers: the rows under output row `oy + 1` are
 /// folded into one while the taps of row `oy` read the other. Reading a row right after
 /// folding it made every first tap load wait for the (masked, unaligned) stores it overlaps to
-/// commit: SqueezeNet's 3x3/2 pools spent most of their time in those stalls.
+/// commit: SqueezeNet's 3x3/2 pools spent most of their time in those stalls. `KH x KW` at
+/// column stride `SW` is the geometry's window, compiled for the common pools (their loops
+/// unrolled: SqueezeNet's 3x3/2 pools spent as long on loop control as on maxima); 0 reads them
+/// from `g`.
 ///
 /// # Safety
 /// AVX-512F is available, `supports(g)` holds, `x` holds `g.in_len` and `y` `g.out_len`
-/// elements, and both row buffers at least `row_len(g)`, all `-inf`.
+/// elements, and both row buffers at least `row_len(g)`, all `-inf` outside the folded rows;
+/// nonzero `KH`, `KW`, `SW` are `g`'s.
 #[target_feature(enable = "avx512f")]
-unsafe fn plane_max_avx512(g: &WindowGeometry, x: &[f32], y: &mut [f32], rows: [&mut [f32]; 2]) {
+unsafe fn plane_max_avx512<const KH: usize, const KW: usize, const SW: usize>(
+    g: &WindowGeometry,
+    x: &[f32],
+    y: &mut [f32],
+    rows: [&mut [f32]; 2],
+) {
     let oh = g.out_dims[0];
     let [even, odd] = rows;
     // SAFETY: forwarded from this function's contract; `even` is one of its row buffers.
-    let mut ready = unsafe { fold_rows(g, x, 0, even) };
+    let mut ready = unsafe { fold_rows::<KH>(g, x, 0, even) };
     for (oy, y_row) in y.chunks_exact_mut(g.out_dims[1]).enumerate().take(oh) {
         let (current, next) = if oy % 2 == 0 {
             (&*even, &mut *odd)
@@ -76,10 +97,10 @@ unsafe fn plane_max_avx512(g: &WindowGeometry, x: &[f32], y: &mut [f32], rows: [
             (&*odd, &mut *even)
         };
         // SAFETY: forwarded from this function's contract; `next` is the other row buffer.
-        let next_ready = oy + 1 < oh && unsafe { fold_rows(g, x, oy + 1, next) };
+        let next_ready = oy + 1 < oh && unsafe { fold_rows::<KH>(g, x, oy + 1, next) };
         if ready {
             // SAFETY: as above; `current` holds output row oy's folded rows.
-            unsafe { take_taps(g, current, y_row) };
+            unsafe { take_taps::<KW, SW>(g, current, y_row) };
         } else {
             y_row.fill(f32::MIN);
         }
@@ -88,12 +109,18 @@ unsafe fn plane_max_avx512(g: &WindowGeometry, x: &[f32], y: &mut [f32], rows: [
 }
 
 /// Folds the input rows under output row `oy` into `row[MARGIN..MARGIN + iw]` (the margins
-/// stay `-inf`); false when the window holds no input row.
+/// stay `-inf`); false when the window holds no input row. A nonzero `KH` is `g.kernel[0]`.
 ///
 /// # Safety
 /// As [`plane_max_avx512`], with `row` one of its buffers.
+#[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn fold_rows(g: &WindowGeometry, x: &[f32], oy: usize, row: &mut [f32]) -> bool {
+unsafe fn fold_rows<const KH: usize>(
+    g: &WindowGeometry,
+    x: &[f32],
+    oy: usize,
+    row: &mut [f32],
+) -> bool {
     let (ih, iw) = (g.in_dims[0], g.in_dims[1]);
     let start = (oy * g.strides[0]) as isize - g.pads_begin[0] as isize;
     let r0 = start.max(0) as usize;
@@ -107,9 +134,17 @@ unsafe fn fold_rows(g: &WindowGeometry, x: &[f32], oy: usize, row: &mut [f32]) -
         // SAFETY: lanes c..c + 16 of input row r (r < ih), masked to the iw - c that
         // exist, so inside `x` (ih * iw elements); masked-off lanes are not read.
         let mut acc = unsafe { _mm512_maskz_loadu_ps(mask, at(r0)) };
-        for r in r0 + 1..r1 {
-            // SAFETY: as above, for row r < r1 <= ih.
-            acc = max_nan(acc, unsafe { _mm512_maskz_loadu_ps(mask, at(r)) });
+        if KH > 0 && r1 - r0 == KH {
+            // A whole window (constant trip count).
+            for r in r0 + 1..r0 + KH {
+                // SAFETY: as above, for row r < r0 + KH = r1 <= ih.
+                acc = max_nan(acc, unsafe { _mm512_maskz_loadu_ps(mask, at(r)) });
+            }
+        } else {
+            for r in r0 + 1..r1 {
+                // SAFETY: as above, for row r < r1 <= ih.
+                acc = max_nan(acc, unsafe { _mm512_maskz_loadu_ps(mask, at(r)) });
+            }
         }
         // SAFETY: row[MARGIN + c..] for the masked lanes: MARGIN + iw <= row_len <= row.len().
         unsafe { _mm512_mask_storeu_ps(row.as_mut_ptr().add(MARGIN + c), mask, acc) };
@@ -123,9 +158,16 @@ unsafe fn fold_rows(g: &WindowGeometry, x: &[f32], oy: usize, row: &mut [f32]) -
 ///
 /// # Safety
 /// As [`plane_max_avx512`], with `row` one of its buffers, folded by [`fold_rows`].
+#[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn take_taps(g: &WindowGeometry, row: &[f32], y_row: &mut [f32]) {
-    let (ow, kw, sw, pw) = (g.out_dims[1], g.kernel[1], g.strides[1], g.pads_begin[1]);
+unsafe fn take_taps<const KW: usize, const SW: usize>(
+    g: &WindowGeometry,
+    row: &[f32],
+    y_row: &mut [f32],
+) {
+    let (ow, pw) = (g.out_dims[1], g.pads_begin[1]);
+    let kw = if KW > 0 { KW } else { g.kernel[1] };
+    let sw = if SW > 0 { SW } else { g.strides[1] };
     let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     for ox in (0..ow).step_by(LANES) {
         let mut acc = _mm512_set1_ps(f32::NEG_INFINITY);
