@@ -638,7 +638,7 @@ impl ConvGeometry {
         // tiles. One group only (the scratch holds one product's `Y^T`).
         let transposed = !depthwise
             && groups == 1
-            && out_per_group % COLUMN_GRID == 0
+            && out_per_group.is_multiple_of(COLUMN_GRID)
             && transposing_pays(window.out_len, depth);
         let yt_columns = if transposed {
             match tile_columns {
