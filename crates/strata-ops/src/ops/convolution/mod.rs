@@ -41,6 +41,7 @@ pub mod qlinear_conv;
 mod row_band;
 #[cfg(target_arch = "x86_64")]
 mod row_band_avx512;
+mod transposed_output;
 pub mod winograd;
 mod winograd_transforms;
 
