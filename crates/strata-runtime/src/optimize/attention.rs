@@ -420,22 +420,22 @@ impl Matcher<'_> {
         false
     }
 
-    /// Traces a MatMul operand back through scalar scales, Transposes and the head split's
-    /// Reshape. `axes[j]` is the operand axis holding logical axis j (of B, H, S, D).
-    fn operand(&self, value: ValueId, mut axes: [usize; 4]) -> Option<Operand> {
-        let f = self.fact(value)?;
-        if f.dtype != DType::F32 || f.rank() != 4 {
-            return None;
-        }
+    /// Walks `value` back through Transposes (permuting `axes`, of rank `R`: `axes[j]` is the
+    /// axis holding logical axis j) and scalar scales (multiplied together), up to the first
+    /// other producer: returns that value, the axes there, the scale and the nodes walked.
+    fn through_transposes_and_scales<const R: usize>(
+        &self,
+        value: ValueId,
+        mut axes: [usize; R],
+    ) -> Option<(ValueId, [usize; R], f32, Vec<usize>)> {
         let mut at = value;
         let mut scale = 1.0f32;
         let mut nodes = Vec::new();
-        let mut split = None;
         while let Some(node) = self.producer(at) {
             match self.op_type(node) {
                 "Transpose" => {
                     let [x] = self.inputs::<1>(node)?;
-                    let Some(perm) = self.permutation(node, 4) else {
+                    let Some(perm) = self.permutation(node, R) else {
                         break;
                     };
                     axes = axes.map(|j| perm[j]);
@@ -448,29 +448,39 @@ impl Matcher<'_> {
                     scale *= factor;
                     at = x;
                 }
-                "Reshape" => {
-                    let Some((x, heads)) = self.head_split(node) else {
-                        break;
-                    };
-                    split = Some(heads);
-                    at = x;
-                    nodes.push(node);
-                    // Scales before the split still count.
-                    while let Some(p) = self.producer(at) {
-                        match self.scaling(p) {
-                            Some((x, factor)) if matches!(self.op_type(p), "Div" | "Mul") => {
-                                scale *= factor;
-                                nodes.push(p);
-                                at = x;
-                            }
-                            _ => break,
-                        }
-                    }
-                    break;
-                }
                 _ => break,
             }
             nodes.push(node);
+        }
+        Some((at, axes, scale, nodes))
+    }
+
+    /// Traces a MatMul operand back through scalar scales, Transposes and the head split's
+    /// Reshape. `axes[j]` is the operand axis holding logical axis j (of B, H, S, D).
+    fn operand(&self, value: ValueId, axes: [usize; 4]) -> Option<Operand> {
+        let f = self.fact(value)?;
+        if f.dtype != DType::F32 || f.rank() != 4 {
+            return None;
+        }
+        let (mut at, axes, mut scale, mut nodes) =
+            self.through_transposes_and_scales(value, axes)?;
+        let mut split = None;
+        let reshape = self.producer(at).filter(|&n| self.op_type(n) == "Reshape");
+        if let Some((node, (x, heads))) = reshape.and_then(|n| Some((n, self.head_split(n)?))) {
+            split = Some(heads);
+            at = x;
+            nodes.push(node);
+            // Scales before the split still count.
+            while let Some(p) = self.producer(at) {
+                match self.scaling(p) {
+                    Some((x, factor)) if matches!(self.op_type(p), "Div" | "Mul") => {
+                        scale *= factor;
+                        nodes.push(p);
+                        at = x;
+                    }
+                    _ => break,
+                }
+            }
         }
         if split.is_none() && self.fact(at)?.rank() != 4 {
             return None;
@@ -500,40 +510,17 @@ impl Matcher<'_> {
     /// scalar scales to a `[x0, x1, D]` value, read as the head split `[x0, x1, 1, D]` would
     /// be. `axes[j]` is the operand axis holding logical axis j (of B, S, D); D must end on the
     /// last axis.
-    fn single_head_operand(&self, value: ValueId, mut axes: [usize; 3]) -> Option<Operand> {
+    fn single_head_operand(&self, value: ValueId, axes: [usize; 3]) -> Option<Operand> {
         let f = self.fact(value)?;
         if f.dtype != DType::F32 || f.rank() != 3 {
             return None;
         }
-        let mut at = value;
-        let mut scale = 1.0f32;
-        let mut nodes = Vec::new();
-        while let Some(node) = self.producer(at) {
-            match self.op_type(node) {
-                "Transpose" => {
-                    let [x] = self.inputs::<1>(node)?;
-                    let Some(perm) = self.permutation(node, 3) else {
-                        break;
-                    };
-                    axes = axes.map(|j| perm[j]);
-                    at = x;
-                }
-                "Div" | "Mul" => {
-                    let Some((x, factor)) = self.scaling(node) else {
-                        break;
-                    };
-                    scale *= factor;
-                    at = x;
-                }
-                _ => break,
-            }
-            nodes.push(node);
-        }
+        let (source, axes, scale, nodes) = self.through_transposes_and_scales(value, axes)?;
         if axes[2] != 2 {
             return None;
         }
         Some(Operand {
-            source: at,
+            source,
             layout: OperandLayout {
                 split_heads: Some(1),
                 // B and S where the traced value holds them, H the split's axis 2 of size 1.
