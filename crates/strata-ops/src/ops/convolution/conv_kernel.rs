@@ -479,9 +479,16 @@ const TRANSPOSED_MAX_COLUMNS: usize = 196;
 /// 0.90x, 2048 <- 512 at 7x7 (15 x 512) 0.90x; hence padding x depth >= 64 x columns. At 28x28
 /// (16 padding columns of 784) only the deepest layers would qualify, and the one GEMM
 /// measured there gained nothing (512 <- 128, 91 against 96 GFLOP/s).
-fn transposing_pays(columns: usize, depth: usize) -> bool {
+///
+/// Transposed, the `channels` take the padding instead: it must waste less than the positions'
+/// (SqueezeNet's classifier, 1000 <- 512 at 13x13: 24 padding channels of 1000 against 23
+/// padding positions of 169).
+fn transposing_pays(columns: usize, depth: usize, channels: usize) -> bool {
     let padding = columns.next_multiple_of(COLUMN_GRID) - columns;
-    columns <= TRANSPOSED_MAX_COLUMNS && padding * depth >= 64 * columns
+    let channel_padding = channels.next_multiple_of(COLUMN_GRID) - channels;
+    columns <= TRANSPOSED_MAX_COLUMNS
+        && padding * depth >= 64 * columns
+        && channel_padding * columns < padding * channels
 }
 /// The f32 microkernel's register tile width: im2col tiles and thread shares are multiples of
 /// it, so only the last columns of a product fill a partial tile.
@@ -636,10 +643,8 @@ impl ConvGeometry {
         // vector side: on few output positions (14x14, 7x7) the last column tile of `Y = W X`
         // is mostly padding (196 = 6 x 32 + 4, 49 = 32 + 17) while the channels fill whole
         // tiles. One group only (the scratch holds one product's `Y^T`).
-        let transposed = !depthwise
-            && groups == 1
-            && out_per_group.is_multiple_of(COLUMN_GRID)
-            && transposing_pays(window.out_len, depth);
+        let transposed =
+            !depthwise && groups == 1 && transposing_pays(window.out_len, depth, out_per_group);
         let yt_columns = if transposed {
             match tile_columns {
                 0 => window.out_len,
@@ -927,7 +932,7 @@ mod tests {
         assert_eq!(conv_scratch_len(&in_dims, &w_dims, &strided), 3 * 3 * 4);
     }
 
-    /// Layers on few positions with whole register tiles of output channels run transposed
+    /// Layers on few positions run transposed when their output channels waste less padding
     /// (weights packed as B): against the reference convolution plus the epilogue, computed
     /// here, pointwise and unfolded, strided, batched, at one and two threads.
     #[test]
@@ -945,7 +950,7 @@ mod tests {
         for case in 0..24 {
             let kernel = [1, 3][case % 2];
             let stride = [1, 2][rng.below(2)];
-            let m = [32, 64, 96][rng.below(3)];
+            let m = [32, 64, 96, 250][rng.below(4)];
             // Above four output positions (fewer stream the weights unpacked).
             let side = rng.range(5, 13);
             let in_dims_of = |c| [1 + case % 2, c, side, side + case % 3];
@@ -962,7 +967,7 @@ mod tests {
                         .unwrap()[2..]
                         .iter()
                         .product();
-                    transposing_pays(out, c * kernel * kernel)
+                    transposing_pays(out, c * kernel * kernel, m)
                 })
                 .map(|c| c + rng.below(8));
             // Some position counts fill their tiles too well to pay below that depth
