@@ -4,53 +4,54 @@
 //!
 //! A band of input rows of every channel is copied zero-padded into planes of row stride
 //! `Wp = pad_left + W + pad_right`; an output at row `oy`, column `ox` is computed at the
-//! flattened position `q = oy * Wp + ox`, so every tap's input for 16 consecutive positions is
-//! one contiguous load at `q + ky * dy * Wp + kx * dx`, whatever the width. Only the `Wp - OW`
-//! padding columns of every row are computed for nothing (2 of 57 at 55x55); their lanes are
-//! dropped as the outputs are stored (the valid lanes of a vector are consecutive outputs, so
-//! one compress and one masked store). A register block of [`OC_BLOCK`] output channels x up to
-//! [`MAX_VECTORS`] vectors keeps its accumulators over every input channel and tap; bias,
-//! residual and Relu/Clip are applied in registers as the block is stored. Bands of output rows
-//! are split over the threads, each thread taking the same bands on every run.
+//! flattened position `q = oy * Wp + ox`, so every tap's input for a vector of consecutive
+//! positions is one contiguous load at `q + ky * dy * Wp + kx * dx`, whatever the width. Only the
+//! `Wp - OW` padding columns of every row are computed for nothing (2 of 57 at 55x55); their
+//! lanes are dropped as the outputs are stored (the valid lanes of a vector are consecutive
+//! outputs: one compress and one masked store on AVX-512, a masked store per row on AVX2). A
+//! register block of output channels x vectors (`direct_stride1_block`) keeps its accumulators
+//! over every input channel and tap; bias, residual and Relu/Clip are applied in registers as
+//! the block is stored. Bands of output rows are split over the threads, each thread taking the
+//! same bands on every run.
 //!
-//! f32 on AVX-512 only (elsewhere the GEMM path stays); the weights are reordered once at plan
-//! time ([`DirectWeights`], Persistent memory).
+//! f32 on AVX-512 or AVX2 + FMA (elsewhere the GEMM path stays); the weights are reordered once
+//! at plan time ([`DirectWeights`], Persistent memory).
 
 use strata_core::Tensor;
 
 use super::band_output::OutPtr;
 use super::conv_params::ConvParams;
 #[cfg(target_arch = "x86_64")]
-use super::direct_stride1_avx512::{Block, Store};
+use super::direct_stride1_block::{self as kernel, Block, Store, AVX2_BLOCK, AVX512_BLOCK};
 use super::few_channels::window;
 use super::interleaved_weights::interleave_weight_rows;
-use super::row_band::{avx512, Clamp, ClampKind, LANES};
+use super::row_band::{Clamp, ClampKind, LANES};
+#[cfg(target_arch = "x86_64")]
+use super::simd::Simd;
 use super::winograd::{self, Variant};
 use crate::kernels::error::{KernelError, KernelResult};
 use crate::kernels::gemm::with_pack_buffers;
 use crate::kernels::spatial::check_len;
 
 const OP: &str = "Conv";
-/// Output channels of a register block (one broadcast weight each per tap).
-pub(super) const OC_BLOCK: usize = 8;
-/// Vectors of 16 positions of a register block: 8 x 3 = 24 accumulators, with room for the
-/// three loads of a tap and a broadcast weight.
-const MAX_VECTORS: usize = 3;
 /// At most this many taps per window (7x7).
 const MAX_TAPS: usize = 49;
 /// The band's size target in elements (all its channels' padded rows). One thread, 64 <- 16 at
 /// 55x55: 8K 293 us, 16K 284, 32K 287; 256 <- 64 at 13x13: 300, 289, 294.
 const BAND_ELEMENTS: usize = 16 * 1024;
 
-/// Whether the direct kernel takes this convolution: f32 on AVX-512, 2-D, one group, stride 1,
+/// Whether the direct kernel takes this convolution: f32 on AVX-512 or AVX2, 2-D, one group, stride 1,
 /// a 3x3 window, 8 to 64 input channels (im2col + GEMM's depth of 72..576 is where unfolding
-/// and packing cost as much as the products), at least [`OC_BLOCK`] output channels and output
+/// and packing cost as much as the products), at least a register block's output channels and output
 /// rows at least 8 wide; not where Winograd F(4x4) runs (64 <- 64 at 28x28, one thread: 270
 /// us there against 385 here; at 56x56 1.10 against 1.64 ms). Against F(2x2) (256 <- 64 at
 /// 13x13) it measured even at one thread on Intel; on Zen 4 (SqueezeNet, one thread, in the
 /// model) F(2x2) ran 474-875 us against a steady 590-620 here, slower as often as faster.
 pub(crate) fn pays(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) -> bool {
-    if !avx512() || input_dims.len() != 4 || weight_dims.len() != 4 || p.groups != 1 {
+    let Some(block) = oc_block() else {
+        return false;
+    };
+    if input_dims.len() != 4 || weight_dims.len() != 4 || p.groups != 1 {
         return false;
     }
     let (cin, cout) = (input_dims[1], weight_dims[0]);
@@ -61,17 +62,35 @@ pub(crate) fn pays(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) 
         && weight_dims[2..] == [3, 3]
         && w.strides.iter().all(|&s| s == 1)
         && (8..=64).contains(&cin)
-        && cout >= OC_BLOCK
+        && cout >= block
         && w.out_dims[1] >= 8
         && winograd::variant(input_dims, weight_dims, p) != Some(Variant::F4x4)
 }
 
-/// A weight `[out, in, kh, kw]` reordered for the kernel: per block of [`OC_BLOCK`] output
-/// channels, per input channel and tap, the block's [`OC_BLOCK`] weights (zero past the last
+/// Output channels of the register block on this CPU (one broadcast weight each per tap), or
+/// `None` where the kernel does not run (no AVX-512 nor AVX2 + FMA).
+fn oc_block() -> Option<usize> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        super::simd::Simd::detect().map(|s| match s {
+            Simd::Avx512(_) => AVX512_BLOCK.0,
+            Simd::Avx2(_) => AVX2_BLOCK.0,
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        None
+    }
+}
+
+/// A weight `[out, in, kh, kw]` reordered for the kernel: per block of `block` output
+/// channels, per input channel and tap, the block's `block` weights (zero past the last
 /// channel). Held by the plan in Persistent memory; the original is freed.
 #[derive(Debug)]
 pub struct DirectWeights {
     data: Tensor,
+    /// Output channels per block of `data`: the register block's.
+    block: usize,
     /// `[out, in, kh, kw]`.
     dims: [usize; 4],
 }
@@ -94,9 +113,11 @@ impl DirectWeights {
                 weight.len()
             )));
         }
-        let data = interleave_weight_rows(weight, depth, OC_BLOCK).map_err(invalid)?;
+        let block = oc_block().ok_or_else(|| invalid("no kernel on this CPU".into()))?;
+        let data = interleave_weight_rows(weight, depth, block).map_err(invalid)?;
         Ok(DirectWeights {
             data,
+            block,
             dims: [cout, cin, kh, kw],
         })
     }
@@ -161,13 +182,12 @@ impl Geometry {
     /// that fits one band is split over groups of output channels instead (both threads copy
     /// it, but every vector of its rows stays a full register block).
     /// Returns `(bands, channel groups)`.
-    fn split(&self, cin: usize, cout: usize, batch: usize, threads: usize) -> (usize, usize) {
+    fn split(&self, cin: usize, blocks: usize, batch: usize, threads: usize) -> (usize, usize) {
         let per_row = cin * self.wp;
         let rows = (BAND_ELEMENTS / per_row.max(1))
             .saturating_sub(self.halo)
             .clamp(1, self.oh.max(1));
         let mut bands = self.oh.div_ceil(rows);
-        let blocks = cout.div_ceil(OC_BLOCK);
         if bands == 1 && batch < threads {
             return (1, threads.min(blocks));
         }
@@ -203,11 +223,11 @@ impl Geometry {
         }
     }
 
-    /// The valid lanes of the vector at flattened position `q` of a band starting at output row
+    /// The valid lanes of the vector of `lanes` at flattened position `q` of a band starting at output row
     /// `oy0` with `positions` positions, and the output they start at.
     #[cfg(target_arch = "x86_64")]
-    fn store(&self, oy0: usize, positions: usize, q: usize) -> Store {
-        let end = (q + LANES).min(positions);
+    fn store(&self, lanes: usize, oy0: usize, positions: usize, q: usize) -> Store {
+        let end = (q + lanes).min(positions);
         let mut store = Store::default();
         let mut first = true;
         let mut row = q / self.wp;
@@ -215,7 +235,7 @@ impl Geometry {
             let s = (row * self.wp).max(q);
             let e = (row * self.wp + self.ow).min(end);
             if s < e {
-                store.mask |= (((1u32 << (e - s)) - 1) << (s - q)) as u16;
+                store.mask |= ((1u32 << (e - s)) - 1) << (s - q);
                 if first {
                     store.at = (oy0 + row) * self.ow + s - row * self.wp;
                     first = false;
@@ -242,16 +262,25 @@ pub(crate) fn conv(
     threads: usize,
 ) -> KernelResult<()> {
     let [cout, cin, _, _] = weights.dims;
-    if input_dims.len() != 4 || input_dims[1] != cin || p.groups != 1 || !avx512() {
+    #[cfg(target_arch = "x86_64")]
+    let simd = Simd::detect();
+    #[cfg(not(target_arch = "x86_64"))]
+    let simd: Option<()> = None;
+    let Some(simd) = simd.filter(|_| {
+        input_dims.len() == 4
+            && input_dims[1] == cin
+            && p.groups == 1
+            && oc_block() == Some(weights.block)
+    }) else {
         return Err(KernelError::InvalidParam {
             op: OP,
             param: "input",
             reason: format!(
-                "{input_dims:?} does not fit the {:?} direct kernel (AVX-512 only)",
+                "{input_dims:?} does not fit the {:?} direct kernel (AVX-512 or AVX2 only)",
                 weights.dims
             ),
         });
-    }
+    };
     let g = Geometry::new(input_dims, &weights.dims, p)?;
     let batch = input_dims[0];
     let (in_len, out_plane) = (g.h * g.wd, g.oh * g.ow);
@@ -294,18 +323,18 @@ pub(crate) fn conv(
     };
     let muladds = out.len().saturating_mul(g.tap_count * cin);
     let threads = if muladds < 1 << 16 { 1 } else { threads.max(1) };
-    let (bands, groups) = g.split(cin, cout, batch, threads);
+    let oc_block = weights.block;
+    let blocks = cout.div_ceil(oc_block);
+    let (bands, groups) = g.split(cin, blocks, batch, threads);
     let tasks = batch * bands * groups;
-    let blocks = cout.div_ceil(OC_BLOCK);
     let per_part = tasks.div_ceil(threads.min(tasks));
     let parts = tasks.div_ceil(per_part);
     let stop = crate::run_control::stop_token();
     let shared = OutPtr(out.as_mut_ptr());
-    let depth = cin * g.tap_count;
     let task = |i: usize| {
         let (b, k, group) = (i / (bands * groups), i / groups % bands, i % groups);
-        let first = group * blocks / groups * OC_BLOCK;
-        let last = ((group + 1) * blocks / groups * OC_BLOCK).min(cout);
+        let first = group * blocks / groups * oc_block;
+        let last = ((group + 1) * blocks / groups * oc_block).min(cout);
         let rows = g.band(k, bands);
         let (oy0, n) = (rows.start, rows.len());
         if n == 0 {
@@ -322,47 +351,38 @@ pub(crate) fn conv(
                     src: buf,
                     plane,
                     cin,
+                    positions: (n - 1) * g.wp + g.ow,
                     taps: &g.taps[..g.tap_count],
+                    weights: packed,
+                    bias,
                     clamp,
                     out: shared.at(b * out_len),
                     residual: residual.map(|r| &r[b * out_len..][..out_len]),
                     out_plane,
                     channels: cout,
                 };
-                let positions = (n - 1) * g.wp + g.ow;
-                let vectors = positions.div_ceil(LANES);
-                let chunks = vectors.div_ceil(MAX_VECTORS);
-                for oc0 in (first..last).step_by(OC_BLOCK) {
-                    let valid = (cout - oc0).min(OC_BLOCK);
-                    let mut start = [0.0f32; OC_BLOCK];
-                    if let Some(bias) = bias {
-                        start[..valid].copy_from_slice(&bias[oc0..oc0 + valid]);
-                    }
-                    let w = &packed[oc0 / OC_BLOCK * depth * OC_BLOCK..][..depth * OC_BLOCK];
-                    let mut v0 = 0;
-                    for c in 0..chunks {
-                        // Chunks as even as possible: the first `vectors % chunks` get one more.
-                        let count = vectors / chunks + usize::from(c < vectors % chunks);
-                        let q0 = v0 * LANES;
-                        let at = |v: usize| g.store(oy0, positions, q0 + v * LANES);
-                        // SAFETY: AVX-512F was checked above; the stores go to output rows
-                        // `oy0..oy0 + n` of batch item `b`, this task's alone.
-                        unsafe {
-                            match count {
-                                1 => block.run::<1>(oc0, q0, w, &start, &std::array::from_fn(at)),
-                                2 => block.run::<2>(oc0, q0, w, &start, &std::array::from_fn(at)),
-                                _ => block.run::<3>(oc0, q0, w, &start, &std::array::from_fn(at)),
-                            }
+                // SAFETY: the token was detected; the stores go to output rows `oy0..oy0 + n`
+                // of batch item `b`, this task's alone.
+                unsafe {
+                    match simd {
+                        Simd::Avx512(isa) => {
+                            let at = |q| g.store(16, oy0, block.positions, q);
+                            kernel::channels_avx512(isa, &block, first..last, &at)
                         }
-                        v0 += count;
-                    }
-                    if after {
-                        for c in oc0..oc0 + valid {
-                            let at = b * out_len + c * out_plane + oy0 * g.ow;
-                            // SAFETY: rows `oy0..oy0 + n` of plane `c`, this task's alone.
-                            p.post.apply_all(unsafe { shared.slice(at, n * g.ow) });
+                        Simd::Avx2(isa) => {
+                            let at = |q| g.store(8, oy0, block.positions, q);
+                            kernel::channels_avx2(isa, &block, first..last, &at)
                         }
                     }
+                }
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = simd;
+            if after {
+                for c in first..last {
+                    let at = b * out_len + c * out_plane + oy0 * g.ow;
+                    // SAFETY: rows `oy0..oy0 + n` of plane `c`, this task's alone.
+                    p.post.apply_all(unsafe { shared.slice(at, n * g.ow) });
                 }
             }
         });
@@ -457,8 +477,8 @@ mod tests {
     /// epilogue, at 1 to 3 threads, against the reference.
     #[test]
     fn equals_the_reference_convolution() {
-        if !avx512() {
-            eprintln!("skipped: the direct kernel needs AVX-512");
+        if oc_block().is_none() {
+            eprintln!("skipped: the direct kernel needs AVX-512 or AVX2");
             return;
         }
         let mut rng = Rng::new(11);
@@ -499,8 +519,8 @@ mod tests {
     /// 64 <- 64, each with Relu.
     #[test]
     fn equals_the_reference_on_network_shapes() {
-        if !avx512() {
-            eprintln!("skipped: the direct kernel needs AVX-512");
+        if oc_block().is_none() {
+            eprintln!("skipped: the direct kernel needs AVX-512 or AVX2");
             return;
         }
         let mut rng = Rng::new(3);
@@ -521,7 +541,7 @@ mod tests {
             groups,
             post: Activation::None,
         };
-        if avx512() {
+        if oc_block().is_some() {
             assert!(pays(&[1, 16, 55, 55], &[64, 16, 3, 3], &p(1, 1)));
             assert!(pays(&[1, 48, 13, 13], &[192, 48, 3, 3], &p(1, 1)));
             assert!(
@@ -557,8 +577,8 @@ mod tests {
             "5 columns"
         );
         assert!(
-            !pays(&[1, 16, 56, 56], &[4, 16, 3, 3], &p(1, 1)),
-            "4 outputs"
+            !pays(&[1, 16, 56, 56], &[3, 16, 3, 3], &p(1, 1)),
+            "3 outputs"
         );
         assert!(!pays(&[1, 16, 64], &[32, 16, 3], &p(1, 1)), "1-D");
     }

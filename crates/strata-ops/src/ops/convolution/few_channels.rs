@@ -2,16 +2,16 @@
 //! channels, 3x3, stride 2).
 //!
 //! im2col + GEMM gives such a layer a depth of only `channels x taps` (27), so unfolding and
-//! the short products cost more than the multiply-adds. Here the output stays in NCHW: sixteen
-//! output columns of one row sit in a vector, each tap's weight is broadcast, and a register
-//! block of [`OC_BLOCK`] output channels x up to
-//! [`MAX_VECTORS`](super::few_channels_block::MAX_VECTORS) column vectors shares every
-//! input load. A band of input rows is first copied into zero-padded column phases (one per
-//! column stride phase), so every tap of a strided or padded convolution reads contiguous
-//! columns with no edge cases. Bands of output rows are spread over the threads.
+//! the short products cost more than the multiply-adds. Here the output stays in NCHW:
+//! consecutive output columns of one row sit in a vector, each tap's weight is broadcast, and a
+//! register block of [`OC_BLOCK`] output channels x up to 5 (AVX-512) or 2 (AVX2) column
+//! vectors shares every input load (`few_channels_block`). A band of input rows is first copied
+//! into zero-padded column phases (one per column stride phase), so every tap of a strided or
+//! padded convolution reads contiguous columns with no edge cases. Bands of output rows are
+//! spread over the threads.
 //!
-//! f32 on AVX-512 only (elsewhere the GEMM path stays); the weights are reordered once at plan
-//! time ([`FewChannelWeights`], Persistent memory).
+//! f32 on AVX-512 or AVX2 + FMA (elsewhere the GEMM path stays); the weights are reordered once
+//! at plan time ([`FewChannelWeights`], Persistent memory).
 
 use strata_core::Tensor;
 
@@ -22,22 +22,25 @@ use crate::kernels::gemm::with_pack_buffers;
 use crate::kernels::spatial::{check_len, WindowAttrs, WindowGeometry};
 
 #[cfg(target_arch = "x86_64")]
-use super::few_channels_avx512;
-use super::few_channels_block::OC_BLOCK;
+use super::few_channels_block::{self as kernel, Row};
 use super::interleaved_weights::interleave_weight_rows;
-use super::row_band::{avx512, Band, Clamp, ClampKind, MAX_DEPTH};
+use super::row_band::{Band, Clamp, ClampKind, MAX_DEPTH};
+#[cfg(target_arch = "x86_64")]
+use super::simd::Simd;
 
 const OP: &str = "Conv";
+/// Output channels of a register block (one broadcast weight each per tap).
+pub(super) const OC_BLOCK: usize = 4;
 /// Output channels computed together through a band's rows (a multiple of [`OC_BLOCK`]).
 /// SqueezeNet's 3x3/2 RGB layer alone, one thread: all 64 channels a row at a time 388 us, groups
 /// of 4 376 us, of 8 361 us, of 16 340 us.
 const CHANNEL_GROUP: usize = 4 * OC_BLOCK;
 
-/// Whether the direct kernel takes this convolution: f32 on AVX-512, 2-D, one group, at most 4
+/// Whether the direct kernel takes this convolution: f32 on AVX-512 or AVX2, 2-D, one group, at most 4
 /// input channels and [`MAX_DEPTH`] taps over them, at least [`OC_BLOCK`] output channels and
 /// output rows at least 8 wide (narrower rows waste most of each vector).
 pub(crate) fn pays(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) -> bool {
-    if !avx512() || input_dims.len() != 4 || weight_dims.len() != 4 || p.groups != 1 {
+    if !runs() || input_dims.len() != 4 || weight_dims.len() != 4 || p.groups != 1 {
         return false;
     }
     let (cin, cout) = (input_dims[1], weight_dims[0]);
@@ -50,6 +53,18 @@ pub(crate) fn pays(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) 
         && depth <= MAX_DEPTH
         && cout >= OC_BLOCK
         && w.out_dims[1] >= 8
+}
+
+/// Whether the kernel runs on this CPU (AVX-512 or AVX2 + FMA).
+fn runs() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        Simd::detect().is_some()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
 /// The 2-D window of a Conv with these dims.
@@ -241,27 +256,37 @@ impl Job<'_> {
     /// is applied as the outputs are stored.
     ///
     /// # Safety
-    /// Those rows of the output behind `out` are written by no other task meanwhile; AVX-512F
-    /// was detected.
+    /// Those rows of the output behind `out` are written by no other task meanwhile.
     unsafe fn row(&self, r: usize, out: OutPtr, at: usize, group: std::ops::Range<usize>) {
         let band = self.band;
         let src = &self.buf[r * band.rows_axis.stride * band.row_len..];
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX-512F was detected (the caller's contract); the band's tap offsets are at
-        // most its reach; the rows hold `ow` elements written by this task alone.
-        unsafe {
-            few_channels_avx512::row(
+        {
+            let row = Row {
                 src,
-                (band.taps(), band.reach()),
-                self.packed,
-                self.bias,
-                self.clamp,
-                out.at(0),
-                (at, self.out_plane, self.channels),
-                group,
-                self.ow,
-            );
+                taps: band.taps(),
+                reach: band.reach(),
+                weights: self.packed,
+                bias: self.bias,
+                clamp: self.clamp,
+                out: out.at(0),
+                at,
+                plane: self.out_plane,
+                channels: self.channels,
+                ow: self.ow,
+            };
+            // SAFETY: the token was detected; the rows hold `ow` elements written by this task
+            // alone (the caller's contract).
+            unsafe {
+                match Simd::detect() {
+                    Some(Simd::Avx512(isa)) => kernel::row_avx512(isa, &row, group),
+                    Some(Simd::Avx2(isa)) => kernel::row_avx2(isa, &row, group),
+                    None => unreachable!("the few-channel kernel runs without SIMD"),
+                }
+            }
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (src, out, at, group);
     }
 }
 
@@ -325,8 +350,8 @@ pub(super) mod tests {
     /// threads, against the reference.
     #[test]
     fn equals_the_reference_convolution() {
-        if !avx512() {
-            eprintln!("skipped: the few-channel kernel needs AVX-512");
+        if !runs() {
+            eprintln!("skipped: the few-channel kernel needs AVX-512 or AVX2");
             return;
         }
         let mut rng = Rng::new(7);
@@ -419,7 +444,7 @@ pub(super) mod tests {
             groups,
             post: Activation::None,
         };
-        if avx512() {
+        if runs() {
             assert!(pays(&[1, 3, 224, 224], &[32, 3, 3, 3], &p(2, 1)));
         }
         assert!(

@@ -27,10 +27,11 @@ mod depthwise_rows;
 mod depthwise_rows_avx512;
 pub(crate) mod direct_stride1;
 #[cfg(target_arch = "x86_64")]
-mod direct_stride1_avx512;
+mod direct_stride1_block;
 pub(crate) mod few_channels;
 #[cfg(target_arch = "x86_64")]
 mod few_channels_avx512;
+#[cfg(target_arch = "x86_64")]
 mod few_channels_block;
 mod im2col;
 mod integer_conv_gemm;
@@ -41,6 +42,10 @@ pub mod qlinear_conv;
 mod row_band;
 #[cfg(target_arch = "x86_64")]
 mod row_band_avx512;
+#[cfg(target_arch = "x86_64")]
+mod row_band_split;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod simd;
 mod transposed_output;
 pub mod winograd;
 mod winograd_transforms;

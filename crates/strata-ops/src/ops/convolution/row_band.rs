@@ -8,7 +8,9 @@ use crate::kernels::phase_planes::Axis;
 use crate::kernels::spatial::WindowGeometry;
 
 #[cfg(target_arch = "x86_64")]
-use super::row_band_avx512;
+use super::simd::Simd;
+#[cfg(target_arch = "x86_64")]
+use super::{row_band_avx512, row_band_split};
 
 /// Elements per vector.
 pub(crate) const LANES: usize = 16;
@@ -40,7 +42,7 @@ pub(super) struct Clamp {
 
 /// How a [`Clamp`] treats a NaN.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) enum ClampKind {
+pub(crate) enum ClampKind {
     /// No clamp.
     None,
     /// A NaN becomes `lo`, as Relu's `x > 0 ? x : 0`.
@@ -156,8 +158,9 @@ impl Band {
                 .enumerate()
             {
                 let src = &x[(c * h + iy as usize) * wd..][..wd];
-                if self.phases == 2 && avx512() {
-                    split_row(src, pad, channel.split_at_mut(self.phase_len));
+                #[cfg(target_arch = "x86_64")]
+                if let (2, Some(simd)) = (self.phases, Simd::detect()) {
+                    split_row(simd, src, pad, channel.split_at_mut(self.phase_len));
                     continue;
                 }
                 #[cfg(target_arch = "x86_64")]
@@ -175,9 +178,9 @@ impl Band {
 }
 
 /// Stride 2: input column `i` of `src` goes to phase `(i + pad) % 2` at `(i + pad) / 2`, the
-/// rest of both phases is zero. Even and odd columns split with permutes (AVX-512F, checked by
-/// the caller).
-fn split_row(src: &[f32], pad: usize, (phase0, phase1): (&mut [f32], &mut [f32])) {
+/// rest of both phases is zero. Even and odd columns split with shuffles.
+#[cfg(target_arch = "x86_64")]
+fn split_row(simd: Simd, src: &[f32], pad: usize, (phase0, phase1): (&mut [f32], &mut [f32])) {
     let len = phase0.len();
     // in[2m] -> phase pad % 2 at pad / 2 + m; in[2m + 1] -> the other at (pad + 1) / 2 + m.
     let (je, jo) = (pad / 2, pad.div_ceil(2));
@@ -194,15 +197,12 @@ fn split_row(src: &[f32], pad: usize, (phase0, phase1): (&mut [f32], &mut [f32])
     odd[..jo].fill(0.0);
     odd[jo + no..].fill(0.0);
     let pairs = ne.min(no);
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: AVX-512F was detected by the caller.
-    unsafe {
-        row_band_avx512::split_phases(
-            &src[..2 * pairs],
-            &mut even[je..je + pairs],
-            &mut odd[jo..jo + pairs],
-        )
-    };
+    row_band_split::split_phases(
+        simd,
+        &src[..2 * pairs],
+        &mut even[je..je + pairs],
+        &mut odd[jo..jo + pairs],
+    );
     for m in pairs..ne {
         even[je + m] = src[2 * m];
     }

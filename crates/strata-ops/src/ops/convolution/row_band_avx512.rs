@@ -1,41 +1,9 @@
-//! The input band's row fills on AVX-512: a zero-padded row and the stride-2 column phase split
-//! (see `row_band`).
+//! The input band's zero-padded row fill on AVX-512 (see `row_band`).
 
 use std::arch::x86_64::*;
 
 /// f32 lanes of a 512-bit vector.
 const LANES: usize = 16;
-
-/// Splits `src` into its even and odd elements: `even[j] = src[2j]`, `odd[j] = src[2j + 1]`
-/// for `j < even.len()`.
-///
-/// # Safety
-/// AVX-512F is available.
-#[target_feature(enable = "avx512f")]
-pub(super) unsafe fn split_phases(src: &[f32], even: &mut [f32], odd: &mut [f32]) {
-    let n = even.len();
-    assert!(odd.len() == n && src.len() >= 2 * n);
-    let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    let odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    let (s, e, o) = (src.as_ptr(), even.as_mut_ptr(), odd.as_mut_ptr());
-    let mut j = 0;
-    while j + LANES <= n {
-        // SAFETY: src holds 2n >= 2j + 32 elements, even and odd n >= j + 16 (asserted).
-        unsafe {
-            let (a, b) = (
-                _mm512_loadu_ps(s.add(2 * j)),
-                _mm512_loadu_ps(s.add(2 * j + LANES)),
-            );
-            _mm512_storeu_ps(e.add(j), _mm512_permutex2var_ps(a, evens, b));
-            _mm512_storeu_ps(o.add(j), _mm512_permutex2var_ps(a, odds, b));
-        }
-        j += LANES;
-    }
-    for j in j..n {
-        even[j] = src[2 * j];
-        odd[j] = src[2 * j + 1];
-    }
-}
 
 /// `dst[j] = src[j - pad]` where that is inside `src`, else zero: one padded input row, with
 /// masked loads and stores (no element outside `src` or `dst` is touched).

@@ -91,9 +91,9 @@ fn window(o: usize, stride: usize, pad: usize, kernel: usize, input: usize) -> (
 fn planes_max<T: MaxPoolElement>(g: &WindowGeometry, x: &[T], y: &mut [T]) {
     #[cfg(target_arch = "x86_64")]
     if let (Some(x), Some(y)) = (as_f32(x), as_f32_mut(y)) {
-        if super::max_pool_avx512::supports(g) {
+        if super::max_pool_folded::supports(g) {
             // One call for the whole run: its buffers and checks are set up once.
-            super::max_pool_avx512::planes_max(g, x, y);
+            super::max_pool_folded::planes_max(g, x, y);
             lowest_where_no_input(g, y);
             return;
         }

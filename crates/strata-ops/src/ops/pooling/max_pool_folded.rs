@@ -1,19 +1,19 @@
-//! MaxPool of one f32 plane with AVX-512 at column strides 1 and 2 (any kernel and padding, no
-//! dilation): separable like [`super::max_pool_2d`]'s row path. Per output row, the input rows
-//! under the window are folded into one row in a buffer with `-inf` margins, then each block of
-//! 16 outputs takes its `kw` taps from that row: one load per tap at stride 1, two loads and one
-//! two-source permute (the even elements of 32) at stride 2. SqueezeNet's first pool (3x3/2,
+//! MaxPool of one f32 plane with AVX-512 or AVX2 at column strides 1 and 2 (any kernel and
+//! padding, no dilation), generic over the vector width: separable like
+//! [`super::max_pool_2d`]'s row path. Per output row, the input rows under the window are folded
+//! into one row in a buffer with `-inf` margins, then each vector of outputs takes its `kw` taps
+//! from that row: one load per tap at stride 1, two loads and an even-element shuffle at stride
+//! 2. On AVX-512: SqueezeNet's first pool (3x3/2,
 //! 64 x 111 x 111) went from 0.335 to 0.176 ms at one thread against the phase-plane path, which
 //! spent a third of its time deinterleaving; the input (3 MB) now streams at about 18 GB/s.
 //!
 //! The maximum is NaN-propagating (a NaN anywhere in the window wins), as everywhere in MaxPool.
 
-use std::arch::x86_64::*;
-
 use crate::kernels::gemm::with_pack_buffers;
 use crate::kernels::spatial::WindowGeometry;
+use crate::ops::convolution::simd::{Avx2, Avx512, Isa, Simd};
 
-/// Lanes per vector.
+/// Lanes of the widest vector (AVX-512's): the buffers' slack.
 const LANES: usize = 16;
 /// The row buffer's `-inf` margin before the folded row: the most left padding handled.
 const MARGIN: usize = 16;
@@ -27,7 +27,7 @@ pub(crate) fn supports(g: &WindowGeometry) -> bool {
         && (1..=2).contains(&g.strides[1])
         && g.pads_begin[1] <= MARGIN
         && row_len(g).is_some_and(|len| len <= ROW_CAP)
-        && std::arch::is_x86_feature_detected!("avx512f")
+        && Simd::detect().is_some()
 }
 
 /// Buffer elements a plane of `g` reads: the margin, then the folded row or the furthest tap
@@ -46,25 +46,81 @@ pub(crate) fn planes_max(g: &WindowGeometry, x: &[f32], y: &mut [f32]) {
     assert!(supports(g) && g.in_len > 0 && g.out_len > 0);
     assert!(x.len() / g.in_len >= y.len() / g.out_len);
     let len = row_len(g).unwrap_or(ROW_CAP);
+    let Some(simd) = Simd::detect() else {
+        unreachable!("`supports` checked the ISA");
+    };
     with_pack_buffers::<f32, _>(2 * len, 0, |rows, _| {
         let (even, odd) = rows.split_at_mut(len);
         // Folding writes only the row itself: the margins stay `-inf` from plane to plane.
         even.fill(f32::NEG_INFINITY);
         odd.fill(f32::NEG_INFINITY);
         for (x, y) in x.chunks_exact(g.in_len).zip(y.chunks_exact_mut(g.out_len)) {
-            // SAFETY: AVX-512F was detected by `supports`; `x` holds `g.in_len` and `y`
-            // `g.out_len` elements, and each row buffer `row_len(g)`, all `-inf` but the
-            // folded rows.
+            let rows = [&mut *even, &mut *odd];
+            // SAFETY: the token was detected; `x` holds `g.in_len` and `y` `g.out_len`
+            // elements, and each row buffer `row_len(g)`, all `-inf` but the folded rows.
             unsafe {
-                match (&g.kernel[..], &g.strides[..]) {
-                    ([3, 3], [2, 2]) => plane_max_avx512::<3, 3, 2>(g, x, y, [even, odd]),
-                    ([3, 3], [1, 1]) => plane_max_avx512::<3, 3, 1>(g, x, y, [even, odd]),
-                    ([2, 2], [2, 2]) => plane_max_avx512::<2, 2, 2>(g, x, y, [even, odd]),
-                    _ => plane_max_avx512::<0, 0, 0>(g, x, y, [even, odd]),
+                match simd {
+                    Simd::Avx512(isa) => plane_max_avx512(isa, g, x, y, rows),
+                    Simd::Avx2(isa) => plane_max_avx2(isa, g, x, y, rows),
                 }
             }
         }
     });
+}
+
+/// [`plane_max`] on AVX-512.
+///
+/// # Safety
+/// As [`plane_max`].
+#[target_feature(enable = "avx512f")]
+unsafe fn plane_max_avx512(
+    isa: Avx512,
+    g: &WindowGeometry,
+    x: &[f32],
+    y: &mut [f32],
+    rows: [&mut [f32]; 2],
+) {
+    // SAFETY: the caller's contract; the token proves AVX-512F.
+    unsafe { compiled_windows(isa, g, x, y, rows) }
+}
+
+/// [`plane_max`] on AVX2.
+///
+/// # Safety
+/// As [`plane_max`].
+#[target_feature(enable = "avx2,fma")]
+unsafe fn plane_max_avx2(
+    isa: Avx2,
+    g: &WindowGeometry,
+    x: &[f32],
+    y: &mut [f32],
+    rows: [&mut [f32]; 2],
+) {
+    // SAFETY: the caller's contract; the token proves AVX2.
+    unsafe { compiled_windows(isa, g, x, y, rows) }
+}
+
+/// [`plane_max`] compiled for the common pools.
+///
+/// # Safety
+/// As [`plane_max`].
+#[inline(always)]
+unsafe fn compiled_windows<I: Isa>(
+    isa: I,
+    g: &WindowGeometry,
+    x: &[f32],
+    y: &mut [f32],
+    rows: [&mut [f32]; 2],
+) {
+    // SAFETY: the caller's contract, with the window's sizes.
+    unsafe {
+        match (&g.kernel[..], &g.strides[..]) {
+            ([3, 3], [2, 2]) => plane_max::<I, 3, 3, 2>(isa, g, x, y, rows),
+            ([3, 3], [1, 1]) => plane_max::<I, 3, 3, 1>(isa, g, x, y, rows),
+            ([2, 2], [2, 2]) => plane_max::<I, 2, 2, 2>(isa, g, x, y, rows),
+            _ => plane_max::<I, 0, 0, 0>(isa, g, x, y, rows),
+        }
+    }
 }
 
 /// Output rows alternate between two row buffers: the rows under output row `oy + 1` are
@@ -76,11 +132,12 @@ pub(crate) fn planes_max(g: &WindowGeometry, x: &[f32], y: &mut [f32]) {
 /// from `g`.
 ///
 /// # Safety
-/// AVX-512F is available, `supports(g)` holds, `x` holds `g.in_len` and `y` `g.out_len`
-/// elements, and both row buffers at least `row_len(g)`, all `-inf` outside the folded rows;
-/// nonzero `KH`, `KW`, `SW` are `g`'s.
-#[target_feature(enable = "avx512f")]
-unsafe fn plane_max_avx512<const KH: usize, const KW: usize, const SW: usize>(
+/// `supports(g)` holds, `x` holds `g.in_len` and `y` `g.out_len` elements, and both row
+/// buffers at least `row_len(g)`, all `-inf` outside the folded rows; nonzero `KH`, `KW`, `SW`
+/// are `g`'s.
+#[inline(always)]
+unsafe fn plane_max<I: Isa, const KH: usize, const KW: usize, const SW: usize>(
+    isa: I,
     g: &WindowGeometry,
     x: &[f32],
     y: &mut [f32],
@@ -89,7 +146,7 @@ unsafe fn plane_max_avx512<const KH: usize, const KW: usize, const SW: usize>(
     let oh = g.out_dims[0];
     let [even, odd] = rows;
     // SAFETY: forwarded from this function's contract; `even` is one of its row buffers.
-    let mut ready = unsafe { fold_rows::<KH>(g, x, 0, even) };
+    let mut ready = unsafe { fold_rows::<I, KH>(isa, g, x, 0, even) };
     for (oy, y_row) in y.chunks_exact_mut(g.out_dims[1]).enumerate().take(oh) {
         let (current, next) = if oy % 2 == 0 {
             (&*even, &mut *odd)
@@ -97,10 +154,10 @@ unsafe fn plane_max_avx512<const KH: usize, const KW: usize, const SW: usize>(
             (&*odd, &mut *even)
         };
         // SAFETY: forwarded from this function's contract; `next` is the other row buffer.
-        let next_ready = oy + 1 < oh && unsafe { fold_rows::<KH>(g, x, oy + 1, next) };
+        let next_ready = oy + 1 < oh && unsafe { fold_rows::<I, KH>(isa, g, x, oy + 1, next) };
         if ready {
             // SAFETY: as above; `current` holds output row oy's folded rows.
-            unsafe { take_taps::<KW, SW>(g, current, y_row) };
+            unsafe { take_taps::<I, KW, SW>(isa, g, current, y_row) };
         } else {
             y_row.fill(f32::MIN);
         }
@@ -112,10 +169,10 @@ unsafe fn plane_max_avx512<const KH: usize, const KW: usize, const SW: usize>(
 /// stay `-inf`); false when the window holds no input row. A nonzero `KH` is `g.kernel[0]`.
 ///
 /// # Safety
-/// As [`plane_max_avx512`], with `row` one of its buffers.
-#[inline]
-#[target_feature(enable = "avx512f")]
-unsafe fn fold_rows<const KH: usize>(
+/// As [`plane_max`], with `row` one of its buffers.
+#[inline(always)]
+unsafe fn fold_rows<I: Isa, const KH: usize>(
+    isa: I,
     g: &WindowGeometry,
     x: &[f32],
     oy: usize,
@@ -128,39 +185,38 @@ unsafe fn fold_rows<const KH: usize>(
     if r0 >= r1 {
         return false;
     }
-    for c in (0..iw).step_by(LANES) {
-        let mask = lanes(iw - c);
+    for c in (0..iw).step_by(I::LANES) {
+        let n = iw - c;
         let at = |r: usize| x.as_ptr().wrapping_add(r * iw + c);
-        // SAFETY: lanes c..c + 16 of input row r (r < ih), masked to the iw - c that
-        // exist, so inside `x` (ih * iw elements); masked-off lanes are not read.
-        let mut acc = unsafe { _mm512_maskz_loadu_ps(mask, at(r0)) };
+        // SAFETY: lanes c.. of input row r (r < ih), cut to the iw - c that exist, so inside
+        // `x` (ih * iw elements).
+        let mut acc = unsafe { isa.load_first(at(r0), n) };
         if KH > 0 && r1 - r0 == KH {
             // A whole window (constant trip count).
             for r in r0 + 1..r0 + KH {
                 // SAFETY: as above, for row r < r0 + KH = r1 <= ih.
-                acc = max_nan(acc, unsafe { _mm512_maskz_loadu_ps(mask, at(r)) });
+                acc = isa.max_nan(acc, unsafe { isa.load_first(at(r), n) });
             }
         } else {
             for r in r0 + 1..r1 {
                 // SAFETY: as above, for row r < r1 <= ih.
-                acc = max_nan(acc, unsafe { _mm512_maskz_loadu_ps(mask, at(r)) });
+                acc = isa.max_nan(acc, unsafe { isa.load_first(at(r), n) });
             }
         }
-        // SAFETY: row[MARGIN + c..] for the masked lanes: MARGIN + iw <= row_len <= row.len().
-        unsafe { _mm512_mask_storeu_ps(row.as_mut_ptr().add(MARGIN + c), mask, acc) };
+        // SAFETY: row[MARGIN + c..] for the first n lanes: MARGIN + iw <= row_len <= row.len().
+        unsafe { isa.store_first(row.as_mut_ptr().add(MARGIN + c), n, acc) };
     }
     true
 }
 
-/// Each block of 16 outputs of `y_row` takes the maximum of its `kw` taps from the folded
-/// `row`: one load per tap at stride 1, two loads and one two-source permute (the even
-/// elements of 32) at stride 2.
+/// Each vector of outputs of `y_row` takes the maximum of its `kw` taps from the folded `row`:
+/// one load per tap at stride 1, two loads and their even elements at stride 2.
 ///
 /// # Safety
-/// As [`plane_max_avx512`], with `row` one of its buffers, folded by [`fold_rows`].
-#[inline]
-#[target_feature(enable = "avx512f")]
-unsafe fn take_taps<const KW: usize, const SW: usize>(
+/// As [`plane_max`], with `row` one of its buffers, folded by [`fold_rows`].
+#[inline(always)]
+unsafe fn take_taps<I: Isa, const KW: usize, const SW: usize>(
+    isa: I,
     g: &WindowGeometry,
     row: &[f32],
     y_row: &mut [f32],
@@ -168,44 +224,26 @@ unsafe fn take_taps<const KW: usize, const SW: usize>(
     let (ow, pw) = (g.out_dims[1], g.pads_begin[1]);
     let kw = if KW > 0 { KW } else { g.kernel[1] };
     let sw = if SW > 0 { SW } else { g.strides[1] };
-    let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    for ox in (0..ow).step_by(LANES) {
-        let mut acc = _mm512_set1_ps(f32::NEG_INFINITY);
+    let lanes = I::LANES;
+    for ox in (0..ow).step_by(lanes) {
+        let mut acc = isa.splat(f32::NEG_INFINITY);
         for t in 0..kw {
             // Output ox + i reads padded column (ox + i) * sw + t, buffer index
             // MARGIN - pw + that (pw <= MARGIN, by `supports`).
             let at = row.as_ptr().wrapping_add(MARGIN - pw + ox * sw + t);
             let taps = if sw == 1 {
-                // SAFETY: 16 elements from index MARGIN - pw + ox + t, below
+                // SAFETY: a vector from index MARGIN - pw + ox + t, below
                 // MARGIN + blocks * sw + kw + 2 * LANES <= row_len <= row.len().
-                unsafe { _mm512_loadu_ps(at) }
+                unsafe { isa.load(at) }
             } else {
-                // SAFETY: 32 elements from index MARGIN - pw + 2 * ox + t, inside the
+                // SAFETY: two vectors from index MARGIN - pw + 2 * ox + t, inside the
                 // buffer by the same bound (two vectors of slack).
-                let (lo, hi) = unsafe { (_mm512_loadu_ps(at), _mm512_loadu_ps(at.add(LANES))) };
-                _mm512_permutex2var_ps(lo, even, hi)
+                let (lo, hi) = unsafe { (isa.load(at), isa.load(at.add(lanes))) };
+                isa.evens(lo, hi)
             };
-            acc = max_nan(acc, taps);
+            acc = isa.max_nan(acc, taps);
         }
-        let mask = lanes(ow - ox);
-        // SAFETY: outputs ox.. of this row, masked to the ow - ox that exist.
-        unsafe { _mm512_mask_storeu_ps(y_row.as_mut_ptr().add(ox), mask, acc) };
+        // SAFETY: outputs ox.. of this row, cut to the ow - ox that exist.
+        unsafe { isa.store_first(y_row.as_mut_ptr().add(ox), ow - ox, acc) };
     }
-}
-
-/// Mask of the first `count` lanes (all 16 from 16 on).
-fn lanes(count: usize) -> __mmask16 {
-    if count >= LANES {
-        0xffff
-    } else {
-        (1u16 << count) - 1
-    }
-}
-
-/// `max(a, b)` where a NaN in either wins (`vmaxps` alone returns `b` when either is NaN).
-#[inline]
-#[target_feature(enable = "avx512f")]
-fn max_nan(a: __m512, b: __m512) -> __m512 {
-    let nan_a = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, a);
-    _mm512_mask_mov_ps(_mm512_max_ps(a, b), nan_a, a)
 }

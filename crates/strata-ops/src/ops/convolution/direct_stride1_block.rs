@@ -1,0 +1,204 @@
+//! The stride-1 direct convolution's multiply-adds, generic over the vector width: a register
+//! block of `R` output channels x `C` vectors of consecutive flattened positions, its
+//! accumulators kept over every input channel and tap, then stored to the valid lanes with the
+//! epilogue. Thin `#[target_feature]` entry points per ISA choose `R` and the widest `C`.
+
+use std::ops::Range;
+
+use super::row_band::Clamp;
+use super::simd::{Avx2, Avx512, Isa};
+
+/// AVX-512's register block: 8 x 3 = 24 of 32 registers accumulate, with room for the three
+/// loads of a tap and a broadcast weight.
+pub(super) const AVX512_BLOCK: (usize, usize) = (8, 3);
+/// AVX2's: 6 x 2 = 12 of 16 registers accumulate, two hold a tap's loads, one a weight.
+/// SqueezeNet's 3x3 expands alone, one thread, best of 60 (us; 64 <- 16 at 55x55, 128 <- 32
+/// at 27x27, 192 <- 48 and 256 <- 64 at 13x13): 6 x 2 815, 964, 412, 715; 5 x 2 1143, 749,
+/// 434, 755; 8 x 1 1331, 854, 721, 848; 4 x 3 (all 16 registers: spills) 1634, 1745, 845, 1501.
+pub(super) const AVX2_BLOCK: (usize, usize) = (6, 2);
+
+/// Where one vector of flattened positions goes: the lanes in `mask` (the others fall on the
+/// padding columns or past the band) are the outputs `at..at + mask.count_ones()` of every
+/// channel plane, in order.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Store {
+    pub mask: u32,
+    pub at: usize,
+}
+
+/// What every register block of one band shares.
+pub(super) struct Block<'a> {
+    /// The band: `cin` planes of `plane` elements, flattened positions of row stride `Wp`.
+    pub src: &'a [f32],
+    pub plane: usize,
+    pub cin: usize,
+    /// Positions of the band (from 0): its vectors cover `0..positions`.
+    pub positions: usize,
+    /// Per tap `(ky, kx)`, its offset from a position (`ky * dy * Wp + kx * dx`).
+    pub taps: &'a [usize],
+    /// The weights interleaved by blocks of `R` channels (see `DirectWeights`).
+    pub weights: &'a [f32],
+    pub bias: Option<&'a [f32]>,
+    pub clamp: Clamp,
+    /// The output (and residual) of this batch item: `channels` planes of `out_plane`.
+    pub out: *mut f32,
+    pub residual: Option<&'a [f32]>,
+    pub out_plane: usize,
+    pub channels: usize,
+}
+
+/// Channels `channels` (from a multiple of 8, below `block.channels`) of the band on AVX-512;
+/// `store(q)` places the vector at position `q`.
+///
+/// # Safety
+/// As [`Block::channels`].
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn channels_avx512(
+    isa: Avx512,
+    block: &Block,
+    channels: Range<usize>,
+    store: &dyn Fn(usize) -> Store,
+) {
+    const B: (usize, usize) = AVX512_BLOCK;
+    // SAFETY: the caller's contract; the token proves AVX-512F.
+    unsafe { block.channels::<Avx512, { B.0 }, { B.1 }>(isa, channels, store) }
+}
+
+/// As [`channels_avx512`] on AVX2 + FMA, blocks of [`AVX2_BLOCK`].
+///
+/// # Safety
+/// As [`Block::channels`].
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn channels_avx2(
+    isa: Avx2,
+    block: &Block,
+    channels: Range<usize>,
+    store: &dyn Fn(usize) -> Store,
+) {
+    const B: (usize, usize) = AVX2_BLOCK;
+    // SAFETY: the caller's contract; the token proves AVX2 and FMA.
+    unsafe { block.channels::<Avx2, { B.0 }, { B.1 }>(isa, channels, store) }
+}
+
+impl Block<'_> {
+    /// Every register block of channels `channels` (from a multiple of `R`) over the band's
+    /// positions, in chunks of at most `C` vectors as even as possible.
+    ///
+    /// # Safety
+    /// For every channel of `channels` below `self.channels` and every vector, `out + c *
+    /// out_plane + store(q).at` is valid for `store(q).mask.count_ones()` writes, written by no
+    /// other thread meanwhile.
+    #[inline(always)]
+    unsafe fn channels<I: Isa, const R: usize, const C: usize>(
+        &self,
+        isa: I,
+        channels: Range<usize>,
+        store: &dyn Fn(usize) -> Store,
+    ) {
+        let lanes = I::LANES;
+        let depth = self.cin * self.taps.len();
+        let vectors = self.positions.div_ceil(lanes);
+        let chunks = vectors.div_ceil(C);
+        assert!(channels.start.is_multiple_of(R) && channels.end <= self.channels);
+        for oc0 in channels.step_by(R) {
+            let valid = (self.channels - oc0).min(R);
+            let mut start = [0.0f32; R];
+            if let Some(bias) = self.bias {
+                start[..valid].copy_from_slice(&bias[oc0..oc0 + valid]);
+            }
+            let w = &self.weights[oc0 / R * depth * R..][..depth * R];
+            let mut v0 = 0;
+            for c in 0..chunks {
+                // The first `vectors % chunks` chunks get one more vector.
+                let count = vectors / chunks + usize::from(c < vectors % chunks);
+                let q0 = v0 * lanes;
+                let at = |v: usize| store(q0 + v * lanes);
+                // SAFETY: the caller's contract.
+                unsafe {
+                    match count {
+                        1 => self.run::<I, R, 1>(isa, oc0, q0, w, &start, &[at(0)]),
+                        2 => self.run::<I, R, 2>(isa, oc0, q0, w, &start, &std::array::from_fn(at)),
+                        3 => self.run::<I, R, 3>(isa, oc0, q0, w, &start, &std::array::from_fn(at)),
+                        _ => self.run::<I, R, 4>(isa, oc0, q0, w, &start, &std::array::from_fn(at)),
+                    }
+                }
+                v0 += count;
+            }
+        }
+    }
+
+    /// Channels `oc0..oc0 + R` (those below `channels`) at the `N` vectors of flattened
+    /// positions starting at `q0`: `out[c][stores[v].at + j] = clamp(start[c] + sum over
+    /// input channels i and taps t of weights[(i * taps + t) * R + c - oc0] * src[i * plane +
+    /// q0 + LANES v + taps[t] + lane] (+ residual))` for the `j`-th lane set in
+    /// `stores[v].mask`.
+    ///
+    /// # Safety
+    /// As [`Block::channels`], for these vectors.
+    #[inline(always)]
+    unsafe fn run<I: Isa, const R: usize, const N: usize>(
+        &self,
+        isa: I,
+        oc0: usize,
+        q0: usize,
+        weights: &[f32],
+        start: &[f32; R],
+        stores: &[Store; N],
+    ) {
+        let lanes = I::LANES;
+        let reach = self.taps.iter().copied().max().unwrap_or(0);
+        // Every load stays inside the band and every weight inside the block's.
+        assert!(
+            self.cin >= 1 && (self.cin - 1) * self.plane + q0 + N * lanes + reach <= self.src.len()
+        );
+        assert!(weights.len() >= self.cin * self.taps.len() * R);
+        if let Some(r) = self.residual {
+            assert!(r.len() >= self.channels * self.out_plane);
+            for s in stores {
+                assert!(s.at + s.mask.count_ones() as usize <= self.out_plane);
+            }
+        }
+        let mut acc = [[isa.splat(0.0); N]; R];
+        for (a, &s) in acc.iter_mut().zip(start) {
+            *a = [isa.splat(s); N];
+        }
+        let mut w = weights.as_ptr();
+        for i in 0..self.cin {
+            let src = self.src[i * self.plane + q0..].as_ptr();
+            for &off in self.taps {
+                let mut x = [isa.splat(0.0); N];
+                for (c, x) in x.iter_mut().enumerate() {
+                    // SAFETY: inside the band (asserted above).
+                    *x = unsafe { isa.load(src.add(off + c * lanes)) };
+                }
+                for (r, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: `cin * taps * R` weights (asserted above), R per tap.
+                    let wv = isa.splat(unsafe { *w.add(r) });
+                    for (a, &x) in a.iter_mut().zip(&x) {
+                        *a = isa.fmadd(x, wv, *a);
+                    }
+                }
+                w = w.wrapping_add(R);
+            }
+        }
+        let (lo, hi) = (isa.splat(self.clamp.lo), isa.splat(self.clamp.hi));
+        let valid = self.channels.saturating_sub(oc0).min(R);
+        for (r, a) in acc.iter().enumerate().take(valid) {
+            let plane = (oc0 + r) * self.out_plane;
+            for (&v, s) in a.iter().zip(stores) {
+                if s.mask == 0 {
+                    continue;
+                }
+                let at = plane + s.at;
+                let mut v = v;
+                if let Some(res) = self.residual {
+                    // SAFETY: `at + count <= channels * out_plane` (asserted above).
+                    v = isa.add(v, unsafe { isa.load_lanes(res.as_ptr().add(at), s.mask) });
+                }
+                let v = isa.clamp(self.clamp.kind, v, lo, hi);
+                // SAFETY: the caller's contract.
+                unsafe { isa.store_lanes(self.out.add(at), s.mask, v) };
+            }
+        }
+    }
+}
