@@ -1,26 +1,49 @@
 //! Depthwise 3x3 convolution at stride 2 (and stride 1 from 8 outputs wide) plane by plane on
-//! the NCHW data, for f32 on AVX-512.
+//! the NCHW data, for f32 on AVX-512 or AVX2.
 //!
 //! The blocked kernel ([`super::depthwise_blocked`]) interleaves 16 channels of the input band
 //! into vectors first; at stride 2 the input is four times the output, so that transpose costs
 //! more than the multiply-adds (MobileNetV2's stride-2 layers ran 1.4-2x onnxruntime's time),
 //! and the row kernel ([`super::depthwise_rows`]) copies every input row into a padded band.
-//! Here each vector holds sixteen outputs of one row, read straight from the input rows
-//! ([`super::depthwise_direct_avx512`]: register permutes at stride 2, shifted loads at stride
-//! 1, masks for the padding): no copy of the input at all. Bias is the accumulators' start and
+//! Here each vector holds sixteen (AVX2: eight) outputs of one row, read straight from the input
+//! rows ([`super::depthwise_direct_plane`]: register permutes at stride 2, shifted loads at
+//! stride 1, masks for the padding): no copy of the input at all. Bias is the accumulators' start and
 //! Relu/Clip are applied at the store; a residual or another activation runs as a pass over
 //! the finished plane. Stride-1 planes narrower than 28 with rows as wide as their input's
 //! ("same" padding: MobileNetV2's 14x14) go through the flat kernel
-//! ([`super::depthwise_flat_avx512`]), sixteen consecutive outputs of the plane per vector.
+//! ([`super::depthwise_flat_avx512`]), sixteen consecutive outputs of the plane per vector. On
+//! AVX2 a row of 7 outputs fills 7/8 of a vector, so this kernel takes every width from 7.
 
 use crate::kernels::activation::Activation;
 use crate::kernels::spatial::WindowGeometry;
 
 #[cfg(target_arch = "x86_64")]
-use super::depthwise_direct_avx512::{self, Plane};
+use super::depthwise_direct_plane::{self, Plane};
 #[cfg(target_arch = "x86_64")]
 use super::depthwise_flat_avx512::{self, Masks};
-use super::row_band::{avx512, Clamp, ClampKind};
+use super::row_band::{Clamp, ClampKind};
+
+/// The vector instruction sets the direct depthwise kernels run on.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Isa {
+    Avx512,
+    Avx2,
+}
+
+/// The widest [`Isa`] this CPU has, if any.
+pub(super) fn isa() -> Option<Isa> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return Some(Isa::Avx512);
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            return Some(Isa::Avx2);
+        }
+    }
+    None
+}
 
 /// The narrowest output rows taken at stride 1 (narrower ones fill too little of a vector; the
 /// blocked kernel takes them).
@@ -29,6 +52,11 @@ const MIN_WIDTH_1: usize = 28;
 /// ran 1.5-1.9x faster than the blocked kernel, 7 wide 1.6x slower (per-plane overhead on a
 /// vector less than half full).
 const MIN_WIDTH_2: usize = 14;
+/// The narrowest output rows taken on AVX2, either stride. Zen 3 (1 thread, one-layer models
+/// with Clip, medians of 200 runs, noisy machine): 7x7 x 960 channels ran 68 us against the
+/// blocked kernel's 105, 14x14 x 384 77 against 160, and 14 -> 7 at stride 2 (576 channels)
+/// 54 against 179.
+const MIN_WIDTH_AVX2: usize = 7;
 /// The narrowest output rows the flat kernel takes at stride 1. MobileNetV2 on Zen 4 (1 thread,
 /// in the model): 14x14 ran 47-55 us against the blocked kernel's 54-63 (384 channels) and
 /// 66-78 against 82-90 (576); 7x7 tied or lost (43-55 against 44-47 us for 960 channels: a
@@ -37,23 +65,31 @@ const MIN_FLAT_WIDTH: usize = 8;
 /// Whether a stride-1 geometry takes the flat kernel ([`super::depthwise_flat_avx512`]): rows
 /// narrower than [`MIN_WIDTH_1`], as wide as the input rows, planes of at most 1024 outputs.
 fn flat(w: &WindowGeometry) -> bool {
-    (MIN_FLAT_WIDTH..MIN_WIDTH_1).contains(&w.out_dims[1])
+    isa() == Some(Isa::Avx512)
+        && (MIN_FLAT_WIDTH..MIN_WIDTH_1).contains(&w.out_dims[1])
         && w.in_dims[1] == w.out_dims[1]
         && w.out_len <= 1024
 }
 
-/// Whether this kernel takes the depthwise convolution: f32 on AVX-512 (the caller checks the
-/// type), 2-D, one output channel per input channel, a 3x3 kernel at stride 2 or 1 with output
-/// rows at least [`MIN_WIDTH_2`] or [`MIN_WIDTH_1`] wide (or [`flat`] at stride 1), without dilation, at most one row and
-/// column of padding before the plane.
+/// Whether this kernel takes the depthwise convolution: f32 on AVX-512 or AVX2 (the caller
+/// checks the type), 2-D, one output channel per input channel, a 3x3 kernel at stride 2 or 1
+/// with output rows at least [`MIN_WIDTH_2`] or [`MIN_WIDTH_1`] wide (or [`flat`] at stride 1;
+/// on AVX2 [`MIN_WIDTH_AVX2`]), without dilation, at most one row and column of padding before
+/// the plane.
 pub(crate) fn pays(w: &WindowGeometry, in_channels: usize, out_channels: usize) -> bool {
-    avx512()
-        && w.in_dims.len() == 2
+    let Some(isa) = isa() else {
+        return false;
+    };
+    let (min_1, min_2) = match isa {
+        Isa::Avx512 => (MIN_WIDTH_1, MIN_WIDTH_2),
+        Isa::Avx2 => (MIN_WIDTH_AVX2, MIN_WIDTH_AVX2),
+    };
+    w.in_dims.len() == 2
         && in_channels == out_channels
         && w.kernel[..] == [3, 3]
         && match w.strides[..] {
-            [1, 1] => w.out_dims[1] >= MIN_WIDTH_1 || flat(w),
-            [2, 2] => w.out_dims[1] >= MIN_WIDTH_2,
+            [1, 1] => w.out_dims[1] >= min_1 || flat(w),
+            [2, 2] => w.out_dims[1] >= min_2,
             _ => false,
         }
         && w.dilations[..] == [1, 1]
@@ -75,6 +111,7 @@ pub(crate) fn depthwise_direct(
     threads: usize,
 ) {
     assert!(pays(w, channels, channels));
+    let isa = isa();
     if w.out_len == 0 || channels == 0 {
         return;
     }
@@ -109,11 +146,19 @@ pub(crate) fn depthwise_direct(
             let k: &[f32; 9] = weight[c * 9..][..9].try_into().expect("nine taps");
             let start = bias.map_or(0.0, |b| b[c]);
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: AVX-512F is available (`pays`, asserted on entry).
+            // SAFETY: `isa` was detected on this CPU (`pays`, asserted on entry, found one);
+            // the flat masks are made on AVX-512 only.
             unsafe {
-                match &masks {
-                    Some(m) => depthwise_flat_avx512::plane(x, &geometry, m, k, start, in_clamp, y),
-                    None => depthwise_direct_avx512::plane(x, geometry, k, start, in_clamp, y),
+                match (&masks, isa) {
+                    (Some(m), _) => {
+                        depthwise_flat_avx512::plane(x, &geometry, m, k, start, in_clamp, y)
+                    }
+                    (None, Some(Isa::Avx512)) => {
+                        depthwise_direct_plane::plane_avx512(x, geometry, k, start, in_clamp, y)
+                    }
+                    (None, _) => {
+                        depthwise_direct_plane::plane_avx2(x, geometry, k, start, in_clamp, y)
+                    }
                 }
             };
             match residual {
@@ -159,13 +204,14 @@ mod tests {
         WindowGeometry::new("test", &hw, &attrs).unwrap()
     }
 
-    /// The direct kernel equals the plane kernel on random geometries (strides 1 and 2, odd and
-    /// even sizes, up to 150 wide so rows span several register chunks, padding 0-1 before and
-    /// 0-2 after, batch 1-2) with every epilogue, at 1, 2 and 3 threads.
+    /// The direct kernel equals the plane kernel on random geometries it takes (strides 1 and
+    /// 2, odd and even sizes, 1 to 150 wide so rows span one to several register chunks and
+    /// end in partial vectors, padding 0-1 before and 0-2 after, batch 1-2) with every
+    /// epilogue, at 1, 2 and 3 threads, on the widest instruction set this CPU has.
     #[test]
     fn direct_equals_the_plane_kernel() {
-        if !avx512() {
-            eprintln!("skipped: the stride-2 kernel needs AVX-512");
+        if isa().is_none() {
+            eprintln!("skipped: the direct kernel needs AVX-512 or AVX2");
             return;
         }
         let mut rng = Rng::new(23);
@@ -175,17 +221,21 @@ mod tests {
             Activation::Relu,
             Activation::HardSwish,
         ];
-        for case in 0..120 {
+        let mut checked = 0;
+        for case in 0..400 {
             let pb = [rng.below(2), rng.below(2)];
             let pe = [rng.below(3), rng.below(3)];
             let stride = 1 + case % 2;
-            // Stride 1 is taken from 28 outputs wide, stride 2 from 14.
-            let min_w = if stride == 1 { 30 } else { 29 };
             let hw = [
                 rng.range(3 - pb[0] - pe[0].min(1), 40),
-                rng.range(min_w, 150),
+                rng.range(3 - pb[1] - pe[1].min(1), 150),
             ];
             let w = strided(hw, pb, pe, stride);
+            // Flat geometries are tested below; the rest must be ones the kernel takes.
+            if !pays(&w, 1, 1) || flat(&w) {
+                continue;
+            }
+            checked += 1;
             let (c, batch) = (rng.range(1, 40), rng.range(1, 2));
             let x = rng.vec(batch * c * w.in_len);
             let kw = rng.vec(c * 9);
@@ -230,6 +280,52 @@ mod tests {
                 }
             }
         }
+        assert!(checked >= 60, "only {checked} geometries taken");
+    }
+
+    /// MobileNetV2's planes (7x7 to 112x112, stride 1 and 2, "same" padding, and the 113-wide
+    /// odd variant) through the direct kernel equal the plane kernel with a bias and Clip, a
+    /// residual with Relu, and no epilogue, at 1 and 2 threads.
+    #[test]
+    fn direct_equals_the_plane_kernel_on_mobilenet_planes() {
+        if isa().is_none() {
+            eprintln!("skipped: the direct kernel needs AVX-512 or AVX2");
+            return;
+        }
+        let mut rng = Rng::new(5);
+        for (hw, stride) in [(7, 1), (14, 1), (14, 2), (28, 2), (56, 1), (112, 1), (113, 2)] {
+            let w = strided([hw, hw], [1, 1], [1, 1], stride);
+            if !pays(&w, 3, 3) {
+                continue;
+            }
+            let c = 3;
+            let x = rng.vec(c * w.in_len);
+            let kw = rng.vec(c * 9);
+            let bias = rng.vec(c);
+            let res = rng.vec(c * w.out_len);
+            for (post, b, r) in [
+                (Activation::Clip { min: 0.0, max: 6.0 }, Some(&bias[..]), None),
+                (Activation::Relu, None, Some(&res[..])),
+                (Activation::None, Some(&bias[..]), None),
+            ] {
+                let mut want = vec![0.0f32; c * w.out_len];
+                depthwise(&x, &kw, b, c, c, &w, post, r, &mut want, 1);
+                for threads in [1, 2] {
+                    let pool = crate::parallel::ThreadPool::new(threads).unwrap();
+                    let mut got = vec![f32::NAN; want.len()];
+                    crate::parallel::install(&pool, || {
+                        depthwise_direct(&x, &kw, b, c, &w, post, r, &mut got, threads)
+                    });
+                    for (j, (a, e)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            (a - e).abs() <= 1e-5 * (1.0 + e.abs()),
+                            "{hw}x{hw} stride {stride} {post:?} threads {threads}: element \
+                             {j}: {a} vs {e}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     /// The flat kernel (stride 1, rows 8 to 27 wide as wide as the input's) equals the plane
@@ -237,7 +333,7 @@ mod tests {
     /// high (the last vector of a plane partial or full), every epilogue, 1 and 2 threads.
     #[test]
     fn flat_equals_the_plane_kernel() {
-        if !avx512() {
+        if isa() != Some(Isa::Avx512) {
             eprintln!("skipped: the flat kernel needs AVX-512");
             return;
         }
@@ -308,7 +404,7 @@ mod tests {
 
     #[test]
     fn takes_three_by_three_stride_one_and_two_only() {
-        if avx512() {
+        if isa() == Some(Isa::Avx512) {
             assert!(pays(&geometry([112, 112], [1, 1], [1, 1]), 96, 96));
             assert!(pays(&geometry([28, 28], [0, 0], [1, 1]), 192, 192));
             assert!(
@@ -333,17 +429,27 @@ mod tests {
             ceil_mode: false,
         };
         let narrow = WindowGeometry::new("test", &[7, 7], &attrs).unwrap();
-        assert!(!pays(&narrow, 8, 8), "stride 1, 7 wide");
         let ragged = strided([14, 14], [1, 1], [1, 0], 1);
-        assert!(
-            !pays(&ragged, 8, 8),
-            "stride 1, 14 wide, rows narrower than the input's"
-        );
-        if avx512() {
+        if isa() == Some(Isa::Avx512) {
+            assert!(!pays(&narrow, 8, 8), "stride 1, 7 wide");
+            assert!(
+                !pays(&ragged, 8, 8),
+                "stride 1, 14 wide, rows narrower than the input's"
+            );
+        }
+        if isa() == Some(Isa::Avx2) {
+            assert!(pays(&narrow, 8, 8), "AVX2: stride 1, 7 wide");
+            assert!(pays(&ragged, 8, 8), "AVX2: stride 1, 13 wide");
+            let seven = geometry([14, 14], [0, 0], [1, 1]);
+            assert!(pays(&seven, 576, 576), "AVX2: stride 2, 7 wide");
+            let six = strided([6, 6], [1, 1], [1, 1], 1);
+            assert!(!pays(&six, 8, 8), "AVX2: stride 1, 6 wide");
+        }
+        if isa() == Some(Isa::Avx512) {
             let flat = WindowGeometry::new("test", &[14, 14], &attrs).unwrap();
             assert!(pays(&flat, 8, 8), "stride 1, 14 wide, same padding");
         }
-        if avx512() {
+        if isa() == Some(Isa::Avx512) {
             let wide = WindowGeometry::new("test", &[56, 56], &attrs).unwrap();
             assert!(pays(&wide, 8, 8), "stride 1, 56 wide");
         }

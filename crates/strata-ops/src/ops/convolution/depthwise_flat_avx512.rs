@@ -11,7 +11,7 @@
 
 use std::arch::x86_64::*;
 
-use super::depthwise_direct_avx512::Plane;
+use super::depthwise_direct_plane::Plane;
 use super::few_channels_avx512::clamp;
 use super::row_band::Clamp;
 

@@ -1,5 +1,5 @@
-//! Depthwise 2-D convolution row by row on the NCHW planes, for f32 on AVX-512, stride 1 and
-//! planes at least [`MIN_WIDTH`] wide.
+//! Depthwise 2-D convolution row by row on the NCHW planes, for f32 on AVX-512 or AVX2, stride 1
+//! and planes at least [`MIN_WIDTH`] wide.
 //!
 //! The blocked kernel ([`super::depthwise_blocked`]) interleaves 16 channels into vectors and
 //! back, two transposes that cost more than its multiply-adds on the large planes of a
@@ -15,20 +15,22 @@ use crate::kernels::gemm::with_pack_buffers;
 use crate::kernels::phase_planes::MAX_TAPS;
 use crate::kernels::spatial::WindowGeometry;
 
+use super::depthwise_direct::{isa, Isa};
 #[cfg(target_arch = "x86_64")]
-use super::depthwise_rows_avx512;
-use super::row_band::{avx512, Band, Clamp, ClampKind};
+use super::depthwise_rows_band;
+use super::row_band::{Band, Clamp, ClampKind};
 
 /// The narrowest output rows this kernel takes. Measured on MobileNetV2 (1 thread): 112 and 56
 /// wide it beat the blocked kernel (217 vs 250 us, 238 vs 261 us), 28 wide it tied, 14 wide it
 /// lost (73 vs 44 us: a narrow row's fill costs more than its multiply-adds). Strided layers
-/// lost at every width (the column phase split), so they stay blocked too.
+/// lost at every width (the column phase split), so they stay blocked too. AVX2 uses the same
+/// width, unmeasured (MobileNetV2's and ShuffleNet's 3x3 layers take the direct kernel there).
 const MIN_WIDTH: usize = 48;
-/// Whether the row kernel takes this depthwise convolution: f32 on AVX-512 (the caller checks
-/// the type), 2-D, one output channel per input channel, at most [`MAX_TAPS`] taps, stride 1,
+/// Whether the row kernel takes this depthwise convolution: f32 on AVX-512 or AVX2 (the caller
+/// checks the type), 2-D, one output channel per input channel, at most [`MAX_TAPS`] taps, stride 1,
 /// output rows at least [`MIN_WIDTH`] wide.
 pub(crate) fn pays(w: &WindowGeometry, in_channels: usize, out_channels: usize) -> bool {
-    avx512()
+    isa().is_some()
         && w.in_dims.len() == 2
         && in_channels == out_channels
         && w.kernel_len <= MAX_TAPS
@@ -50,7 +52,8 @@ pub(crate) fn depthwise_rows(
     out: &mut [f32],
     threads: usize,
 ) {
-    assert!(avx512() && w.in_dims.len() == 2 && w.kernel_len <= MAX_TAPS);
+    let isa = isa();
+    assert!(isa.is_some() && w.in_dims.len() == 2 && w.kernel_len <= MAX_TAPS);
     if w.out_len == 0 || channels == 0 {
         return;
     }
@@ -81,19 +84,24 @@ pub(crate) fn depthwise_rows(
                     band.fill(x, oy0, rows, &mut buf[..band.len]);
                     let row_step = band.rows_axis.stride * band.row_len;
                     #[cfg(target_arch = "x86_64")]
-                    // SAFETY: AVX-512F was asserted on entry; the band's tap offsets are at
-                    // most its reach.
-                    unsafe {
-                        depthwise_rows_avx512::band(
-                            &buf[..band.len],
-                            (row_step, band.taps(), band.reach()),
-                            k,
-                            start,
-                            in_clamp,
-                            &mut y[oy0 * ow..],
-                            (rows, ow),
-                        )
-                    };
+                    {
+                        let kernel = match isa {
+                            Some(Isa::Avx512) => depthwise_rows_band::band_avx512,
+                            _ => depthwise_rows_band::band_avx2,
+                        };
+                        // SAFETY: `isa` was detected on this CPU (asserted on entry).
+                        unsafe {
+                            kernel(
+                                &buf[..band.len],
+                                (row_step, band.taps(), band.reach()),
+                                k,
+                                start,
+                                in_clamp,
+                                &mut y[oy0 * ow..],
+                                (rows, ow),
+                            )
+                        };
+                    }
                     oy0 += rows;
                 }
                 match residual {
@@ -129,8 +137,8 @@ mod tests {
     /// threads. The kernel computes any of them; `pays` only picks where it is fastest.
     #[test]
     fn rows_equal_the_plane_kernel() {
-        if !avx512() {
-            eprintln!("skipped: the row kernel needs AVX-512");
+        if isa().is_none() {
+            eprintln!("skipped: the row kernel needs AVX-512 or AVX2");
             return;
         }
         let mut rng = Rng::new(11);
@@ -218,7 +226,7 @@ mod tests {
             };
             WindowGeometry::new("test", &[hw, hw], &attrs).unwrap()
         };
-        if avx512() {
+        if isa().is_some() {
             assert!(pays(&geometry(112, 1), 32, 32));
             assert!(pays(&geometry(56, 1), 144, 144));
         }

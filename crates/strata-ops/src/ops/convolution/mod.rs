@@ -19,12 +19,14 @@ pub(crate) mod depthwise_blocked;
 mod depthwise_blocked_avx512;
 mod depthwise_direct;
 #[cfg(target_arch = "x86_64")]
-mod depthwise_direct_avx512;
+mod depthwise_direct_plane;
 #[cfg(target_arch = "x86_64")]
 mod depthwise_flat_avx512;
 mod depthwise_rows;
 #[cfg(target_arch = "x86_64")]
-mod depthwise_rows_avx512;
+mod depthwise_rows_band;
+#[cfg(target_arch = "x86_64")]
+mod depthwise_simd;
 pub(crate) mod direct_stride1;
 #[cfg(target_arch = "x86_64")]
 mod direct_stride1_block;

@@ -1,25 +1,33 @@
-//! The row-wise depthwise kernel's multiply-adds for f32 on AVX-512: all output rows of one
-//! band of one plane in a call, a register block of `R` rows x `C` column vectors at a time
+//! The row-wise depthwise kernel's multiply-adds for f32 on AVX-512 or AVX2: all output rows of
+//! one band of one plane in a call, a register block of `R` rows x `C` column vectors at a time
 //! (eight accumulators, more rows when the rows are narrow), the channel's tap weight broadcast
 //! once per tap and block.
 
-use std::arch::x86_64::*;
-
-use super::few_channels_avx512::clamp;
-use super::row_band::{Clamp, LANES};
+use super::depthwise_simd::{entry_points, DwSimd};
+use super::row_band::Clamp;
 
 /// Column vectors of a row computed together, at most.
 const MAX_CHUNK: usize = 4;
 
-/// `out[oy * ow + j] = clamp(start + sum over taps t of k[t] * buf[oy * row_step + taps[t] +
-/// j])` for `oy < rows`, `j < ow`.
-///
-/// # Safety
-/// AVX-512F is available and every tap offset is at most `reach` (the reads then stay inside
-/// `buf`, which is checked).
+entry_points! {
+    /// `out[oy * ow + j] = clamp(start + sum over taps t of k[t] * buf[oy * row_step + taps[t]
+    /// + j])` for `oy < rows`, `j < ow`. (Reads are checked: every tap offset must be at most
+    /// `reach`, and the band's reads then inside `buf`, asserted.)
+    band_avx512, band_avx2 => band(
+        buf: &[f32],
+        shape: (usize, &[usize], usize),
+        k: &[f32],
+        start: f32,
+        clamp: Clamp,
+        out: &mut [f32],
+        size: (usize, usize),
+    )
+}
+
 #[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx512f")]
-pub(super) unsafe fn band(
+#[inline(always)]
+fn band<I: DwSimd>(
+    isa: I,
     buf: &[f32],
     (row_step, taps, reach): (usize, &[usize], usize),
     k: &[f32],
@@ -28,11 +36,13 @@ pub(super) unsafe fn band(
     out: &mut [f32],
     (rows, ow): (usize, usize),
 ) {
-    let vectors = ow.div_ceil(LANES);
+    let vectors = ow.div_ceil(I::LANES);
     assert!(k.len() == taps.len() && out.len() >= rows * ow && rows > 0 && ow > 0);
-    assert!((rows - 1) * row_step + reach + vectors * LANES <= buf.len());
-    let tail = ow - (vectors - 1) * LANES;
+    assert!(taps.iter().all(|&t| t <= reach));
+    assert!((rows - 1) * row_step + reach + vectors * I::LANES <= buf.len());
+    let tail = ow - (vectors - 1) * I::LANES;
     let args = Args {
+        isa,
         buf: buf.as_ptr(),
         row_step,
         taps,
@@ -46,22 +56,17 @@ pub(super) unsafe fn band(
     let mut v0 = 0;
     for c in 0..chunks {
         let count = vectors / chunks + usize::from(c < vectors % chunks);
-        let last = v0 + count == vectors;
-        let mask: __mmask16 = if !last || tail == LANES {
-            0xffff
-        } else {
-            (1u16 << tail) - 1
-        };
+        let last = if v0 + count == vectors { tail } else { I::LANES };
         let mut oy = 0;
         // SAFETY: rows oy.. of the block are below `rows`, the columns inside the row's
-        // vectors (the last masked to `ow`); the reads were checked above.
+        // vectors (the last stored up to `ow`); the reads were checked above.
         unsafe {
             // Blocks of `r` rows while they fit, then halves down to single rows.
             macro_rules! rows_of {
                 ($c:literal, $($r:literal),*) => {{
                     $(
                         while rows - oy >= $r {
-                            args.run::<$r, $c>(oy, v0, mask);
+                            args.run::<$r, $c>(oy, v0, last);
                             oy += $r;
                         }
                     )*
@@ -78,7 +83,8 @@ pub(super) unsafe fn band(
     }
 }
 
-struct Args<'a> {
+struct Args<'a, I> {
+    isa: I,
     buf: *const f32,
     row_step: usize,
     taps: &'a [usize],
@@ -89,38 +95,38 @@ struct Args<'a> {
     ow: usize,
 }
 
-impl Args<'_> {
-    /// Rows `oy..oy + R`, vectors `v0..v0 + C` (the last stored under `mask`).
+impl<I: DwSimd> Args<'_, I> {
+    /// Rows `oy..oy + R`, vectors `v0..v0 + C` (the last storing its first `last` lanes).
     ///
     /// # Safety
     /// As [`band`], for rows and vectors inside the band.
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    unsafe fn run<const R: usize, const C: usize>(&self, oy: usize, v0: usize, mask: __mmask16) {
-        let mut acc = [[_mm512_set1_ps(self.start); C]; R];
-        let first = self.buf.wrapping_add(oy * self.row_step + v0 * LANES);
+    #[inline(always)]
+    unsafe fn run<const R: usize, const C: usize>(&self, oy: usize, v0: usize, last: usize) {
+        let (isa, lanes) = (self.isa, I::LANES);
+        let mut acc = [[isa.splat(self.start); C]; R];
+        let first = self.buf.wrapping_add(oy * self.row_step + v0 * lanes);
         for (&at, &w) in self.taps.iter().zip(self.k) {
-            let w = _mm512_set1_ps(w);
+            let w = isa.splat(w);
             for (i, a) in acc.iter_mut().enumerate() {
                 let p = first.wrapping_add(i * self.row_step + at);
                 for (c, a) in a.iter_mut().enumerate() {
                     // SAFETY: inside `buf` (the caller's contract).
-                    let x = unsafe { _mm512_loadu_ps(p.add(c * LANES)) };
-                    *a = _mm512_fmadd_ps(x, w, *a);
+                    let x = unsafe { isa.load(p.add(c * lanes)) };
+                    *a = isa.fmadd(x, w, *a);
                 }
             }
         }
-        let (lo, hi) = (_mm512_set1_ps(self.clamp.lo), _mm512_set1_ps(self.clamp.hi));
+        let (lo, hi) = isa.bounds(self.clamp);
         for (i, a) in acc.iter().enumerate() {
-            let o = self.out.wrapping_add((oy + i) * self.ow + v0 * LANES);
+            let o = self.out.wrapping_add((oy + i) * self.ow + v0 * lanes);
             for (c, &v) in a.iter().enumerate() {
-                let v = clamp(self.clamp.kind, v, lo, hi);
-                // SAFETY: inside the output row (the last vector masked to it).
+                let v = isa.clamp(self.clamp.kind, v, lo, hi);
+                // SAFETY: inside the output row (the last vector stored up to it).
                 unsafe {
                     if c + 1 < C {
-                        _mm512_storeu_ps(o.add(c * LANES), v);
+                        isa.store(o.add(c * lanes), v);
                     } else {
-                        _mm512_mask_storeu_ps(o.add(c * LANES), mask, v);
+                        isa.store_first(o.add(c * lanes), v, last);
                     }
                 }
             }
