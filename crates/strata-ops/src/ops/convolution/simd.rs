@@ -104,33 +104,39 @@ fn first16(n: usize) -> __mmask16 {
     }
 }
 
-// SAFETY (every block in this impl): an `Avx512` token exists only where AVX-512F was
-// detected; the pointer contracts are the methods' own.
+// An `Avx512` token exists only where AVX-512F was detected; the pointer contracts are the
+// methods' own.
 impl Isa for Avx512 {
     type V = __m512;
     const LANES: usize = 16;
     #[inline(always)]
     fn splat(self, x: f32) -> __m512 {
+        // SAFETY: the token proves AVX-512F.
         unsafe { _mm512_set1_ps(x) }
     }
     #[inline(always)]
     fn fmadd(self, a: __m512, b: __m512, c: __m512) -> __m512 {
+        // SAFETY: the token proves AVX-512F.
         unsafe { _mm512_fmadd_ps(a, b, c) }
     }
     #[inline(always)]
     fn add(self, a: __m512, b: __m512) -> __m512 {
+        // SAFETY: the token proves AVX-512F.
         unsafe { _mm512_add_ps(a, b) }
     }
     #[inline(always)]
     fn min(self, a: __m512, b: __m512) -> __m512 {
+        // SAFETY: the token proves AVX-512F.
         unsafe { _mm512_min_ps(a, b) }
     }
     #[inline(always)]
     fn max(self, a: __m512, b: __m512) -> __m512 {
+        // SAFETY: the token proves AVX-512F.
         unsafe { _mm512_max_ps(a, b) }
     }
     #[inline(always)]
     fn max_nan(self, a: __m512, b: __m512) -> __m512 {
+        // SAFETY: the token proves AVX-512F.
         unsafe {
             let nan_a = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, a);
             _mm512_mask_mov_ps(_mm512_max_ps(a, b), nan_a, a)
@@ -138,6 +144,7 @@ impl Isa for Avx512 {
     }
     #[inline(always)]
     fn evens(self, lo: __m512, hi: __m512) -> __m512 {
+        // SAFETY: the token proves AVX-512F.
         unsafe {
             let i = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
             _mm512_permutex2var_ps(lo, i, hi)
@@ -145,6 +152,7 @@ impl Isa for Avx512 {
     }
     #[inline(always)]
     fn odds(self, lo: __m512, hi: __m512) -> __m512 {
+        // SAFETY: the token proves AVX-512F.
         unsafe {
             let i = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
             _mm512_permutex2var_ps(lo, i, hi)
@@ -152,23 +160,28 @@ impl Isa for Avx512 {
     }
     #[inline(always)]
     unsafe fn load(self, p: *const f32) -> __m512 {
+        // SAFETY: the token proves AVX-512F; the pointer is the caller's contract.
         unsafe { _mm512_loadu_ps(p) }
     }
     #[inline(always)]
     unsafe fn store(self, p: *mut f32, v: __m512) {
+        // SAFETY: the token proves AVX-512F; the pointer is the caller's contract.
         unsafe { _mm512_storeu_ps(p, v) }
     }
     #[inline(always)]
     unsafe fn load_first(self, p: *const f32, n: usize) -> __m512 {
+        // SAFETY: the token proves AVX-512F; the pointer is the caller's contract.
         unsafe { _mm512_maskz_loadu_ps(first16(n), p) }
     }
     #[inline(always)]
     unsafe fn store_first(self, p: *mut f32, n: usize, v: __m512) {
+        // SAFETY: the token proves AVX-512F; the pointer is the caller's contract.
         unsafe { _mm512_mask_storeu_ps(p, first16(n), v) }
     }
     #[inline(always)]
     unsafe fn load_lanes(self, p: *const f32, mask: u32) -> __m512 {
         // Dense, then spread to the mask's lanes.
+        // SAFETY: the token proves AVX-512F; the pointer is the caller's contract.
         unsafe {
             let dense = _mm512_maskz_loadu_ps(first16(mask.count_ones() as usize), p);
             _mm512_maskz_expand_ps(mask as __mmask16, dense)
@@ -177,6 +190,7 @@ impl Isa for Avx512 {
     #[inline(always)]
     unsafe fn store_lanes(self, p: *mut f32, mask: u32, v: __m512) {
         // Packed to the low end in a register (a compress to memory is slow), then stored.
+        // SAFETY: the token proves AVX-512F; the pointer is the caller's contract.
         unsafe {
             let dense = _mm512_maskz_compress_ps(mask as __mmask16, v);
             _mm512_mask_storeu_ps(p, first16(mask.count_ones() as usize), dense)
@@ -205,34 +219,39 @@ fn first8(n: usize) -> u32 {
     }
 }
 
-// SAFETY (every block in this impl): an `Avx2` token exists only where AVX2 and FMA were
-// detected; the pointer contracts are the methods' own, and `vmaskmovps` does not touch the
-// masked-off lanes' memory.
+// An `Avx2` token exists only where AVX2 and FMA were detected; the pointer contracts are the
+// methods' own, and `vmaskmovps` does not touch the masked-off lanes' memory.
 impl Isa for Avx2 {
     type V = __m256;
     const LANES: usize = 8;
     #[inline(always)]
     fn splat(self, x: f32) -> __m256 {
+        // SAFETY: the token proves AVX2 + FMA.
         unsafe { _mm256_set1_ps(x) }
     }
     #[inline(always)]
     fn fmadd(self, a: __m256, b: __m256, c: __m256) -> __m256 {
+        // SAFETY: the token proves AVX2 + FMA.
         unsafe { _mm256_fmadd_ps(a, b, c) }
     }
     #[inline(always)]
     fn add(self, a: __m256, b: __m256) -> __m256 {
+        // SAFETY: the token proves AVX2 + FMA.
         unsafe { _mm256_add_ps(a, b) }
     }
     #[inline(always)]
     fn min(self, a: __m256, b: __m256) -> __m256 {
+        // SAFETY: the token proves AVX2 + FMA.
         unsafe { _mm256_min_ps(a, b) }
     }
     #[inline(always)]
     fn max(self, a: __m256, b: __m256) -> __m256 {
+        // SAFETY: the token proves AVX2 + FMA.
         unsafe { _mm256_max_ps(a, b) }
     }
     #[inline(always)]
     fn max_nan(self, a: __m256, b: __m256) -> __m256 {
+        // SAFETY: the token proves AVX2 + FMA.
         unsafe {
             let nan_a = _mm256_cmp_ps::<_CMP_UNORD_Q>(a, a);
             _mm256_blendv_ps(_mm256_max_ps(a, b), a, nan_a)
@@ -241,6 +260,7 @@ impl Isa for Avx2 {
     #[inline(always)]
     fn evens(self, lo: __m256, hi: __m256) -> __m256 {
         // [lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6], then the 64-bit pairs reordered.
+        // SAFETY: the token proves AVX2 + FMA.
         unsafe {
             let s = _mm256_shuffle_ps::<0b10_00_10_00>(lo, hi);
             _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(s)))
@@ -248,6 +268,7 @@ impl Isa for Avx2 {
     }
     #[inline(always)]
     fn odds(self, lo: __m256, hi: __m256) -> __m256 {
+        // SAFETY: the token proves AVX2 + FMA.
         unsafe {
             let s = _mm256_shuffle_ps::<0b11_01_11_01>(lo, hi);
             _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(s)))
@@ -255,29 +276,36 @@ impl Isa for Avx2 {
     }
     #[inline(always)]
     unsafe fn load(self, p: *const f32) -> __m256 {
+        // SAFETY: the token proves AVX2 + FMA; the pointer is the caller's contract.
         unsafe { _mm256_loadu_ps(p) }
     }
     #[inline(always)]
     unsafe fn store(self, p: *mut f32, v: __m256) {
+        // SAFETY: the token proves AVX2 + FMA; the pointer is the caller's contract.
         unsafe { _mm256_storeu_ps(p, v) }
     }
     #[inline(always)]
     unsafe fn load_first(self, p: *const f32, n: usize) -> __m256 {
         if n >= 8 {
+            // SAFETY: the token proves AVX2 + FMA; the pointer is the caller's contract.
             return unsafe { _mm256_loadu_ps(p) };
         }
+        // SAFETY: the token proves AVX2 + FMA; the pointer is the caller's contract.
         unsafe { _mm256_maskload_ps(p, lane_mask(first8(n))) }
     }
     #[inline(always)]
     unsafe fn store_first(self, p: *mut f32, n: usize, v: __m256) {
         if n >= 8 {
+            // SAFETY: the token proves AVX2 + FMA; the pointer is the caller's contract.
             return unsafe { _mm256_storeu_ps(p, v) };
         }
+        // SAFETY: the token proves AVX2 + FMA; the pointer is the caller's contract.
         unsafe { _mm256_maskstore_ps(p, lane_mask(first8(n)), v) }
     }
     #[inline(always)]
     unsafe fn load_lanes(self, p: *const f32, mask: u32) -> __m256 {
         if mask == 0xff {
+            // SAFETY: the token proves AVX2 + FMA; the pointer is the caller's contract.
             return unsafe { _mm256_loadu_ps(p) };
         }
         // Each run of set lanes `s..s + n` holds the next `n` elements: lane `l` reads
@@ -288,6 +316,7 @@ impl Isa for Avx2 {
             let s = rest.trailing_zeros();
             let bits = rest & !(rest + (1 << s));
             let at = p.wrapping_add(k).wrapping_sub(s as usize);
+            // SAFETY: the token proves AVX2 + FMA; the pointer is the caller's contract.
             v = unsafe { _mm256_or_ps(v, _mm256_maskload_ps(at, lane_mask(bits))) };
             k += bits.count_ones() as usize;
             rest &= !bits;
@@ -297,6 +326,7 @@ impl Isa for Avx2 {
     #[inline(always)]
     unsafe fn store_lanes(self, p: *mut f32, mask: u32, v: __m256) {
         if mask == 0xff {
+            // SAFETY: the token proves AVX2 + FMA; the pointer is the caller's contract.
             return unsafe { _mm256_storeu_ps(p, v) };
         }
         let (mut rest, mut k) = (mask, 0usize);
@@ -305,6 +335,7 @@ impl Isa for Avx2 {
             // The run of set bits from `s`: adding its lowest bit carries through it.
             let bits = rest & !(rest + (1 << s));
             let at = p.wrapping_add(k).wrapping_sub(s as usize);
+            // SAFETY: the token proves AVX2 + FMA; the pointer is the caller's contract.
             unsafe { _mm256_maskstore_ps(at, lane_mask(bits), v) };
             k += bits.count_ones() as usize;
             rest &= !bits;
