@@ -293,7 +293,15 @@ mod tests {
             return;
         }
         let mut rng = Rng::new(5);
-        for (hw, stride) in [(7, 1), (14, 1), (14, 2), (28, 2), (56, 1), (112, 1), (113, 2)] {
+        for (hw, stride) in [
+            (7, 1),
+            (14, 1),
+            (14, 2),
+            (28, 2),
+            (56, 1),
+            (112, 1),
+            (113, 2),
+        ] {
             let w = strided([hw, hw], [1, 1], [1, 1], stride);
             if !pays(&w, 3, 3) {
                 continue;
@@ -304,7 +312,11 @@ mod tests {
             let bias = rng.vec(c);
             let res = rng.vec(c * w.out_len);
             for (post, b, r) in [
-                (Activation::Clip { min: 0.0, max: 6.0 }, Some(&bias[..]), None),
+                (
+                    Activation::Clip { min: 0.0, max: 6.0 },
+                    Some(&bias[..]),
+                    None,
+                ),
                 (Activation::Relu, None, Some(&res[..])),
                 (Activation::None, Some(&bias[..]), None),
             ] {

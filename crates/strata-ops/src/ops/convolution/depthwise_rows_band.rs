@@ -56,7 +56,11 @@ fn band<I: DwSimd>(
     let mut v0 = 0;
     for c in 0..chunks {
         let count = vectors / chunks + usize::from(c < vectors % chunks);
-        let last = if v0 + count == vectors { tail } else { I::LANES };
+        let last = if v0 + count == vectors {
+            tail
+        } else {
+            I::LANES
+        };
         let mut oy = 0;
         // SAFETY: rows oy.. of the block are below `rows`, the columns inside the row's
         // vectors (the last stored up to `ow`); the reads were checked above.

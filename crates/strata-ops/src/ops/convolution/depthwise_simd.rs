@@ -197,8 +197,10 @@ impl DwSimd for Avx512 {
                 // The 33 columns under sixteen outputs: two permutes split the first 32 into
                 // even and odd columns (taps 0 and 1), one lane shift of the even ones with
                 // column 32 gives tap 2.
-                let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-                let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                let even =
+                    _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                let odd =
+                    _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
                 let a0 = _mm512_maskz_loadu_ps(m[0], p);
                 let a1 = _mm512_maskz_loadu_ps(m[1], p.wrapping_add(16));
                 let a2 = _mm512_maskz_loadu_ps(m[2], p.wrapping_add(32));
