@@ -1,5 +1,5 @@
 //! MaxPool of one u8 or i8 plane with AVX-512BW (and VBMI for stride 2), the byte counterpart of
-//! [`super::max_pool_avx512`]: per output row, the input rows under the window are folded into
+//! [`super::max_pool_folded`]: per output row, the input rows under the window are folded into
 //! one row in a buffer with margins that no maximum takes, then each block of 64 outputs takes
 //! its `kw` taps from that row: one load per tap at column stride 1, two loads and one
 //! two-source byte permute (the even bytes of 128) at stride 2. An i8 plane runs as u8 with
@@ -54,7 +54,7 @@ pub(crate) fn plane_max(g: &WindowGeometry, x: &[u8], y: &mut [u8], flip: u8) {
     });
 }
 
-/// Output rows alternate between two row buffers, as in [`super::max_pool_avx512`]: the rows
+/// Output rows alternate between two row buffers, as in [`super::max_pool_folded`]: the rows
 /// under output row `oy + 1` are folded into one while row `oy` takes its taps from the other,
 /// so no tap load waits on the masked stores it overlaps.
 ///
