@@ -295,7 +295,7 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
         None if whole_a => row_slivers * K::MR * p.k,
         None => K::MR * kc_max,
     };
-    let direct_b = reads_b_in_place(p);
+    let direct_b = reads_b_in_place(p, K::DIRECT_B_MAX_ROWS);
     let b_buffer = if p.packed_b.is_some() {
         0
     } else if direct_b {
@@ -496,18 +496,13 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
 /// Packing B reads and writes all of it once per product; in place costs nothing when the
 /// product has few rows of A to reuse each sliver for (a 1x1 convolution with few output
 /// channels, over many pixels).
-fn reads_b_in_place<T>(p: &Problem<'_, T>) -> bool {
+fn reads_b_in_place<T>(p: &Problem<'_, T>, max_rows: usize) -> bool {
     p.packed_b.is_none()
         && p.produce_b.is_none()
         && p.b.cs == 1
         && p.b.rs >= p.n as isize
-        && p.m <= DIRECT_B_MAX_ROWS
+        && p.m <= max_rows
 }
-
-/// Rows of A up to which B is read in place (see [`reads_b_in_place`]). Measured on
-/// MobileNetV2's 1x1 convolutions at one thread: in place is 5-20% faster up to 96 output
-/// channels and 1-7% slower from 144 (the packed block serves more row tiles from L2).
-const DIRECT_B_MAX_ROWS: usize = 128;
 
 /// Runs the epilogue on each row of a finished tile whose top-left element is C's `(i, j)`.
 ///
@@ -558,7 +553,7 @@ mod tests {
                 epilogue: None,
                 fused: None,
             };
-            reads_b_in_place(&p)
+            reads_b_in_place(&p, 128)
         };
         let row_major = MatRef {
             data: &b,

@@ -188,6 +188,12 @@ pub trait Microkernel<T: Float>: Copy + Send + Sync + 'static {
     const KC: usize;
     /// Columns of B packed at once (a multiple of `NR`): the `KC x NC` block should sit in L2.
     const NC: usize;
+    /// Rows of A up to which a row-major B is read in place rather than packed (see
+    /// `driver::reads_b_in_place`): packing B costs a copy of it per product, reading it in
+    /// place costs every row tile a walk down B's rows, a row stride apart. The default was
+    /// measured with AVX-512 on Zen 4 (MobileNetV2's 1x1 convolutions, one thread): in place
+    /// was 5-20% faster up to 96 output channels and 1-7% slower from 144.
+    const DIRECT_B_MAX_ROWS: usize = 128;
 
     /// Packs rows `i0..i0 + rows` (at most `MR`) by columns `p0..p0 + kc` of A as one sliver;
     /// returns its length, `kc * MR`.

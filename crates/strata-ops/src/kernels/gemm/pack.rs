@@ -63,7 +63,19 @@ pub fn pack_block<T: Float + Pod, const W: usize>(
     if kc == 0 || width == 0 {
         return len;
     }
-    for (s, sliver) in dst.chunks_exact_mut(kc * W).enumerate() {
+    // Rows contiguous: the whole slivers row by row, so the source is read as `kc` runs of
+    // `W * full` elements instead of `full` walks down `kc` rows 64 bytes at a time (with a
+    // power-of-two row stride those walks keep to a few cache sets and miss in L1 and L2).
+    let full = if src.cs == 1 { width / W } else { 0 };
+    if full > 0 {
+        for p in 0..kc {
+            let row = &src.data[src.offset(p0 + p, j0)..][..full * W];
+            for (s, chunk) in row.chunks_exact(W).enumerate() {
+                dst[(s * kc + p) * W..][..W].copy_from_slice(chunk);
+            }
+        }
+    }
+    for (s, sliver) in dst.chunks_exact_mut(kc * W).enumerate().skip(full) {
         let cols = (width - s * W).min(W);
         let j = j0 + s * W;
         if src.cs == 1 && cols == W {
@@ -331,6 +343,18 @@ mod tests {
                 "{view:?}"
             );
             assert!(dst[12..].iter().all(|x| x.is_nan()), "wrote past the block");
+            // All rows, all columns in slivers of 2: two whole slivers, then a partial one.
+            let mut dst = vec![f32::NAN; 20];
+            assert_eq!(pack_block::<f32, 2>(&mut dst, view, 0, 3, 0, 5), 18);
+            assert_eq!(
+                dst[..18],
+                [
+                    0.0, 1.0, 10.0, 11.0, 20.0, 21.0, 2.0, 3.0, 12.0, 13.0, 22.0, 23.0, 4.0, 0.0,
+                    14.0, 0.0, 24.0, 0.0
+                ],
+                "{view:?}"
+            );
+            assert!(dst[18..].iter().all(|x| x.is_nan()), "wrote past the block");
         }
     }
 

@@ -43,6 +43,7 @@ macro_rules! simd_microkernel {
         $(#[$doc:meta])*
         $name:ident, $module:ident, $t:ty, feature = $feature:literal,
         lanes = $lanes:literal, vectors = $vectors:literal, kc = $kc:literal, nc = $nc:literal,
+        direct_b_rows = $direct_b_rows:literal,
         zero = $zero:ident, splat = $splat:ident, load = $load:ident, store = $store:ident,
         fmadd = $fmadd:ident, mul = $mul:ident, add = $add:ident, max = $max:ident,
         min = $min:ident, leaky = $leaky:ident $(,)?
@@ -65,6 +66,7 @@ macro_rules! simd_microkernel {
                 const NR: usize = NR;
                 const KC: usize = $kc;
                 const NC: usize = $nc;
+                const DIRECT_B_MAX_ROWS: usize = $direct_b_rows;
 
                 fn pack_a(
                     dst: &mut [$t],
@@ -308,6 +310,7 @@ simd_microkernel! {
     /// AVX-512F, f32: `MR x 32` tile (two 16-lane vectors per row).
     Avx512F32, avx512_f32, f32, feature = "avx512f",
     lanes = 16, vectors = 2, kc = 256, nc = 512,
+    direct_b_rows = 128,
     zero = _mm512_setzero_ps, splat = _mm512_set1_ps, load = _mm512_loadu_ps,
     store = _mm512_storeu_ps, fmadd = _mm512_fmadd_ps, mul = _mm512_mul_ps, add = _mm512_add_ps,
     max = _mm512_max_ps, min = _mm512_min_ps, leaky = leaky_avx512_f32,
@@ -317,6 +320,7 @@ simd_microkernel! {
     /// AVX-512F, f64: `MR x 16` tile (two 8-lane vectors per row).
     Avx512F64, avx512_f64, f64, feature = "avx512f",
     lanes = 8, vectors = 2, kc = 128, nc = 512,
+    direct_b_rows = 128,
     zero = _mm512_setzero_pd, splat = _mm512_set1_pd, load = _mm512_loadu_pd,
     store = _mm512_storeu_pd, fmadd = _mm512_fmadd_pd, mul = _mm512_mul_pd, add = _mm512_add_pd,
     max = _mm512_max_pd, min = _mm512_min_pd, leaky = leaky_avx512_f64,
@@ -326,9 +330,13 @@ simd_microkernel! {
     /// AVX2 + FMA, f32: `MR x 16` tile (two 8-lane vectors per row). Column blocks of 128:
     /// each A sliver walks a `KC x NC` block of B from L2, and at 512 columns that block is all
     /// of a Zen 3 core's 512 KiB L2 (there BERT-base ran 0.85x, GPT-2 0.89x, MobileNetV2 0.88x
-    /// of the time with 512 at 1 thread).
+    /// of the time with 512 at 1 thread). B is packed from 48 rows of A on: on Zen 3, 1x1
+    /// convolutions ran faster packed than in place (64 <- 256 at 56x56 68 against 53 GFLOP/s,
+    /// 128 <- 512 at 28x28 55 against 47, 48 <- 144 at 56x56 60 against 56) and slower at 16
+    /// rows (36 against 44), about even at 32.
     Avx2F32, avx2_f32, f32, feature = "avx2,fma",
     lanes = 8, vectors = 2, kc = 256, nc = 128,
+    direct_b_rows = 32,
     zero = _mm256_setzero_ps, splat = _mm256_set1_ps, load = _mm256_loadu_ps,
     store = _mm256_storeu_ps, fmadd = _mm256_fmadd_ps, mul = _mm256_mul_ps, add = _mm256_add_ps,
     max = _mm256_max_ps, min = _mm256_min_ps, leaky = leaky_avx2_f32,
@@ -338,6 +346,7 @@ simd_microkernel! {
     /// AVX2 + FMA, f64: `MR x 8` tile (two 4-lane vectors per row).
     Avx2F64, avx2_f64, f64, feature = "avx2,fma",
     lanes = 4, vectors = 2, kc = 256, nc = 256,
+    direct_b_rows = 128,
     zero = _mm256_setzero_pd, splat = _mm256_set1_pd, load = _mm256_loadu_pd,
     store = _mm256_storeu_pd, fmadd = _mm256_fmadd_pd, mul = _mm256_mul_pd, add = _mm256_add_pd,
     max = _mm256_max_pd, min = _mm256_min_pd, leaky = leaky_avx2_f64,
