@@ -46,7 +46,6 @@ mod row_band;
 mod row_band_avx512;
 #[cfg(target_arch = "x86_64")]
 mod row_band_split;
-#[cfg(target_arch = "x86_64")]
 pub(crate) mod simd;
 mod transposed_output;
 pub mod winograd;
