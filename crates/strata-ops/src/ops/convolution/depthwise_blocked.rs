@@ -25,11 +25,12 @@ use crate::kernels::spatial::{check_len, WindowGeometry};
 use super::conv_params::ConvParams;
 use super::depthwise_band::BandShape;
 #[cfg(target_arch = "x86_64")]
-use super::depthwise_blocked_avx512;
+use super::depthwise_blocked_band;
 use super::depthwise_direct;
 use super::depthwise_rows;
 use super::few_channels::window;
 use super::interleaved_weights::interleave_weight_rows;
+use super::simd::Simd;
 use crate::kernels::error::{KernelError, KernelResult};
 use strata_core::Tensor;
 
@@ -418,8 +419,9 @@ const GROUP: usize = 8;
 
 /// The outputs of one band: `out[(oy * cols + ox) * LANES..][..LANES]` is `start` plus the
 /// weighted taps of window `(oy, ox)`, whose top-left corner is buffer position `oy * row_step
-/// + ox * col_step`. f32 on AVX-512 runs the intrinsics kernel; everything else the portable
-/// loop, [`GROUP`] positions at a time.
+/// + ox * col_step`. f32 on AVX-512 or AVX2 runs the vector kernel
+/// ([`super::depthwise_blocked_band`]); everything else the portable loop, [`GROUP`] positions
+/// at a time.
 fn band_outputs<T: Float + Pod>(
     buf: &[T],
     shape: &BandShape,
@@ -428,23 +430,15 @@ fn band_outputs<T: Float + Pod>(
     start: &[T; LANES],
     out: &mut [T],
 ) {
-    let reach = (shape.rows - 1) * shape.row_step
-        + (shape.cols - 1) * shape.col_step
-        + tap_at.iter().max().copied().unwrap_or(0)
-        + 1;
-    assert!(reach * LANES <= buf.len() && out.len() == shape.rows * shape.cols * LANES);
-    assert_eq!(wt.len(), tap_at.len());
     #[cfg(target_arch = "x86_64")]
-    if TypeId::of::<T>() == TypeId::of::<f32>() && std::arch::is_x86_feature_detected!("avx512f") {
+    if let (true, Some(simd)) = (TypeId::of::<T>() == TypeId::of::<f32>(), Simd::detect()) {
         let (buf, wt, out): (&[f32], &[[f32; LANES]], &mut [f32]) = (
             bytemuck::cast_slice(buf),
             bytemuck::cast_slice(wt),
             bytemuck::cast_slice_mut(out),
         );
         let start: &[f32; LANES] = bytemuck::cast_ref(start);
-        // SAFETY: AVX-512F was detected just now; every window read lies in `buf` and `out`
-        // holds the band's outputs (both asserted above); the tap lists have one length.
-        unsafe { depthwise_blocked_avx512::band_outputs(buf, shape, wt, tap_at, start, out) };
+        depthwise_blocked_band::band_outputs(simd, buf, shape, wt, tap_at, start, out);
         return;
     }
     match wt.len() {
@@ -707,6 +701,103 @@ mod tests {
             }
         }
         assert!(BlockedWeights::new(&[1.0; 8], &[3, 1, 3, 3]).is_err());
+    }
+
+    /// The vector band kernel on this CPU's ISA equals the portable loop: rows of 1 to 21
+    /// positions (every remainder after the AVX-512 and AVX2 groups), strides 1 to 3, 1 to 25
+    /// taps with dilation.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn band_kernel_equals_the_portable_loop() {
+        let Some(simd) = Simd::detect() else {
+            eprintln!("skipped: the band kernel needs AVX-512 or AVX2");
+            return;
+        };
+        let mut case = 0u32;
+        for k in [1, 3, 5] {
+            for (rows, cols) in (1..=21).map(|c| (1 + c % 3, c)) {
+                for step in 1..=3 {
+                    case += 1;
+                    let dil = 1 + (case as usize % 2);
+                    let span = (cols - 1) * step + (k - 1) * dil + 1;
+                    let shape = BandShape {
+                        rows,
+                        cols,
+                        row_step: step * span,
+                        col_step: step,
+                    };
+                    let tap_at: Vec<usize> = (0..k * k)
+                        .map(|t| (t / k) * dil * span + (t % k) * dil)
+                        .collect();
+                    let in_rows = (rows - 1) * step + (k - 1) * dil + 1;
+                    let buf = values(in_rows * span * LANES, case);
+                    let wt: Vec<[f32; LANES]> = values(k * k * LANES, 500 + case)
+                        .chunks_exact(LANES)
+                        .map(|c| c.try_into().unwrap())
+                        .collect();
+                    let start: [f32; LANES] = values(LANES, 900 + case).try_into().unwrap();
+                    let mut want = vec![0.0f32; rows * cols * LANES];
+                    portable_band::<f32, 0>(&buf, &shape, &wt, &tap_at, start, &mut want);
+                    let mut got = vec![f32::NAN; want.len()];
+                    depthwise_blocked_band::band_outputs(
+                        simd, &buf, &shape, &wt, &tap_at, &start, &mut got,
+                    );
+                    for (j, (a, b)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                            "k {k} {rows}x{cols} step {step} dil {dil}: element {j}: {a} vs {b}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The blocked kernel itself (not the direct or row kernels `depthwise_blocked` prefers)
+    /// equals the plane kernel on odd planes, strides 1 and 2, 3x3 and 5x5, padding, channel
+    /// counts around a block, with bias, residual and activation, at 1 and 2 threads.
+    #[test]
+    fn blocked_path_equals_the_plane_kernel() {
+        let cases = [
+            // (channels, hw, k, stride, pads, batch)
+            (16, [7, 7], 3, 1, [1, 1], 1),
+            (24, [13, 17], 3, 2, [1, 1], 1),
+            (33, [15, 15], 3, 1, [1, 1], 2),
+            (9, [11, 9], 5, 1, [2, 2], 1),
+            (20, [23, 21], 5, 2, [2, 1], 1),
+            (40, [28, 28], 3, 2, [0, 1], 1),
+            (32, [57, 57], 3, 1, [1, 1], 1),
+        ];
+        for (i, &(c, hw, k, s, pad, batch)) in cases.iter().enumerate() {
+            let w = geometry(hw, k, s, pad, 1);
+            let x = values(batch * c * w.in_len, 40 + i as u32);
+            let kw = values(c * w.kernel_len, 140 + i as u32);
+            let bias = values(c, 240 + i as u32);
+            let res = values(batch * c * w.out_len, 340 + i as u32);
+            for (post, residual) in [
+                (Activation::None, None),
+                (Activation::Clip { min: 0.0, max: 6.0 }, None),
+                (Activation::Relu, Some(&res[..])),
+            ] {
+                let mut want = vec![0.0f32; batch * c * w.out_len];
+                depthwise(&x, &kw, Some(&bias), c, c, &w, post, residual, &mut want, 1);
+                for threads in [1, 2] {
+                    let pool = crate::parallel::ThreadPool::new(threads).unwrap();
+                    let mut got = vec![f32::NAN; want.len()];
+                    crate::parallel::install(&pool, || {
+                        let wt = Weights::Plain(&kw[..]);
+                        let b = Some(&bias[..]);
+                        blocked(&x, wt, b, c, &w, post, residual, &mut got, threads)
+                    });
+                    for (j, (a, b)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                            "case {i} {post:?} threads {threads}: element {j}: {a} vs {b}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub(crate) mod depthwise;
 mod depthwise_band;
 pub(crate) mod depthwise_blocked;
 #[cfg(target_arch = "x86_64")]
-mod depthwise_blocked_avx512;
+mod depthwise_blocked_band;
 mod depthwise_direct;
 #[cfg(target_arch = "x86_64")]
 mod depthwise_direct_plane;
