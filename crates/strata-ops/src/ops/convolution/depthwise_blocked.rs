@@ -120,6 +120,50 @@ pub(crate) fn depthwise_blocked<T: Float + Pod>(
     );
 }
 
+/// The largest output plane whose window sums (AveragePool) take the blocked kernel. Zen 3
+/// (1 thread, 3x3 windows, medians of 5 rounds): 7x7 outputs ran 2-3x faster than the plane
+/// kernel (272 channels at stride 2: 0.14 against 0.24 ms), 14x14 1.2-1.3x; at 28x28 they tied
+/// or lost (64 channels at stride 1: 0.23 against 0.22 ms), at 56x56 stride 1 lost (0.89
+/// against 0.72 ms): the plane kernel's flat rows fill its vectors there.
+const SUMS_MAX_OUT_LEN: usize = 256;
+
+/// Whether [`window_sums`] takes the window sums of `planes` planes of `w` (instead of the plane
+/// kernel in [`super::depthwise`]): f32 on AVX-512 or AVX2, 2-D, enough planes to fill most of
+/// a block, small output planes.
+pub(crate) fn sums_pay<T: 'static>(w: &WindowGeometry, planes: usize) -> bool {
+    TypeId::of::<T>() == TypeId::of::<f32>()
+        && Simd::detect().is_some()
+        && w.in_dims.len() == 2
+        && planes >= LANES / 2
+        && w.kernel_len <= MAX_TAPS
+        && w.out_len <= SUMS_MAX_OUT_LEN
+}
+
+/// Sums of every window of the `planes` planes of `input` (a kernel of ones, the padding
+/// zeros) on the blocked kernel, for a geometry [`sums_pay`] accepted: the planes are
+/// channels of one batch item. Lengths were checked by the caller.
+pub(crate) fn window_sums<T: Float + Pod>(
+    input: &[T],
+    planes: usize,
+    w: &WindowGeometry,
+    out: &mut [T],
+    threads: usize,
+) {
+    let ones = [[T::ONE; LANES]; MAX_TAPS];
+    let wt = Weights::Shared(&ones[..w.kernel_len]);
+    blocked(
+        input,
+        wt,
+        None,
+        planes,
+        w,
+        Activation::None,
+        None,
+        out,
+        threads,
+    );
+}
+
 /// A depthwise weight as the blocked kernel reads it.
 #[derive(Clone, Copy)]
 enum Weights<'a, T> {
@@ -127,6 +171,8 @@ enum Weights<'a, T> {
     Plain(&'a [T]),
     /// Interleaved once ([`BlockedWeights`]): block `b`'s taps at `[b * taps..][..taps]`.
     Interleaved(&'a [[T; LANES]]),
+    /// The same taps for every block (window sums: ones).
+    Shared(&'a [[T; LANES]]),
 }
 
 /// [`depthwise_blocked`] on the blocked kernel, whatever the plane width.
@@ -166,6 +212,7 @@ fn blocked<T: Float + Pod>(
             let mut local = [[T::ZERO; LANES]; MAX_TAPS];
             let wt = match weight {
                 Weights::Interleaved(all) => &all[blk * taps..][..taps],
+                Weights::Shared(wt) => &wt[..taps],
                 Weights::Plain(weight) => {
                     // Interleaved now; lanes past the block's channels stay zero.
                     let k = &weight[c0 * taps..][..lanes * taps];
@@ -196,6 +243,11 @@ fn blocked<T: Float + Pod>(
             y.chunks_mut(block_out)
                 .enumerate()
                 .for_each(|(i, y)| task(i, y));
+        } else if let Weights::Shared(_) = weight {
+            // Window sums keep nothing per channel between runs: a block goes to whichever
+            // thread is free (pinned halves waited on a busy core: 3x slower at 2 threads on
+            // a loaded machine).
+            crate::parallel::for_each_chunk_mut(y, block_out, 1, task);
         } else {
             // Each thread keeps the same channels on every run (their planes stay in its cache).
             crate::parallel::for_each_chunk_mut_pinned(y, block_out, task);
