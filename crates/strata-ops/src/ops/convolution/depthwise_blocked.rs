@@ -642,8 +642,10 @@ mod tests {
             .collect()
     }
 
-    /// The blocked kernel equals the plane kernel for channel counts around a block, every
-    /// stride, padding and dilation in use, with bias, residual and activation.
+    /// The blocked kernel, both as `depthwise_blocked` (which prefers the direct and row
+    /// kernels where they pay) and itself, equals the plane kernel for channel counts around a
+    /// block, odd planes, strides 1 and 2, 3x3 and 5x5, padding and dilation, with bias,
+    /// residual and activation, at 1 and 2 threads.
     #[test]
     fn blocked_equals_the_plane_kernel() {
         let cases = [
@@ -655,6 +657,11 @@ mod tests {
             (17, [10, 40], 3, 1, [2, 2], 2, 1),
             (32, [3, 3], 3, 1, [0, 0], 1, 1),
             (24, [30, 30], 3, 1, [1, 1], 1, 1),
+            (24, [13, 17], 3, 2, [1, 1], 1, 1),
+            (33, [15, 15], 3, 1, [1, 1], 1, 2),
+            (20, [23, 21], 5, 2, [2, 1], 1, 1),
+            (40, [28, 28], 3, 2, [0, 1], 1, 1),
+            (32, [57, 57], 3, 1, [1, 1], 1, 1),
         ];
         for (i, &(c, hw, k, s, pad, dil, batch)) in cases.iter().enumerate() {
             let w = geometry(hw, k, s, pad, dil);
@@ -667,25 +674,25 @@ mod tests {
                 (Activation::Clip { min: 0.0, max: 6.0 }, None),
                 (Activation::Relu, Some(&res[..])),
             ] {
-                for threads in [1, 2] {
-                    let mut want = vec![0.0f32; batch * c * w.out_len];
-                    depthwise(&x, &kw, Some(&bias), c, c, &w, post, residual, &mut want, 1);
+                let mut want = vec![0.0f32; batch * c * w.out_len];
+                depthwise(&x, &kw, Some(&bias), c, c, &w, post, residual, &mut want, 1);
+                for (threads, itself) in [(1, false), (2, false), (1, true), (2, true)] {
+                    let pool = crate::parallel::ThreadPool::new(threads).unwrap();
                     let mut got = vec![f32::NAN; want.len()];
-                    depthwise_blocked(
-                        &x,
-                        &kw,
-                        Some(&bias),
-                        c,
-                        &w,
-                        post,
-                        residual,
-                        &mut got,
-                        threads,
-                    );
+                    let b = Some(&bias[..]);
+                    crate::parallel::install(&pool, || {
+                        if itself {
+                            let wt = Weights::Plain(&kw[..]);
+                            blocked(&x, wt, b, c, &w, post, residual, &mut got, threads)
+                        } else {
+                            depthwise_blocked(&x, &kw, b, c, &w, post, residual, &mut got, threads)
+                        }
+                    });
                     for (j, (a, b)) in got.iter().zip(&want).enumerate() {
                         assert!(
                             (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
-                            "case {i} {post:?} threads {threads}: element {j}: {a} vs {b}"
+                            "case {i} {post:?} threads {threads} blocked itself {itself}: \
+                             element {j}: {a} vs {b}"
                         );
                     }
                 }
@@ -798,53 +805,6 @@ mod tests {
                         assert!(
                             (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
                             "k {k} {rows}x{cols} step {step} dil {dil}: element {j}: {a} vs {b}"
-                        );
-                    }
-                }
-            }
-        }
-    }
-
-    /// The blocked kernel itself (not the direct or row kernels `depthwise_blocked` prefers)
-    /// equals the plane kernel on odd planes, strides 1 and 2, 3x3 and 5x5, padding, channel
-    /// counts around a block, with bias, residual and activation, at 1 and 2 threads.
-    #[test]
-    fn blocked_path_equals_the_plane_kernel() {
-        let cases = [
-            // (channels, hw, k, stride, pads, batch)
-            (16, [7, 7], 3, 1, [1, 1], 1),
-            (24, [13, 17], 3, 2, [1, 1], 1),
-            (33, [15, 15], 3, 1, [1, 1], 2),
-            (9, [11, 9], 5, 1, [2, 2], 1),
-            (20, [23, 21], 5, 2, [2, 1], 1),
-            (40, [28, 28], 3, 2, [0, 1], 1),
-            (32, [57, 57], 3, 1, [1, 1], 1),
-        ];
-        for (i, &(c, hw, k, s, pad, batch)) in cases.iter().enumerate() {
-            let w = geometry(hw, k, s, pad, 1);
-            let x = values(batch * c * w.in_len, 40 + i as u32);
-            let kw = values(c * w.kernel_len, 140 + i as u32);
-            let bias = values(c, 240 + i as u32);
-            let res = values(batch * c * w.out_len, 340 + i as u32);
-            for (post, residual) in [
-                (Activation::None, None),
-                (Activation::Clip { min: 0.0, max: 6.0 }, None),
-                (Activation::Relu, Some(&res[..])),
-            ] {
-                let mut want = vec![0.0f32; batch * c * w.out_len];
-                depthwise(&x, &kw, Some(&bias), c, c, &w, post, residual, &mut want, 1);
-                for threads in [1, 2] {
-                    let pool = crate::parallel::ThreadPool::new(threads).unwrap();
-                    let mut got = vec![f32::NAN; want.len()];
-                    crate::parallel::install(&pool, || {
-                        let wt = Weights::Plain(&kw[..]);
-                        let b = Some(&bias[..]);
-                        blocked(&x, wt, b, c, &w, post, residual, &mut got, threads)
-                    });
-                    for (j, (a, b)) in got.iter().zip(&want).enumerate() {
-                        assert!(
-                            (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
-                            "case {i} {post:?} threads {threads}: element {j}: {a} vs {b}"
                         );
                     }
                 }

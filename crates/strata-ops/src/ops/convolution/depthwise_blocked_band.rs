@@ -46,41 +46,27 @@ pub(super) fn band_outputs(
     }
 }
 
-/// [`band`] on AVX-512F: one vector per position.
-///
-/// # Safety
-/// As [`band`].
-#[target_feature(enable = "avx512f")]
-unsafe fn band_avx512(
-    isa: Avx512,
-    buf: &[f32],
-    shape: &BandShape,
-    wt: &[[f32; LANES]],
-    tap_at: &[usize],
-    start: &[f32; LANES],
-    out: &mut [f32],
-) {
-    // SAFETY: the caller's contract.
-    unsafe { band::<_, GROUP_AVX512, 1>(isa, buf, shape, wt, tap_at, start, out) }
+/// Defines `$name`, [`band`] with `$group` positions of `$vectors` vectors on the `$isa` token,
+/// compiled with `$features` (the caller's contract: the reads and writes of [`band`]).
+macro_rules! entry_point {
+    ($name:ident, $isa:ty, $features:literal, $group:expr, $vectors:expr) => {
+        #[target_feature(enable = $features)]
+        unsafe fn $name(
+            isa: $isa,
+            buf: &[f32],
+            shape: &BandShape,
+            wt: &[[f32; LANES]],
+            tap_at: &[usize],
+            start: &[f32; LANES],
+            out: &mut [f32],
+        ) {
+            // SAFETY: the caller's contract.
+            unsafe { band::<_, $group, $vectors>(isa, buf, shape, wt, tap_at, start, out) }
+        }
+    };
 }
-
-/// [`band`] on AVX2 + FMA: two vectors per position.
-///
-/// # Safety
-/// As [`band`].
-#[target_feature(enable = "avx2,fma")]
-unsafe fn band_avx2(
-    isa: Avx2,
-    buf: &[f32],
-    shape: &BandShape,
-    wt: &[[f32; LANES]],
-    tap_at: &[usize],
-    start: &[f32; LANES],
-    out: &mut [f32],
-) {
-    // SAFETY: the caller's contract.
-    unsafe { band::<_, GROUP_AVX2, 2>(isa, buf, shape, wt, tap_at, start, out) }
-}
+entry_point!(band_avx512, Avx512, "avx512f", GROUP_AVX512, 1);
+entry_point!(band_avx2, Avx2, "avx2,fma", GROUP_AVX2, 2);
 
 /// The band's rows, [`Group::run`] on `G` positions at a time, then the row's last `< G`.
 ///
