@@ -470,8 +470,8 @@ multiversion! {
 const GROUP: usize = 8;
 
 /// The outputs of one band: `out[(oy * cols + ox) * LANES..][..LANES]` is `start` plus the
-/// weighted taps of window `(oy, ox)`, whose top-left corner is buffer position `oy * row_step
-/// + ox * col_step`. f32 on AVX-512 or AVX2 runs the vector kernel
+/// weighted taps of window `(oy, ox)`, whose top-left corner is buffer position
+/// `oy * row_step + ox * col_step`. f32 on AVX-512 or AVX2 runs the vector kernel
 /// ([`super::depthwise_blocked_band`]); everything else the portable loop, [`GROUP`] positions
 /// at a time.
 fn band_outputs<T: Float + Pod>(
