@@ -7,6 +7,7 @@ use crate::kernels::activation::Activation;
 use crate::kernels::phase_planes::Axis;
 use crate::kernels::spatial::WindowGeometry;
 
+#[cfg(target_arch = "x86_64")]
 use super::simd::Simd;
 #[cfg(target_arch = "x86_64")]
 use super::{row_band_avx512, row_band_split};
