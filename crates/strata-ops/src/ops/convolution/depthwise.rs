@@ -20,6 +20,8 @@ use crate::kernels::phase_planes::{fill_phase_planes, Axis, FlatGeometry, BLOCK,
 use crate::kernels::simd::multiversion;
 use crate::kernels::spatial::WindowGeometry;
 
+use super::depthwise_blocked;
+
 /// Planes smaller than this many multiply-adds are grouped per task, so a task is worth handing
 /// to another thread.
 const TASK_MIN_MULADDS: usize = 1 << 15;
@@ -98,6 +100,7 @@ pub(crate) fn depthwise<T: Float + Pod>(
 /// Sums of every window (1-D or 2-D, at most [`MAX_TAPS`] taps): output plane `p` of `out` is
 /// the input plane `p` convolved with a kernel of ones, the padding counting as zeros. False,
 /// touching nothing, for a geometry it does not handle. Lengths were checked by the caller.
+/// Small planes go to the channel-blocked kernel ([`depthwise_blocked::sums_pay`]).
 pub(crate) fn window_sums<T: Float + Pod>(
     input: &[T],
     w: &WindowGeometry,
@@ -108,6 +111,11 @@ pub(crate) fn window_sums<T: Float + Pod>(
         return false;
     }
     if w.out_len == 0 {
+        return true;
+    }
+    let planes = out.len() / w.out_len;
+    if depthwise_blocked::sums_pay::<T>(w, planes) {
+        depthwise_blocked::window_sums(input, planes, w, out, threads);
         return true;
     }
     let (rows, cols) = match w.in_dims.len() {

@@ -1,5 +1,5 @@
 //! The shape of one band of the blocked depthwise convolution, shared by its portable and
-//! AVX-512 kernels.
+//! vector kernels.
 
 /// The geometry of one band's multiply-adds, in interleaved positions (`LANES` elements each).
 pub(super) struct BandShape {

@@ -25,11 +25,12 @@ use crate::kernels::spatial::{check_len, WindowGeometry};
 use super::conv_params::ConvParams;
 use super::depthwise_band::BandShape;
 #[cfg(target_arch = "x86_64")]
-use super::depthwise_blocked_avx512;
+use super::depthwise_blocked_band;
 use super::depthwise_direct;
 use super::depthwise_rows;
 use super::few_channels::window;
 use super::interleaved_weights::interleave_weight_rows;
+use super::simd::Simd;
 use crate::kernels::error::{KernelError, KernelResult};
 use strata_core::Tensor;
 
@@ -119,6 +120,50 @@ pub(crate) fn depthwise_blocked<T: Float + Pod>(
     );
 }
 
+/// The largest output plane whose window sums (AveragePool) take the blocked kernel. Zen 3
+/// (1 thread, 3x3 windows, medians of 5 rounds): 7x7 outputs ran 2-3x faster than the plane
+/// kernel (272 channels at stride 2: 0.14 against 0.24 ms), 14x14 1.2-1.3x; at 28x28 they tied
+/// or lost (64 channels at stride 1: 0.23 against 0.22 ms), at 56x56 stride 1 lost (0.89
+/// against 0.72 ms): the plane kernel's flat rows fill its vectors there.
+const SUMS_MAX_OUT_LEN: usize = 256;
+
+/// Whether [`window_sums`] takes the window sums of `planes` planes of `w` (instead of the plane
+/// kernel in [`super::depthwise`]): f32 on AVX-512 or AVX2, 2-D, enough planes to fill most of
+/// a block, small output planes.
+pub(crate) fn sums_pay<T: 'static>(w: &WindowGeometry, planes: usize) -> bool {
+    TypeId::of::<T>() == TypeId::of::<f32>()
+        && Simd::detect().is_some()
+        && w.in_dims.len() == 2
+        && planes >= LANES / 2
+        && w.kernel_len <= MAX_TAPS
+        && w.out_len <= SUMS_MAX_OUT_LEN
+}
+
+/// Sums of every window of the `planes` planes of `input` (a kernel of ones, the padding
+/// zeros) on the blocked kernel, for a geometry [`sums_pay`] accepted: the planes are
+/// channels of one batch item. Lengths were checked by the caller.
+pub(crate) fn window_sums<T: Float + Pod>(
+    input: &[T],
+    planes: usize,
+    w: &WindowGeometry,
+    out: &mut [T],
+    threads: usize,
+) {
+    let ones = [[T::ONE; LANES]; MAX_TAPS];
+    let wt = Weights::Shared(&ones[..w.kernel_len]);
+    blocked(
+        input,
+        wt,
+        None,
+        planes,
+        w,
+        Activation::None,
+        None,
+        out,
+        threads,
+    );
+}
+
 /// A depthwise weight as the blocked kernel reads it.
 #[derive(Clone, Copy)]
 enum Weights<'a, T> {
@@ -126,6 +171,8 @@ enum Weights<'a, T> {
     Plain(&'a [T]),
     /// Interleaved once ([`BlockedWeights`]): block `b`'s taps at `[b * taps..][..taps]`.
     Interleaved(&'a [[T; LANES]]),
+    /// The same taps for every block (window sums: ones).
+    Shared(&'a [[T; LANES]]),
 }
 
 /// [`depthwise_blocked`] on the blocked kernel, whatever the plane width.
@@ -165,6 +212,7 @@ fn blocked<T: Float + Pod>(
             let mut local = [[T::ZERO; LANES]; MAX_TAPS];
             let wt = match weight {
                 Weights::Interleaved(all) => &all[blk * taps..][..taps],
+                Weights::Shared(wt) => &wt[..taps],
                 Weights::Plain(weight) => {
                     // Interleaved now; lanes past the block's channels stay zero.
                     let k = &weight[c0 * taps..][..lanes * taps];
@@ -195,6 +243,11 @@ fn blocked<T: Float + Pod>(
             y.chunks_mut(block_out)
                 .enumerate()
                 .for_each(|(i, y)| task(i, y));
+        } else if let Weights::Shared(_) = weight {
+            // Window sums keep nothing per channel between runs: a block goes to whichever
+            // thread is free (pinned halves waited on a busy core: 3x slower at 2 threads on
+            // a loaded machine).
+            crate::parallel::for_each_chunk_mut(y, block_out, 1, task);
         } else {
             // Each thread keeps the same channels on every run (their planes stay in its cache).
             crate::parallel::for_each_chunk_mut_pinned(y, block_out, task);
@@ -417,9 +470,10 @@ multiversion! {
 const GROUP: usize = 8;
 
 /// The outputs of one band: `out[(oy * cols + ox) * LANES..][..LANES]` is `start` plus the
-/// weighted taps of window `(oy, ox)`, whose top-left corner is buffer position `oy * row_step
-/// + ox * col_step`. f32 on AVX-512 runs the intrinsics kernel; everything else the portable
-/// loop, [`GROUP`] positions at a time.
+/// weighted taps of window `(oy, ox)`, whose top-left corner is buffer position
+/// `oy * row_step + ox * col_step`. f32 on AVX-512 or AVX2 runs the vector kernel
+/// ([`super::depthwise_blocked_band`]); everything else the portable loop, [`GROUP`] positions
+/// at a time.
 fn band_outputs<T: Float + Pod>(
     buf: &[T],
     shape: &BandShape,
@@ -428,23 +482,15 @@ fn band_outputs<T: Float + Pod>(
     start: &[T; LANES],
     out: &mut [T],
 ) {
-    let reach = (shape.rows - 1) * shape.row_step
-        + (shape.cols - 1) * shape.col_step
-        + tap_at.iter().max().copied().unwrap_or(0)
-        + 1;
-    assert!(reach * LANES <= buf.len() && out.len() == shape.rows * shape.cols * LANES);
-    assert_eq!(wt.len(), tap_at.len());
     #[cfg(target_arch = "x86_64")]
-    if TypeId::of::<T>() == TypeId::of::<f32>() && std::arch::is_x86_feature_detected!("avx512f") {
+    if let (true, Some(simd)) = (TypeId::of::<T>() == TypeId::of::<f32>(), Simd::detect()) {
         let (buf, wt, out): (&[f32], &[[f32; LANES]], &mut [f32]) = (
             bytemuck::cast_slice(buf),
             bytemuck::cast_slice(wt),
             bytemuck::cast_slice_mut(out),
         );
         let start: &[f32; LANES] = bytemuck::cast_ref(start);
-        // SAFETY: AVX-512F was detected just now; every window read lies in `buf` and `out`
-        // holds the band's outputs (both asserted above); the tap lists have one length.
-        unsafe { depthwise_blocked_avx512::band_outputs(buf, shape, wt, tap_at, start, out) };
+        depthwise_blocked_band::band_outputs(simd, buf, shape, wt, tap_at, start, out);
         return;
     }
     match wt.len() {
@@ -596,8 +642,10 @@ mod tests {
             .collect()
     }
 
-    /// The blocked kernel equals the plane kernel for channel counts around a block, every
-    /// stride, padding and dilation in use, with bias, residual and activation.
+    /// The blocked kernel, both as `depthwise_blocked` (which prefers the direct and row
+    /// kernels where they pay) and itself, equals the plane kernel for channel counts around a
+    /// block, odd planes, strides 1 and 2, 3x3 and 5x5, padding and dilation, with bias,
+    /// residual and activation, at 1 and 2 threads.
     #[test]
     fn blocked_equals_the_plane_kernel() {
         let cases = [
@@ -609,6 +657,11 @@ mod tests {
             (17, [10, 40], 3, 1, [2, 2], 2, 1),
             (32, [3, 3], 3, 1, [0, 0], 1, 1),
             (24, [30, 30], 3, 1, [1, 1], 1, 1),
+            (24, [13, 17], 3, 2, [1, 1], 1, 1),
+            (33, [15, 15], 3, 1, [1, 1], 1, 2),
+            (20, [23, 21], 5, 2, [2, 1], 1, 1),
+            (40, [28, 28], 3, 2, [0, 1], 1, 1),
+            (32, [57, 57], 3, 1, [1, 1], 1, 1),
         ];
         for (i, &(c, hw, k, s, pad, dil, batch)) in cases.iter().enumerate() {
             let w = geometry(hw, k, s, pad, dil);
@@ -621,25 +674,25 @@ mod tests {
                 (Activation::Clip { min: 0.0, max: 6.0 }, None),
                 (Activation::Relu, Some(&res[..])),
             ] {
-                for threads in [1, 2] {
-                    let mut want = vec![0.0f32; batch * c * w.out_len];
-                    depthwise(&x, &kw, Some(&bias), c, c, &w, post, residual, &mut want, 1);
+                let mut want = vec![0.0f32; batch * c * w.out_len];
+                depthwise(&x, &kw, Some(&bias), c, c, &w, post, residual, &mut want, 1);
+                for (threads, itself) in [(1, false), (2, false), (1, true), (2, true)] {
+                    let pool = crate::parallel::ThreadPool::new(threads).unwrap();
                     let mut got = vec![f32::NAN; want.len()];
-                    depthwise_blocked(
-                        &x,
-                        &kw,
-                        Some(&bias),
-                        c,
-                        &w,
-                        post,
-                        residual,
-                        &mut got,
-                        threads,
-                    );
+                    let b = Some(&bias[..]);
+                    crate::parallel::install(&pool, || {
+                        if itself {
+                            let wt = Weights::Plain(&kw[..]);
+                            blocked(&x, wt, b, c, &w, post, residual, &mut got, threads)
+                        } else {
+                            depthwise_blocked(&x, &kw, b, c, &w, post, residual, &mut got, threads)
+                        }
+                    });
                     for (j, (a, b)) in got.iter().zip(&want).enumerate() {
                         assert!(
                             (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
-                            "case {i} {post:?} threads {threads}: element {j}: {a} vs {b}"
+                            "case {i} {post:?} threads {threads} blocked itself {itself}: \
+                             element {j}: {a} vs {b}"
                         );
                     }
                 }
@@ -707,6 +760,56 @@ mod tests {
             }
         }
         assert!(BlockedWeights::new(&[1.0; 8], &[3, 1, 3, 3]).is_err());
+    }
+
+    /// The vector band kernel on this CPU's ISA equals the portable loop: rows of 1 to 21
+    /// positions (every remainder after the AVX-512 and AVX2 groups), strides 1 to 3, 1 to 25
+    /// taps with dilation.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn band_kernel_equals_the_portable_loop() {
+        let Some(simd) = Simd::detect() else {
+            eprintln!("skipped: the band kernel needs AVX-512 or AVX2");
+            return;
+        };
+        let mut case = 0u32;
+        for k in [1, 3, 5] {
+            for (rows, cols) in (1..=21).map(|c| (1 + c % 3, c)) {
+                for step in 1..=3 {
+                    case += 1;
+                    let dil = 1 + (case as usize % 2);
+                    let span = (cols - 1) * step + (k - 1) * dil + 1;
+                    let shape = BandShape {
+                        rows,
+                        cols,
+                        row_step: step * span,
+                        col_step: step,
+                    };
+                    let tap_at: Vec<usize> = (0..k * k)
+                        .map(|t| (t / k) * dil * span + (t % k) * dil)
+                        .collect();
+                    let in_rows = (rows - 1) * step + (k - 1) * dil + 1;
+                    let buf = values(in_rows * span * LANES, case);
+                    let wt: Vec<[f32; LANES]> = values(k * k * LANES, 500 + case)
+                        .chunks_exact(LANES)
+                        .map(|c| c.try_into().unwrap())
+                        .collect();
+                    let start: [f32; LANES] = values(LANES, 900 + case).try_into().unwrap();
+                    let mut want = vec![0.0f32; rows * cols * LANES];
+                    portable_band::<f32, 0>(&buf, &shape, &wt, &tap_at, start, &mut want);
+                    let mut got = vec![f32::NAN; want.len()];
+                    depthwise_blocked_band::band_outputs(
+                        simd, &buf, &shape, &wt, &tap_at, &start, &mut got,
+                    );
+                    for (j, (a, b)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                            "k {k} {rows}x{cols} step {step} dil {dil}: element {j}: {a} vs {b}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

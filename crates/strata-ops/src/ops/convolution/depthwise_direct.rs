@@ -22,28 +22,7 @@ use super::depthwise_direct_plane::{self, Plane};
 #[cfg(target_arch = "x86_64")]
 use super::depthwise_flat_avx512::{self, Masks};
 use super::row_band::{Clamp, ClampKind};
-
-/// The vector instruction sets the direct depthwise kernels run on.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) enum Isa {
-    Avx512,
-    Avx2,
-}
-
-/// The widest [`Isa`] this CPU has, if any.
-pub(super) fn isa() -> Option<Isa> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            return Some(Isa::Avx512);
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            return Some(Isa::Avx2);
-        }
-    }
-    None
-}
+use super::simd::Simd;
 
 /// The narrowest output rows taken at stride 1 (narrower ones fill too little of a vector; the
 /// blocked kernel takes them).
@@ -65,7 +44,7 @@ const MIN_FLAT_WIDTH: usize = 8;
 /// Whether a stride-1 geometry takes the flat kernel ([`super::depthwise_flat_avx512`]): rows
 /// narrower than [`MIN_WIDTH_1`], as wide as the input rows, planes of at most 1024 outputs.
 fn flat(w: &WindowGeometry) -> bool {
-    isa() == Some(Isa::Avx512)
+    Simd::detect().and_then(Simd::avx512).is_some()
         && (MIN_FLAT_WIDTH..MIN_WIDTH_1).contains(&w.out_dims[1])
         && w.in_dims[1] == w.out_dims[1]
         && w.out_len <= 1024
@@ -77,12 +56,12 @@ fn flat(w: &WindowGeometry) -> bool {
 /// on AVX2 [`MIN_WIDTH_AVX2`]), without dilation, at most one row and column of padding before
 /// the plane.
 pub(crate) fn pays(w: &WindowGeometry, in_channels: usize, out_channels: usize) -> bool {
-    let Some(isa) = isa() else {
+    let Some(simd) = Simd::detect() else {
         return false;
     };
-    let (min_1, min_2) = match isa {
-        Isa::Avx512 => (MIN_WIDTH_1, MIN_WIDTH_2),
-        Isa::Avx2 => (MIN_WIDTH_AVX2, MIN_WIDTH_AVX2),
+    let (min_1, min_2) = match simd {
+        Simd::Avx512(_) => (MIN_WIDTH_1, MIN_WIDTH_2),
+        Simd::Avx2(_) => (MIN_WIDTH_AVX2, MIN_WIDTH_AVX2),
     };
     w.in_dims.len() == 2
         && in_channels == out_channels
@@ -111,7 +90,8 @@ pub(crate) fn depthwise_direct(
     threads: usize,
 ) {
     assert!(pays(w, channels, channels));
-    let isa = isa();
+    #[cfg(target_arch = "x86_64")]
+    let simd = Simd::detect().expect("pays found an ISA");
     if w.out_len == 0 || channels == 0 {
         return;
     }
@@ -146,21 +126,15 @@ pub(crate) fn depthwise_direct(
             let k: &[f32; 9] = weight[c * 9..][..9].try_into().expect("nine taps");
             let start = bias.map_or(0.0, |b| b[c]);
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `isa` was detected on this CPU (`pays`, asserted on entry, found one);
-            // the flat masks are made on AVX-512 only.
-            unsafe {
-                match (&masks, isa) {
-                    (Some(m), _) => {
-                        depthwise_flat_avx512::plane(x, &geometry, m, k, start, in_clamp, y)
-                    }
-                    (None, Some(Isa::Avx512)) => {
-                        depthwise_direct_plane::plane_avx512(x, geometry, k, start, in_clamp, y)
-                    }
-                    (None, _) => {
-                        depthwise_direct_plane::plane_avx2(x, geometry, k, start, in_clamp, y)
-                    }
+            match &masks {
+                // SAFETY: the flat masks are made on AVX-512 only (`flat`).
+                Some(m) => unsafe {
+                    depthwise_flat_avx512::plane(x, &geometry, m, k, start, in_clamp, y)
+                },
+                None => {
+                    depthwise_direct_plane::direct_plane(simd, x, geometry, k, start, in_clamp, y)
                 }
-            };
+            }
             match residual {
                 Some(res) => post.add_residual_bias_and_apply(
                     y,
@@ -188,6 +162,10 @@ mod tests {
     use crate::ops::convolution::depthwise::depthwise;
     use crate::support::rng::Rng;
 
+    fn avx512() -> Option<crate::ops::convolution::simd::Avx512> {
+        Simd::detect().and_then(Simd::avx512)
+    }
+
     fn geometry(hw: [usize; 2], pb: [usize; 2], pe: [usize; 2]) -> WindowGeometry {
         strided(hw, pb, pe, 2)
     }
@@ -210,7 +188,7 @@ mod tests {
     /// epilogue, at 1, 2 and 3 threads, on the widest instruction set this CPU has.
     #[test]
     fn direct_equals_the_plane_kernel() {
-        if isa().is_none() {
+        if Simd::detect().is_none() {
             eprintln!("skipped: the direct kernel needs AVX-512 or AVX2");
             return;
         }
@@ -288,7 +266,7 @@ mod tests {
     /// residual with Relu, and no epilogue, at 1 and 2 threads.
     #[test]
     fn direct_equals_the_plane_kernel_on_mobilenet_planes() {
-        if isa().is_none() {
+        if Simd::detect().is_none() {
             eprintln!("skipped: the direct kernel needs AVX-512 or AVX2");
             return;
         }
@@ -345,7 +323,7 @@ mod tests {
     /// high (the last vector of a plane partial or full), every epilogue, 1 and 2 threads.
     #[test]
     fn flat_equals_the_plane_kernel() {
-        if isa() != Some(Isa::Avx512) {
+        if avx512().is_none() {
             eprintln!("skipped: the flat kernel needs AVX-512");
             return;
         }
@@ -416,7 +394,7 @@ mod tests {
 
     #[test]
     fn takes_three_by_three_stride_one_and_two_only() {
-        if isa() == Some(Isa::Avx512) {
+        if avx512().is_some() {
             assert!(pays(&geometry([112, 112], [1, 1], [1, 1]), 96, 96));
             assert!(pays(&geometry([28, 28], [0, 0], [1, 1]), 192, 192));
             assert!(
@@ -442,14 +420,14 @@ mod tests {
         };
         let narrow = WindowGeometry::new("test", &[7, 7], &attrs).unwrap();
         let ragged = strided([14, 14], [1, 1], [1, 0], 1);
-        if isa() == Some(Isa::Avx512) {
+        if avx512().is_some() {
             assert!(!pays(&narrow, 8, 8), "stride 1, 7 wide");
             assert!(
                 !pays(&ragged, 8, 8),
                 "stride 1, 14 wide, rows narrower than the input's"
             );
         }
-        if isa() == Some(Isa::Avx2) {
+        if matches!(Simd::detect(), Some(Simd::Avx2(_))) {
             assert!(pays(&narrow, 8, 8), "AVX2: stride 1, 7 wide");
             assert!(pays(&ragged, 8, 8), "AVX2: stride 1, 13 wide");
             let seven = geometry([14, 14], [0, 0], [1, 1]);
@@ -457,11 +435,11 @@ mod tests {
             let six = strided([6, 6], [1, 1], [1, 1], 1);
             assert!(!pays(&six, 8, 8), "AVX2: stride 1, 6 wide");
         }
-        if isa() == Some(Isa::Avx512) {
+        if avx512().is_some() {
             let flat = WindowGeometry::new("test", &[14, 14], &attrs).unwrap();
             assert!(pays(&flat, 8, 8), "stride 1, 14 wide, same padding");
         }
-        if isa() == Some(Isa::Avx512) {
+        if avx512().is_some() {
             let wide = WindowGeometry::new("test", &[56, 56], &attrs).unwrap();
             assert!(pays(&wide, 8, 8), "stride 1, 56 wide");
         }

@@ -29,7 +29,7 @@ entry_points! {
     /// pad_top][s ox + kx - pad_left])` with `s` the stride, padding read as zeros. (Lengths
     /// are asserted: `x` holds `ih * iw`, `out` `oh * ow`; reads past any edge are masked off
     /// or skipped, so any padding after the plane works.)
-    plane_avx512, plane_avx2 => plane(
+    direct_plane(plane_avx512, plane_avx2) => plane(
         x: &[f32],
         g: Plane,
         k: &[f32; 9],
@@ -160,7 +160,7 @@ fn columns<I: DwSimd, const S: usize, const N: usize, const MASKED: bool>(
             let v = isa.clamp(clamp_to.kind, isa.in_order::<S>(a), lo, hi);
             // SAFETY: the `stored` columns from (v0 + j) * lanes are below ow, of output row
             // oy < oh (`out` holds oh * ow, asserted by `plane`).
-            unsafe { isa.store_first(dst.wrapping_add(at), v, stored) };
+            unsafe { isa.store_first(dst.wrapping_add(at), stored, v) };
         }
     }
 }

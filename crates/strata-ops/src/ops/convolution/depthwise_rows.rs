@@ -15,10 +15,10 @@ use crate::kernels::gemm::with_pack_buffers;
 use crate::kernels::phase_planes::MAX_TAPS;
 use crate::kernels::spatial::WindowGeometry;
 
-use super::depthwise_direct::{isa, Isa};
 #[cfg(target_arch = "x86_64")]
 use super::depthwise_rows_band;
 use super::row_band::{Band, Clamp, ClampKind};
+use super::simd::Simd;
 
 /// The narrowest output rows this kernel takes. Measured on MobileNetV2 (1 thread): 112 and 56
 /// wide it beat the blocked kernel (217 vs 250 us, 238 vs 261 us), 28 wide it tied, 14 wide it
@@ -31,7 +31,7 @@ const MIN_WIDTH: usize = 48;
 /// checks the type), 2-D, one output channel per input channel, at most [`MAX_TAPS`] taps, stride 1,
 /// output rows at least [`MIN_WIDTH`] wide.
 pub(crate) fn pays(w: &WindowGeometry, in_channels: usize, out_channels: usize) -> bool {
-    isa().is_some()
+    Simd::detect().is_some()
         && w.in_dims.len() == 2
         && in_channels == out_channels
         && w.kernel_len <= MAX_TAPS
@@ -53,8 +53,8 @@ pub(crate) fn depthwise_rows(
     out: &mut [f32],
     threads: usize,
 ) {
-    let isa = isa();
-    assert!(isa.is_some() && w.in_dims.len() == 2 && w.kernel_len <= MAX_TAPS);
+    let simd = Simd::detect().expect("the row kernel needs AVX-512 or AVX2");
+    assert!(w.in_dims.len() == 2 && w.kernel_len <= MAX_TAPS);
     if w.out_len == 0 || channels == 0 {
         return;
     }
@@ -86,22 +86,16 @@ pub(crate) fn depthwise_rows(
                     let row_step = band.rows_axis.stride * band.row_len;
                     #[cfg(target_arch = "x86_64")]
                     {
-                        let kernel = match isa {
-                            Some(Isa::Avx512) => depthwise_rows_band::band_avx512,
-                            _ => depthwise_rows_band::band_avx2,
-                        };
-                        // SAFETY: `isa` was detected on this CPU (asserted on entry).
-                        unsafe {
-                            kernel(
-                                &buf[..band.len],
-                                (row_step, band.taps(), band.reach()),
-                                k,
-                                start,
-                                in_clamp,
-                                &mut y[oy0 * ow..],
-                                (rows, ow),
-                            )
-                        };
+                        depthwise_rows_band::rows_band(
+                            simd,
+                            &buf[..band.len],
+                            (row_step, band.taps(), band.reach()),
+                            k,
+                            start,
+                            in_clamp,
+                            &mut y[oy0 * ow..],
+                            (rows, ow),
+                        );
                     }
                     oy0 += rows;
                 }
@@ -138,7 +132,7 @@ mod tests {
     /// threads. The kernel computes any of them; `pays` only picks where it is fastest.
     #[test]
     fn rows_equal_the_plane_kernel() {
-        if isa().is_none() {
+        if Simd::detect().is_none() {
             eprintln!("skipped: the row kernel needs AVX-512 or AVX2");
             return;
         }
@@ -227,7 +221,7 @@ mod tests {
             };
             WindowGeometry::new("test", &[hw, hw], &attrs).unwrap()
         };
-        if isa().is_some() {
+        if Simd::detect().is_some() {
             assert!(pays(&geometry(112, 1), 32, 32));
             assert!(pays(&geometry(56, 1), 144, 144));
         }

@@ -3,8 +3,9 @@
 //! (eight accumulators, more rows when the rows are narrow), the channel's tap weight broadcast
 //! once per tap and block.
 
-use super::depthwise_simd::{entry_points, DwSimd};
+use super::depthwise_simd::entry_points;
 use super::row_band::Clamp;
+use super::simd::Isa;
 
 /// Column vectors of a row computed together, at most.
 const MAX_CHUNK: usize = 4;
@@ -13,7 +14,7 @@ entry_points! {
     /// `out[oy * ow + j] = clamp(start + sum over taps t of k[t] * buf[oy * row_step + taps[t]
     /// + j])` for `oy < rows`, `j < ow`. (Reads are checked: every tap offset must be at most
     /// `reach`, and the band's reads then inside `buf`, asserted.)
-    band_avx512, band_avx2 => band(
+    rows_band(band_avx512, band_avx2) => band(
         buf: &[f32],
         shape: (usize, &[usize], usize),
         k: &[f32],
@@ -26,7 +27,7 @@ entry_points! {
 
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn band<I: DwSimd>(
+fn band<I: Isa>(
     isa: I,
     buf: &[f32],
     (row_step, taps, reach): (usize, &[usize], usize),
@@ -99,7 +100,7 @@ struct Args<'a, I> {
     ow: usize,
 }
 
-impl<I: DwSimd> Args<'_, I> {
+impl<I: Isa> Args<'_, I> {
     /// Rows `oy..oy + R`, vectors `v0..v0 + C` (the last storing its first `last` lanes).
     ///
     /// # Safety
@@ -130,7 +131,7 @@ impl<I: DwSimd> Args<'_, I> {
                     if c + 1 < C {
                         isa.store(o.add(c * lanes), v);
                     } else {
-                        isa.store_first(o.add(c * lanes), v, last);
+                        isa.store_first(o.add(c * lanes), last, v);
                     }
                 }
             }

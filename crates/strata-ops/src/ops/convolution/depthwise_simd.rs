@@ -1,72 +1,53 @@
-//! The vector operations of the direct depthwise kernels, for f32 on AVX-512 (16 lanes) and on
+//! The depthwise kernels' tap loads on top of [`Isa`], for f32 on AVX-512 (16 lanes) and on
 //! AVX2 + FMA (8 lanes): each kernel is written once, generic over [`DwSimd`], and compiled per
 //! instruction set by thin `#[target_feature]` entry points.
 //!
-//! AVX2 has no mask registers: its masks are vectors of lane masks (`_mm256_maskload_ps`), and a
-//! partial store writes the low lanes piecewise (AMD's masked stores are microcoded and slow).
+//! AVX2 has no mask registers: its masks are vectors of lane masks (`_mm256_maskload_ps`).
 //! Its stride-2 split leaves the outputs in a fixed lane order ([`DwSimd::in_order`] undoes it at
 //! the store): in-lane shuffles instead of cross-lane permutes on every tap.
 
 use std::arch::x86_64::*;
 
-use super::row_band::{Clamp, ClampKind};
+use super::simd::{lane_mask, Avx2, Avx512, Isa};
 
-/// Defines two `#[target_feature]` entry points, `$avx512` and `$avx2`, that run the generic
-/// kernel `$kernel(isa, args...)` on AVX-512F and on AVX2 + FMA (the caller's contract: the
-/// instruction set is available).
+/// Defines `$dispatch(simd, args...)`, which runs the generic kernel `$kernel(isa, args...)` on
+/// the detected ISA through two `#[target_feature]` entry points, `$avx512` (AVX-512F) and
+/// `$avx2` (AVX2 + FMA).
 macro_rules! entry_points {
-    ($(#[$meta:meta])* $avx512:ident, $avx2:ident => $kernel:ident($($arg:ident: $ty:ty),* $(,)?)) => {
+    (
+        $(#[$meta:meta])*
+        $dispatch:ident($avx512:ident, $avx2:ident) => $kernel:ident($($arg:ident: $ty:ty),* $(,)?)
+    ) => {
         $(#[$meta])*
-        ///
-        /// # Safety
-        /// AVX-512F is available.
+        #[allow(clippy::too_many_arguments)]
+        pub(super) fn $dispatch(simd: super::simd::Simd, $($arg: $ty),*) {
+            // SAFETY: the token proves the entry point's features.
+            unsafe {
+                match simd {
+                    super::simd::Simd::Avx512(isa) => $avx512(isa, $($arg),*),
+                    super::simd::Simd::Avx2(isa) => $avx2(isa, $($arg),*),
+                }
+            }
+        }
         #[allow(clippy::too_many_arguments)]
         #[target_feature(enable = "avx512f")]
-        pub(super) unsafe fn $avx512($($arg: $ty),*) {
-            // SAFETY: AVX-512F is available (the caller's contract).
-            $kernel(unsafe { super::depthwise_simd::Avx512::new() }, $($arg),*)
+        fn $avx512(isa: super::simd::Avx512, $($arg: $ty),*) {
+            $kernel(isa, $($arg),*)
         }
-        $(#[$meta])*
-        ///
-        /// # Safety
-        /// AVX2 and FMA are available.
         #[allow(clippy::too_many_arguments)]
         #[target_feature(enable = "avx2,fma")]
-        pub(super) unsafe fn $avx2($($arg: $ty),*) {
-            // SAFETY: AVX2 and FMA are available (the caller's contract).
-            $kernel(unsafe { super::depthwise_simd::Avx2::new() }, $($arg),*)
+        fn $avx2(isa: super::simd::Avx2, $($arg: $ty),*) {
+            $kernel(isa, $($arg),*)
         }
     };
 }
 pub(super) use entry_points;
 
-/// An instruction set's f32 vector operations. A value is a proof that the CPU has it (made only
-/// by an `unsafe` constructor), so the operations on registers are safe; loads and stores of raw
-/// pointers stay `unsafe`.
-pub(super) trait DwSimd: Copy {
-    /// An f32 vector.
-    type V: Copy;
+/// The tap loads of the 3x3 depthwise kernels, on an [`Isa`].
+pub(super) trait DwSimd: Isa {
     /// The load masks of one output vector's three taps in an input row (the loads
     /// [`DwSimd::taps`] makes at that stride).
     type TapMasks: Copy;
-    const LANES: usize;
-
-    fn splat(self, v: f32) -> Self::V;
-    fn fmadd(self, a: Self::V, b: Self::V, acc: Self::V) -> Self::V;
-    fn min(self, a: Self::V, b: Self::V) -> Self::V;
-    fn max(self, a: Self::V, b: Self::V) -> Self::V;
-
-    /// # Safety
-    /// `p..p + LANES` is readable.
-    unsafe fn load(self, p: *const f32) -> Self::V;
-    /// # Safety
-    /// `p..p + LANES` is writable.
-    unsafe fn store(self, p: *mut f32, v: Self::V);
-    /// Stores the first `n <= LANES` lanes.
-    ///
-    /// # Safety
-    /// `p..p + n` is writable.
-    unsafe fn store_first(self, p: *mut f32, v: Self::V, n: usize);
 
     /// The masks of the loads [`DwSimd::taps`] makes for outputs whose first tap reads column
     /// `s` of an input row `iw` wide, at stride `S` (1 or 2).
@@ -89,25 +70,6 @@ pub(super) trait DwSimd: Copy {
     unsafe fn taps_full<const S: usize>(self, p: *const f32) -> [Self::V; 3];
     /// A vector of outputs accumulated from [`DwSimd::taps`] at stride `S`, in column order.
     fn in_order<const S: usize>(self, v: Self::V) -> Self::V;
-
-    /// `v` clamped as `c` says (the activation applied in registers at the store); `lo` and
-    /// `hi` are `c`'s bounds, splat.
-    #[inline(always)]
-    fn clamp(self, c: ClampKind, v: Self::V, lo: Self::V, hi: Self::V) -> Self::V {
-        match c {
-            ClampKind::None => v,
-            // max(v, lo): a NaN becomes lo, as Relu's `x > 0 ? x : 0`.
-            ClampKind::NanToLow => self.min(self.max(v, lo), hi),
-            // max(lo, v): a NaN stays NaN, as Clip's comparisons.
-            ClampKind::KeepNan => self.min(hi, self.max(lo, v)),
-        }
-    }
-
-    /// `c`'s bounds, splat.
-    #[inline(always)]
-    fn bounds(self, c: Clamp) -> (Self::V, Self::V) {
-        (self.splat(c.lo), self.splat(c.hi))
-    }
 }
 
 /// The bits of lanes `lo..hi` of `s..s + lanes` that are columns inside `0..iw` (columns `s +
@@ -125,60 +87,9 @@ pub(super) fn row_bits(s: isize, iw: usize, lanes: usize) -> u32 {
     }
 }
 
-/// AVX-512F.
-#[derive(Clone, Copy)]
-pub(super) struct Avx512(());
-
-impl Avx512 {
-    /// # Safety
-    /// AVX-512F is available.
-    #[inline(always)]
-    pub(super) unsafe fn new() -> Self {
-        Avx512(())
-    }
-}
-
 impl DwSimd for Avx512 {
-    type V = __m512;
     type TapMasks = [__mmask16; 3];
-    const LANES: usize = 16;
 
-    #[inline(always)]
-    fn splat(self, v: f32) -> __m512 {
-        // SAFETY: AVX-512F is available (`self`).
-        unsafe { _mm512_set1_ps(v) }
-    }
-    #[inline(always)]
-    fn fmadd(self, a: __m512, b: __m512, acc: __m512) -> __m512 {
-        // SAFETY: as above.
-        unsafe { _mm512_fmadd_ps(a, b, acc) }
-    }
-    #[inline(always)]
-    fn min(self, a: __m512, b: __m512) -> __m512 {
-        // SAFETY: as above.
-        unsafe { _mm512_min_ps(a, b) }
-    }
-    #[inline(always)]
-    fn max(self, a: __m512, b: __m512) -> __m512 {
-        // SAFETY: as above.
-        unsafe { _mm512_max_ps(a, b) }
-    }
-    #[inline(always)]
-    unsafe fn load(self, p: *const f32) -> __m512 {
-        // SAFETY: AVX-512F is available; `p` is readable for 16 lanes (contract).
-        unsafe { _mm512_loadu_ps(p) }
-    }
-    #[inline(always)]
-    unsafe fn store(self, p: *mut f32, v: __m512) {
-        // SAFETY: AVX-512F is available; `p` is writable for 16 lanes (contract).
-        unsafe { _mm512_storeu_ps(p, v) }
-    }
-    #[inline(always)]
-    unsafe fn store_first(self, p: *mut f32, v: __m512, n: usize) {
-        let m = ((1u32 << n) - 1) as __mmask16;
-        // SAFETY: AVX-512F is available; the first n lanes are writable (contract).
-        unsafe { _mm512_mask_storeu_ps(p, m, v) }
-    }
     #[inline(always)]
     fn tap_masks<const S: usize>(self, s: isize, iw: usize) -> [__mmask16; 3] {
         let m = |s: isize| row_bits(s, iw, 16) as __mmask16;
@@ -238,18 +149,7 @@ impl DwSimd for Avx512 {
     }
 }
 
-/// AVX2 and FMA.
-#[derive(Clone, Copy)]
-pub(super) struct Avx2(());
-
 impl Avx2 {
-    /// # Safety
-    /// AVX2 and FMA are available.
-    #[inline(always)]
-    pub(super) unsafe fn new() -> Self {
-        Avx2(())
-    }
-
     /// The three taps from the loads of [`DwSimd::taps`]: at stride 1 the first three, at
     /// stride 2 columns `s..s + 16` split into even and odd (taps 0 and 1) and the even ones of
     /// `s + 2..s + 18` (tap 2), with in-lane shuffles: lanes hold outputs 0, 1, 4, 5, 2, 3, 6, 7.
@@ -267,17 +167,6 @@ impl Avx2 {
             ]
         }
     }
-
-    /// The load mask of lanes `l` whose bit `1 << l` is set.
-    #[inline(always)]
-    fn mask_bits(self, bits: u32) -> __m256i {
-        // SAFETY: AVX2 is available (`self`).
-        unsafe {
-            let lane = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-            let set = _mm256_and_si256(_mm256_set1_epi32(bits as i32), lane);
-            _mm256_cmpeq_epi32(set, lane)
-        }
-    }
 }
 
 /// AVX2's [`DwSimd::TapMasks`]: one mask per load, and whether all of them are full (then the
@@ -289,65 +178,8 @@ pub(super) struct Avx2TapMasks {
 }
 
 impl DwSimd for Avx2 {
-    type V = __m256;
     type TapMasks = Avx2TapMasks;
-    const LANES: usize = 8;
 
-    #[inline(always)]
-    fn splat(self, v: f32) -> __m256 {
-        // SAFETY: AVX2 is available (`self`).
-        unsafe { _mm256_set1_ps(v) }
-    }
-    #[inline(always)]
-    fn fmadd(self, a: __m256, b: __m256, acc: __m256) -> __m256 {
-        // SAFETY: FMA is available (`self`).
-        unsafe { _mm256_fmadd_ps(a, b, acc) }
-    }
-    #[inline(always)]
-    fn min(self, a: __m256, b: __m256) -> __m256 {
-        // SAFETY: AVX is available (`self`).
-        unsafe { _mm256_min_ps(a, b) }
-    }
-    #[inline(always)]
-    fn max(self, a: __m256, b: __m256) -> __m256 {
-        // SAFETY: as above.
-        unsafe { _mm256_max_ps(a, b) }
-    }
-    #[inline(always)]
-    unsafe fn load(self, p: *const f32) -> __m256 {
-        // SAFETY: AVX is available; `p` is readable for 8 lanes (contract).
-        unsafe { _mm256_loadu_ps(p) }
-    }
-    #[inline(always)]
-    unsafe fn store(self, p: *mut f32, v: __m256) {
-        // SAFETY: AVX is available; `p` is writable for 8 lanes (contract).
-        unsafe { _mm256_storeu_ps(p, v) }
-    }
-    #[inline(always)]
-    unsafe fn store_first(self, p: *mut f32, v: __m256, n: usize) {
-        // SAFETY: AVX is available; each store writes lanes below n (contract): four, two and
-        // one of them, from the low end of what is left.
-        unsafe {
-            if n >= 8 {
-                return _mm256_storeu_ps(p, v);
-            }
-            let mut q = _mm256_castps256_ps128(v);
-            let mut at = 0;
-            if n & 4 != 0 {
-                _mm_storeu_ps(p, q);
-                q = _mm256_extractf128_ps(v, 1);
-                at = 4;
-            }
-            if n & 2 != 0 {
-                _mm_storel_pd(p.add(at) as *mut f64, _mm_castps_pd(q));
-                q = _mm_movehl_ps(q, q);
-                at += 2;
-            }
-            if n & 1 != 0 {
-                _mm_store_ss(p.add(at), q);
-            }
-        }
-    }
     #[inline(always)]
     fn tap_masks<const S: usize>(self, s: isize, iw: usize) -> Avx2TapMasks {
         // Stride 2 loads columns s, s + 8 (taps 0 and 1) and s + 2, s + 10 (tap 2). (Loops,
@@ -360,7 +192,7 @@ impl DwSimd for Avx2 {
         };
         for (mask, &a) in m.masks.iter_mut().zip(&at) {
             let bits = row_bits(s + a, iw, 8);
-            *mask = self.mask_bits(bits);
+            *mask = lane_mask(self, bits);
             m.full &= bits == 0xff;
         }
         m

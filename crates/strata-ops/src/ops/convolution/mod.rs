@@ -16,7 +16,7 @@ pub(crate) mod depthwise;
 mod depthwise_band;
 pub(crate) mod depthwise_blocked;
 #[cfg(target_arch = "x86_64")]
-mod depthwise_blocked_avx512;
+mod depthwise_blocked_band;
 mod depthwise_direct;
 #[cfg(target_arch = "x86_64")]
 mod depthwise_direct_plane;
@@ -46,7 +46,6 @@ mod row_band;
 mod row_band_avx512;
 #[cfg(target_arch = "x86_64")]
 mod row_band_split;
-#[cfg(target_arch = "x86_64")]
 pub(crate) mod simd;
 mod transposed_output;
 pub mod winograd;

@@ -19,22 +19,10 @@ pub(super) const MAX_DEPTH: usize = 160;
 /// The band buffer's size target in elements (it should stay in L1).
 const BAND_ELEMENTS: usize = 8 * 1024;
 
-/// Whether the AVX-512 kernels (and fills) can run.
-pub(super) fn avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
 /// An activation applied in registers as the outputs are stored: none, Relu or Clip, when no
 /// residual comes before it.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Clamp {
+pub(crate) struct Clamp {
     pub lo: f32,
     pub hi: f32,
     pub kind: ClampKind,
@@ -159,15 +147,17 @@ impl Band {
             {
                 let src = &x[(c * h + iy as usize) * wd..][..wd];
                 #[cfg(target_arch = "x86_64")]
-                if let (2, Some(simd)) = (self.phases, Simd::detect()) {
-                    split_row(simd, src, pad, channel.split_at_mut(self.phase_len));
-                    continue;
-                }
-                #[cfg(target_arch = "x86_64")]
-                if self.phases == 1 && avx512() {
-                    // SAFETY: AVX-512F was detected just now.
-                    unsafe { row_band_avx512::pad_row(src, pad, channel) };
-                    continue;
+                match (self.phases, Simd::detect()) {
+                    (2, Some(simd)) => {
+                        split_row(simd, src, pad, channel.split_at_mut(self.phase_len));
+                        continue;
+                    }
+                    (1, Some(Simd::Avx512(isa))) => {
+                        // SAFETY: the token proves AVX-512F.
+                        unsafe { row_band_avx512::pad_row(isa, src, pad, channel) };
+                        continue;
+                    }
+                    _ => {}
                 }
                 for (q, dst) in channel.chunks_exact_mut(self.phase_len).enumerate() {
                     fill_phase(src, q, self.phases, pad, dst);

@@ -2,16 +2,16 @@
 
 use std::arch::x86_64::*;
 
+use super::simd::Avx512;
+
 /// f32 lanes of a 512-bit vector.
 const LANES: usize = 16;
 
 /// `dst[j] = src[j - pad]` where that is inside `src`, else zero: one padded input row, with
-/// masked loads and stores (no element outside `src` or `dst` is touched).
-///
-/// # Safety
-/// AVX-512F is available.
+/// masked loads and stores (no element outside `src` or `dst` is touched), on AVX-512F (the
+/// token proves it).
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn pad_row(src: &[f32], pad: usize, dst: &mut [f32]) {
+pub(super) fn pad_row(_: Avx512, src: &[f32], pad: usize, dst: &mut [f32]) {
     let (w, n) = (src.len(), dst.len());
     let bits = |count: usize| -> u32 {
         if count >= LANES {

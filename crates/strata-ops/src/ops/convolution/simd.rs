@@ -1,15 +1,17 @@
 //! A small f32 vector abstraction over AVX-512 (`__m512`) and AVX2 + FMA (`__m256`), so the
-//! direct and row convolution kernels and MaxPool are written once, generic over the vector
-//! width, and compiled per ISA by thin `#[target_feature]` entry points.
+//! direct, row and depthwise convolution kernels and the pooling kernels are written once,
+//! generic over the vector width, and compiled per ISA by thin `#[target_feature]` entry points.
 //!
-//! An [`Isa`] value is a token: it exists only once its features were detected, so arithmetic
-//! through it is safe; loads and stores stay `unsafe` (their pointers are the caller's to
-//! prove). Every method is `#[inline(always)]`: inlined into an entry point compiled with the
-//! features, the intrinsics become single instructions.
+//! An [`Isa`] value is a token: it exists only once its features were detected ([`Simd::detect`],
+//! the one feature check these kernels make), so arithmetic through it is safe; loads and stores
+//! stay `unsafe` (their pointers are the caller's to prove). Every method is
+//! `#[inline(always)]`: inlined into an entry point compiled with the features, the intrinsics
+//! become single instructions.
 
+#[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::row_band::ClampKind;
+use super::row_band::{Clamp, ClampKind};
 
 /// The f32 vector operations the kernels need, on the vector type [`Isa::V`].
 pub(crate) trait Isa: Copy {
@@ -42,7 +44,8 @@ pub(crate) trait Isa: Copy {
     /// # Safety
     /// `p` is valid for `n.min(LANES)` reads.
     unsafe fn load_first(self, p: *const f32, n: usize) -> Self::V;
-    /// The first `n` lanes of `v` to `p` (the others are not written).
+    /// The first `n` lanes of `v` to `p` (the others are not written). On AVX2 piecewise:
+    /// AMD's masked stores are microcoded and slow.
     ///
     /// # Safety
     /// `p` is valid for `n.min(LANES)` writes.
@@ -71,6 +74,12 @@ pub(crate) trait Isa: Copy {
             ClampKind::KeepNan => self.min(hi, self.max(lo, v)),
         }
     }
+
+    /// `c`'s bounds, splat (the `lo` and `hi` of [`Isa::clamp`]).
+    #[inline(always)]
+    fn bounds(self, c: Clamp) -> (Self::V, Self::V) {
+        (self.splat(c.lo), self.splat(c.hi))
+    }
 }
 
 /// AVX-512F, detected.
@@ -78,7 +87,8 @@ pub(crate) trait Isa: Copy {
 pub(crate) struct Avx512(());
 
 impl Avx512 {
-    pub(crate) fn detect() -> Option<Self> {
+    #[cfg(target_arch = "x86_64")]
+    fn detect() -> Option<Self> {
         std::arch::is_x86_feature_detected!("avx512f").then_some(Avx512(()))
     }
 }
@@ -88,13 +98,15 @@ impl Avx512 {
 pub(crate) struct Avx2(());
 
 impl Avx2 {
-    pub(crate) fn detect() -> Option<Self> {
+    #[cfg(target_arch = "x86_64")]
+    fn detect() -> Option<Self> {
         (std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"))
             .then_some(Avx2(()))
     }
 }
 
 /// The mask of the first `n` of 16 lanes.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn first16(n: usize) -> __mmask16 {
     if n >= 16 {
@@ -106,6 +118,7 @@ fn first16(n: usize) -> __mmask16 {
 
 // An `Avx512` token exists only where AVX-512F was detected; the pointer contracts are the
 // methods' own.
+#[cfg(target_arch = "x86_64")]
 impl Isa for Avx512 {
     type V = __m512;
     const LANES: usize = 16;
@@ -199,9 +212,10 @@ impl Isa for Avx512 {
 }
 
 /// `vmaskmovps`'s mask of the lanes set in `bits` (the low 8).
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn lane_mask(bits: u32) -> __m256i {
-    // SAFETY: only called by `Avx2` methods, whose token proves AVX2.
+pub(super) fn lane_mask(_: Avx2, bits: u32) -> __m256i {
+    // SAFETY: the token proves AVX2.
     unsafe {
         let each = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
         let set = _mm256_and_si256(_mm256_set1_epi32(bits as i32), each);
@@ -210,6 +224,7 @@ fn lane_mask(bits: u32) -> __m256i {
 }
 
 /// The bits of the first `n` of 8 lanes.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn first8(n: usize) -> u32 {
     if n >= 8 {
@@ -221,6 +236,7 @@ fn first8(n: usize) -> u32 {
 
 // An `Avx2` token exists only where AVX2 and FMA were detected; the pointer contracts are the
 // methods' own, and `vmaskmovps` does not touch the masked-off lanes' memory.
+#[cfg(target_arch = "x86_64")]
 impl Isa for Avx2 {
     type V = __m256;
     const LANES: usize = 8;
@@ -291,16 +307,32 @@ impl Isa for Avx2 {
             return unsafe { _mm256_loadu_ps(p) };
         }
         // SAFETY: the token proves AVX2 + FMA; the pointer is the caller's contract.
-        unsafe { _mm256_maskload_ps(p, lane_mask(first8(n))) }
+        unsafe { _mm256_maskload_ps(p, lane_mask(self, first8(n))) }
     }
     #[inline(always)]
     unsafe fn store_first(self, p: *mut f32, n: usize, v: __m256) {
-        if n >= 8 {
-            // SAFETY: the token proves AVX2 + FMA; the pointer is the caller's contract.
-            return unsafe { _mm256_storeu_ps(p, v) };
+        // SAFETY: the token proves AVX2 + FMA; each store writes lanes below n (the caller's
+        // contract): four, two and one of them, from the low end of what is left.
+        unsafe {
+            if n >= 8 {
+                return _mm256_storeu_ps(p, v);
+            }
+            let mut q = _mm256_castps256_ps128(v);
+            let mut at = 0;
+            if n & 4 != 0 {
+                _mm_storeu_ps(p, q);
+                q = _mm256_extractf128_ps(v, 1);
+                at = 4;
+            }
+            if n & 2 != 0 {
+                _mm_storel_pd(p.add(at) as *mut f64, _mm_castps_pd(q));
+                q = _mm_movehl_ps(q, q);
+                at += 2;
+            }
+            if n & 1 != 0 {
+                _mm_store_ss(p.add(at), q);
+            }
         }
-        // SAFETY: the token proves AVX2 + FMA; the pointer is the caller's contract.
-        unsafe { _mm256_maskstore_ps(p, lane_mask(first8(n)), v) }
     }
     #[inline(always)]
     unsafe fn load_lanes(self, p: *const f32, mask: u32) -> __m256 {
@@ -317,7 +349,7 @@ impl Isa for Avx2 {
             let bits = rest & !(rest + (1 << s));
             let at = p.wrapping_add(k).wrapping_sub(s as usize);
             // SAFETY: the token proves AVX2 + FMA; the pointer is the caller's contract.
-            v = unsafe { _mm256_or_ps(v, _mm256_maskload_ps(at, lane_mask(bits))) };
+            v = unsafe { _mm256_or_ps(v, _mm256_maskload_ps(at, lane_mask(self, bits))) };
             k += bits.count_ones() as usize;
             rest &= !bits;
         }
@@ -336,7 +368,7 @@ impl Isa for Avx2 {
             let bits = rest & !(rest + (1 << s));
             let at = p.wrapping_add(k).wrapping_sub(s as usize);
             // SAFETY: the token proves AVX2 + FMA; the pointer is the caller's contract.
-            unsafe { _mm256_maskstore_ps(at, lane_mask(bits), v) };
+            unsafe { _mm256_maskstore_ps(at, lane_mask(self, bits), v) };
             k += bits.count_ones() as usize;
             rest &= !bits;
         }
@@ -351,9 +383,26 @@ pub(crate) enum Simd {
 }
 
 impl Simd {
+    /// The widest ISA this CPU has, or `None` (not x86-64, or neither AVX-512F nor AVX2 +
+    /// FMA). Cheap per call: std caches the CPUID answers, each check is an atomic load.
     pub(crate) fn detect() -> Option<Self> {
-        Avx512::detect()
-            .map(Simd::Avx512)
-            .or_else(|| Avx2::detect().map(Simd::Avx2))
+        #[cfg(target_arch = "x86_64")]
+        {
+            Avx512::detect()
+                .map(Simd::Avx512)
+                .or_else(|| Avx2::detect().map(Simd::Avx2))
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            None
+        }
+    }
+
+    /// The AVX-512 token, where that is the ISA.
+    pub(crate) fn avx512(self) -> Option<Avx512> {
+        match self {
+            Simd::Avx512(isa) => Some(isa),
+            Simd::Avx2(_) => None,
+        }
     }
 }

@@ -850,6 +850,57 @@ mod tests {
         }
     }
 
+    /// AveragePool over many small planes (their window sums on the channel-blocked depthwise
+    /// kernel where it runs) matches the reference: 2-D windows 1 to 5 wide, strides 1 to 3,
+    /// dilation, pads, ceil_mode, with and without count_include_pad, 8 to 40 planes (a partial
+    /// last block), batch 1 and 2, at 1 and 2 threads.
+    #[test]
+    fn small_planes_with_many_channels_match_reference() {
+        use crate::ops::convolution::depthwise_blocked::sums_pay;
+        let mut rng = Rng::new(0x5a11);
+        let mut blocked = 0;
+        for case in 0..120 {
+            let kernel: Vec<usize> = (0..2).map(|_| rng.range(1, 5)).collect();
+            let dilations: Vec<usize> = (0..2).map(|_| rng.range(1, 2)).collect();
+            let p = PoolParams {
+                strides: (0..2).map(|_| rng.range(1, 3)).collect(),
+                pads_begin: kernel.iter().map(|&k| rng.below(k)).collect(),
+                pads_end: kernel.iter().map(|&k| rng.below(k)).collect(),
+                ceil_mode: rng.below(2) == 0,
+                kernel: kernel.clone(),
+                dilations,
+            };
+            let spatial: Vec<usize> = kernel
+                .iter()
+                .zip(&p.dilations)
+                .map(|(&k, &d)| rng.range((k - 1) * d + 1, 16.max((k - 1) * d + 1)))
+                .collect();
+            let (batch, channels) = (rng.range(1, 2), rng.range(8, 20));
+            let dims = [vec![batch, channels], spatial.clone()].concat();
+            let (planes, w) = geometry("AveragePool", &dims, &p).unwrap();
+            blocked += usize::from(sums_pay::<f32>(&w, planes));
+            let input = rng.vec(dims.iter().product());
+            let out_dims = pool_output_dims(&dims, &p).unwrap();
+            for include_pad in [false, true] {
+                let kind = Kind::Avg { include_pad };
+                let (expected, _) = naive(&input, &dims, &p, kind, &out_dims);
+                for threads in [1, 2] {
+                    let pool = crate::parallel::ThreadPool::new(threads).unwrap();
+                    let mut out = vec![f32::NAN; expected.len()];
+                    crate::parallel::install(&pool, || {
+                        average_pool(&input, &dims, &p, include_pad, &mut out, threads)
+                    })
+                    .unwrap();
+                    let what = format!("case {case}: {dims:?} {p:?} {kind:?} threads {threads}");
+                    assert_close_within(&out, &expected, 1e-4, &what);
+                }
+            }
+        }
+        if crate::ops::convolution::simd::Simd::detect().is_some() {
+            assert!(blocked >= 60, "only {blocked} cases on the blocked kernel");
+        }
+    }
+
     /// A window over each whole unpadded plane takes the straight mean; a pad, or a window one
     /// short of the plane, keeps the windowed path. Both agree with the reference.
     #[test]
