@@ -152,9 +152,9 @@ pub fn pack_transposed_sliver<T: Float + Pod>(
 }
 
 /// One sliver (`w` lanes, `kc` rows) of a source whose columns are contiguous (`src.rs == 1`),
-/// columns `j..j + cols` from row `p0`, by 16x16 register transposes where the CPU has AVX-512
-/// and the element is f32; `false` (nothing written) otherwise. Column by column, each element
-/// would be a store of its own, `w` elements apart.
+/// columns `j..j + cols` from row `p0`, by register transposes (16x16 with AVX-512, 8x8 with
+/// AVX2) where the element is f32; `false` (nothing written) otherwise. Column by column, each
+/// element would be a store of its own, `w` elements apart.
 fn pack_columns_fast<T: Float + Pod>(
     sliver: &mut [T],
     w: usize,
@@ -163,39 +163,31 @@ fn pack_columns_fast<T: Float + Pod>(
     (j, cols): (usize, usize),
 ) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
-        && std::arch::is_x86_feature_detected!("avx512f")
-    {
-        let (sliver, data): (&mut [f32], &[f32]) = (
-            bytemuck::cast_slice_mut(sliver),
-            bytemuck::cast_slice(src.data),
-        );
-        let cs = src.cs as usize;
-        let first = src.offset(p0, j);
-        // Column l's kc elements start at first + l * cs: the last must be inside `data`
-        // (checked operands guarantee it; a wrong one fails here instead of reading past).
-        assert!(cols <= w && sliver.len() >= kc * w);
-        assert!(cols == 0 || kc == 0 || first + (cols - 1) * cs + kc <= data.len());
-        // SAFETY: AVX-512F was detected just now; the extents were asserted above.
-        unsafe { avx512::pack_columns(sliver, w, &data[first..], cs, kc, cols) };
-        return true;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
-        && std::arch::is_x86_feature_detected!("avx2")
-    {
-        let (sliver, data): (&mut [f32], &[f32]) = (
-            bytemuck::cast_slice_mut(sliver),
-            bytemuck::cast_slice(src.data),
-        );
-        let cs = src.cs as usize;
-        let first = src.offset(p0, j);
-        // As above: the last column's kc elements must lie inside `data`.
-        assert!(cols <= w && sliver.len() >= kc * w);
-        assert!(cols == 0 || kc == 0 || first + (cols - 1) * cs + kc <= data.len());
-        // SAFETY: AVX2 was detected just now; the extents were asserted above.
-        unsafe { avx2::pack_columns(sliver, w, &data[first..], cs, kc, cols) };
-        return true;
+    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
+        let avx512 = std::arch::is_x86_feature_detected!("avx512f");
+        if avx512 || std::arch::is_x86_feature_detected!("avx2") {
+            let (sliver, data): (&mut [f32], &[f32]) = (
+                bytemuck::cast_slice_mut(sliver),
+                bytemuck::cast_slice(src.data),
+            );
+            let cs = src.cs as usize;
+            let first = src.offset(p0, j);
+            // Column l's kc elements start at first + l * cs: the last must be inside `data`
+            // (checked operands guarantee it; a wrong one fails here instead of reading past).
+            assert!(cols <= w && sliver.len() >= kc * w);
+            assert!(cols == 0 || kc == 0 || first + (cols - 1) * cs + kc <= data.len());
+            let data = &data[first..];
+            // SAFETY: the feature each call needs was detected just now; the extents were
+            // asserted above.
+            unsafe {
+                if avx512 {
+                    avx512::pack_columns(sliver, w, data, cs, kc, cols);
+                } else {
+                    avx2::pack_columns(sliver, w, data, cs, kc, cols);
+                }
+            }
+            return true;
+        }
     }
     let _ = (sliver, w, src, p0, kc, j, cols);
     false
