@@ -207,7 +207,8 @@ pub unsafe fn run<T: Float + Pod, K: Microkernel<T>>(p: &Problem<'_, T>, threads
         unsafe { block::<T, K>(p, 0..p.m, 0..p.n, 0, &stop) };
         return;
     }
-    let (row_blocks, col_blocks) = split(p.m, p.n, K::MR, K::NR, threads);
+    // A produced B is made again by every block that needs it: split its columns when possible.
+    let (row_blocks, col_blocks) = split(p.m, p.n, K::MR, K::NR, threads, p.produce_b.is_some());
     // About one block per thread, each on the same thread every call (its part of a prepacked
     // operand stays in that core's cache).
     parallel::for_each_thread(row_blocks * col_blocks, |index| {
@@ -238,11 +239,20 @@ pub unsafe fn run<T: Float + Pod, K: Microkernel<T>>(p: &Problem<'_, T>, threads
 
 /// Blocks of rows and of columns for `threads` threads: split the dimension with more register
 /// tiles (so the blocks stay balanced) into about `threads` parts. Splitting columns repacks A
-/// in every block and splitting rows repacks B, so on a tie the smaller operand is repacked.
-fn split(m: usize, n: usize, mr: usize, nr: usize, threads: usize) -> (usize, usize) {
+/// in every block and splitting rows repacks B, so on a tie the smaller operand is repacked;
+/// `columns_first` (B is produced, which costs more than packing it) splits columns whenever
+/// there are enough of them.
+fn split(
+    m: usize,
+    n: usize,
+    mr: usize,
+    nr: usize,
+    threads: usize,
+    columns_first: bool,
+) -> (usize, usize) {
     let (row_tiles, col_tiles) = (m.div_ceil(mr), n.div_ceil(nr));
     let by_columns = if row_tiles >= threads && col_tiles >= threads {
-        m <= n
+        m <= n || columns_first
     } else {
         col_tiles >= row_tiles
     };
@@ -352,13 +362,10 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                 let packed_b = &packed_b[..b_len];
                 // Later depth blocks accumulate onto the first one's result.
                 let beta = if pc == 0 { p.beta } else { T::ONE };
-                // The fused epilogue goes with the stores of a product of one depth block, where
-                // it was measured to pay (single 1x1 convolutions at 1 thread: 96 <- 16 at
-                // 112x112 with Clip 0.83x, 256 <- 64 + residual at 56x56 0.90x; the gain shrinks
-                // with the depth). With several, the row closure finishes C after the last one,
-                // as before: a conservative choice, not measured against the fused form there
-                // (the 3x3 layers first blamed on it were Winograd ones, slower by code layout).
-                let fused = p.fused.filter(|_| pc == 0 && kc == p.k);
+                // The fused epilogue goes with the stores of the last depth block (single 1x1
+                // convolutions at 1 thread: 96 <- 16 at 112x112 with Clip 0.83x, 256 <- 64 +
+                // residual at 56x56 0.90x). Earlier blocks store plain partial sums.
+                let fused = p.fused.filter(|_| pc + kc == p.k);
                 for step in 0..row_slivers {
                     let ir = rows.start + (step + first_sliver) % row_slivers * K::MR;
                     let mr = K::MR.min(rows.end - ir);
@@ -578,20 +585,23 @@ mod tests {
                 .collect()
         };
         // Wide C: columns split, at the whole tile nearest the even share.
-        assert_eq!(split(64, 455, 14, 32, 2), (1, 2));
+        assert_eq!(split(64, 455, 14, 32, 2, false), (1, 2));
         assert_eq!(cuts(455, 32, 2), [0, 224, 455]);
         // 14x14 outputs: three tiles and a bit each, not four and two.
         assert_eq!(cuts(196, 32, 2), [0, 96, 196]);
         // Tall C: rows split.
-        assert_eq!(split(1000, 40, 14, 32, 2), (2, 1));
+        assert_eq!(split(1000, 40, 14, 32, 2, false), (2, 1));
+        // ... unless B is produced: then its columns, as long as each thread gets one.
+        assert_eq!(split(1000, 40, 14, 32, 2, true), (1, 2));
+        assert_eq!(split(300, 20, 14, 32, 4, true), (4, 1));
         assert_eq!(cuts(1000, 14, 2), [0, 504, 1000]);
         // Square: the smaller operand gets repacked; here A (m <= n), so columns split.
-        assert_eq!(split(256, 256, 14, 32, 2), (1, 2));
+        assert_eq!(split(256, 256, 14, 32, 2, false), (1, 2));
         // Too few column tiles for the threads: rows split instead.
-        assert_eq!(split(300, 20, 14, 32, 4), (4, 1));
+        assert_eq!(split(300, 20, 14, 32, 4, false), (4, 1));
         assert_eq!(cuts(300, 14, 4), [0, 70, 154, 224, 300]);
         // Fewer tiles than threads: no more blocks than tiles.
-        assert_eq!(split(10, 40, 14, 32, 4), (1, 2));
+        assert_eq!(split(10, 40, 14, 32, 4, false), (1, 2));
         // Bounds never decrease and always cover the extent, in whole tiles but the last.
         for extent in 1..300 {
             for blocks in 1..6 {

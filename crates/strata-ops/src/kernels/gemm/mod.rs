@@ -30,7 +30,7 @@ pub use self::microkernel::FusedAct;
 use self::microkernel::{Microkernel, Portable};
 pub(crate) use self::pack::with_pack_buffers;
 use self::pack::MatRef;
-pub(crate) use self::prepacked::gemm_prepacked_raw;
+pub(crate) use self::prepacked::gemm_prepacked_produced_b;
 pub use self::prepacked::{gemm_prepacked, gemm_prepacked_with, PackedOperand, Prepacked};
 pub use self::produced::{gemm_produced_b, pack_transposed_sliver, BBlock, ProduceB};
 use super::error::{KernelError, KernelResult};

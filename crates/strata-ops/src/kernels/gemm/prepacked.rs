@@ -10,7 +10,7 @@
 
 use strata_core::{Device, Element, MemoryKind, Tensor};
 
-use super::driver::{Epilogue, FusedEpilogue, MatMut, Problem};
+use super::driver::{Epilogue, FusedEpilogue, MatMut, Problem, ProduceB};
 use super::isa::Isa;
 use super::pack::{pack_block, MatRef};
 use super::{check_distinct, check_operand, GemmFloat, OP};
@@ -272,6 +272,86 @@ pub(crate) unsafe fn gemm_prepacked_raw<T: GemmFloat + Element>(
     fused: Option<FusedEpilogue<'_, T>>,
     threads: usize,
 ) -> KernelResult<()> {
+    // SAFETY: forwarded (this function's contract).
+    unsafe {
+        run_prepacked(
+            packed,
+            n_or_m,
+            Other::Matrix(other, other_strides),
+            c,
+            (alpha, beta),
+            epilogue,
+            fused,
+            threads,
+        )
+    }
+}
+
+/// `C = A B` (C overwritten, `m x n` with contiguous rows) with A prepacked and B (`k x n`)
+/// made block by block by `produce` straight into the packed layout, as in
+/// [`super::gemm_produced_b`]: a convolution's unfolded input, written where the microkernel
+/// reads it instead of into a matrix that is then packed. With several threads each produces
+/// the blocks of its own columns of C (when there are enough of them). `epilogue` and `fused` as
+/// in [`gemm_prepacked_with`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_prepacked_produced_b<T: GemmFloat + Element>(
+    packed: &Prepacked<T>,
+    n: usize,
+    produce: ProduceB<'_, T>,
+    c: &mut [T],
+    c_strides: (isize, isize),
+    epilogue: Option<&Epilogue<'_, T>>,
+    fused: Option<FusedEpilogue<'_, T>>,
+    threads: usize,
+) -> KernelResult<()> {
+    let (m, n) = packed.product_dims(n);
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    check_operand("C", c.len(), m, n, c_strides)?;
+    let c = MatMut {
+        ptr: c.as_mut_ptr(),
+        rs: c_strides.0,
+        cs: c_strides.1,
+    };
+    // SAFETY: `c` was checked to hold every (i, j) of the m x n product and stays mutably
+    // borrowed until the product returns, so nothing else touches it.
+    unsafe {
+        run_prepacked(
+            packed,
+            n,
+            Other::Produced(produce),
+            c,
+            (T::ONE, T::ZERO),
+            epilogue,
+            fused,
+            threads,
+        )
+    }
+}
+
+/// The operand beside a prepacked one: a matrix in memory, or (beside a packed A) a B made block
+/// by block.
+enum Other<'a, T> {
+    Matrix(&'a [T], (isize, isize)),
+    Produced(ProduceB<'a, T>),
+}
+
+/// [`gemm_prepacked_raw`] and [`gemm_prepacked_produced_b`]: checks, then the product.
+///
+/// # Safety
+/// As [`gemm_prepacked_raw`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn run_prepacked<T: GemmFloat + Element>(
+    packed: &Prepacked<T>,
+    n_or_m: usize,
+    other: Other<'_, T>,
+    c: MatMut<T>,
+    (alpha, beta): (T, T),
+    epilogue: Option<&Epilogue<'_, T>>,
+    fused: Option<FusedEpilogue<'_, T>>,
+    threads: usize,
+) -> KernelResult<()> {
     let k = packed.k;
     let (m, n) = packed.product_dims(n_or_m);
     let c_strides = (c.rs, c.cs);
@@ -330,19 +410,30 @@ pub(crate) unsafe fn gemm_prepacked_raw<T: GemmFloat + Element>(
         rs: 0,
         cs: 0,
     };
-    let other_view = MatRef {
-        data: other,
-        rs: other_strides.0,
-        cs: other_strides.1,
-    };
-    let (a, b, packed_a, packed_b) = match packed.side {
-        PackedOperand::A => {
-            check_operand("B", other.len(), k, n, other_strides)?;
-            (empty, other_view, Some(data), None)
+    let (a, b, packed_a, packed_b, produce_b) = match (packed.side, other) {
+        (PackedOperand::A, Other::Produced(produce)) => {
+            (empty, empty, Some(data), None, Some(produce))
         }
-        PackedOperand::B => {
-            check_operand("A", other.len(), m, k, other_strides)?;
-            (other_view, empty, None, Some(data))
+        (side, Other::Matrix(other, strides)) => {
+            let view = MatRef {
+                data: other,
+                rs: strides.0,
+                cs: strides.1,
+            };
+            if side == PackedOperand::A {
+                check_operand("B", other.len(), k, n, strides)?;
+                (empty, view, Some(data), None, None)
+            } else {
+                check_operand("A", other.len(), m, k, strides)?;
+                (view, empty, None, Some(data), None)
+            }
+        }
+        (PackedOperand::B, Other::Produced(_)) => {
+            return Err(KernelError::InvalidParam {
+                op: OP,
+                param: "prepacked operand",
+                reason: "a produced B needs the weights packed as A".into(),
+            })
         }
     };
     if let Some(fused) = &fused {
@@ -366,7 +457,7 @@ pub(crate) unsafe fn gemm_prepacked_raw<T: GemmFloat + Element>(
         beta,
         packed_a,
         packed_b,
-        produce_b: None,
+        produce_b,
         epilogue,
         fused,
     };

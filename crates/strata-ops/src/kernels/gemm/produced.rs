@@ -14,8 +14,8 @@ pub use super::pack::pack_transposed_sliver;
 /// `C = A B` (C overwritten), with A `m x k` (element `(i, p)` at `a[i * rs + p * cs]`), C
 /// `m x n` with contiguous rows (`c_strides.1 == 1`), and B `k x n` written block by block by
 /// `produce` (see [`ProduceB`]), each block once per thread that needs it. `threads` as in
-/// [`super::gemm`]; several threads split C's columns when it has at least as many columns as
-/// rows, so each produces only its own part of B. `epilogue` runs on each finished piece of a
+/// [`super::gemm`]; several threads split C's columns when it has a column tile for each, so
+/// each produces only its own part of B. `epilogue` runs on each finished piece of a
 /// row of C while it is still in cache, as in [`super::gemm_prepacked_with`].
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_produced_b<T: GemmFloat>(

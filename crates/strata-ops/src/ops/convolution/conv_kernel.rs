@@ -1,20 +1,20 @@
 //! ONNX Conv, N-d with groups, strides, asymmetric pads, dilations, optional bias and a fused
-//! activation: per (batch, group) an im2col unfold and one GEMM, or for 1x1 / stride 1 / no pad
-//! kernels a GEMM straight on the input (the unfold would be a copy).
+//! activation: per (batch, group) one GEMM over the unfolded input (im2col; with prepacked
+//! weights unfolded block by block straight into the GEMM's packed layout), or for 1x1 /
+//! stride 1 / no pad kernels a GEMM straight on the input (the unfold would be a copy).
 
 use crate::kernels::activation::Activation;
 use crate::kernels::error::{KernelError, KernelResult};
 use crate::kernels::gemm::{
-    gemm, gemm_prepacked_raw, gemm_prepacked_with, Epilogue, FusedAct, FusedEpilogue, GemmFloat,
-    MatMut, PackedOperand, Prepacked,
+    gemm, gemm_prepacked_produced_b, gemm_prepacked_with, BBlock, Epilogue, FusedAct,
+    FusedEpilogue, GemmFloat, PackedOperand, Prepacked, ProduceB,
 };
 use crate::kernels::spatial::{check_len, checked_product, WindowAttrs, WindowGeometry};
 pub use crate::ops::convolution::conv_params::ConvParams;
 use crate::ops::convolution::depthwise::{self, depthwise};
 use crate::ops::convolution::depthwise_blocked::{self, depthwise_blocked};
-use crate::ops::convolution::im2col::im2col;
+use crate::ops::convolution::im2col::{im2col, unfold_packed};
 use crate::ops::convolution::transposed_output::write_transposed;
-use crate::parallel::for_each_chunk_mut_pinned;
 use strata_core::Element;
 
 const OP: &str = "Conv";
@@ -310,21 +310,6 @@ pub fn conv<T: GemmFloat + Element>(
         }
         return Ok(());
     }
-    // Threads that each take a share of the output columns, when the product is worth it.
-    // Each thread streams all the weights, so layers with more output channels than positions
-    // (deep, 7x7 or 14x14) split the GEMM's rows instead, unless their weights stay in L2
-    // (SqueezeNet's 192 <- 48 3x3 on 13x13): then a share per thread still saves a fork-join
-    // and the other core's half of the unfolded tile.
-    let weights_fit = mg.saturating_mul(depth) <= SHARED_WEIGHTS_MAX;
-    let parts = if group_len.saturating_mul(depth) < PARALLEL_MIN_MULADDS
-        || (mg > w.out_len && !weights_fit)
-    {
-        1
-    } else {
-        threads
-            .min(crate::parallel::threads())
-            .min(w.out_len.div_ceil(16))
-    };
     for b in 0..g.batch {
         for grp in 0..g.groups {
             if stop.should_stop() {
@@ -332,67 +317,34 @@ pub fn conv<T: GemmFloat + Element>(
             }
             let x = &input[(b * g.in_channels + grp * cg) * w.in_len..][..cg * w.in_len];
             let y = &mut out[(b * g.out_channels + grp * mg) * w.out_len..][..mg * w.out_len];
-            // With prepacked weights the epilogue runs on each tile as the GEMM finishes it:
-            // `epilogue(oc, j, row)` for output channel `oc` of the group, columns from `j`
-            // past the first column of the product (`start`).
-            let finish_row = |start: usize, oc: usize, j: usize, y_row: &mut [T]| {
-                let channel = grp * mg + oc;
-                let shift = bias.map_or(T::ZERO, |bias| bias[channel]);
-                let at = (b * g.out_channels + channel) * w.out_len + start + j;
-                let r = residual.map(|r| &r[at..][..y_row.len()]);
-                p.post.add_residual_bias_and_apply(y_row, r, shift);
-            };
-            if let Some(all) = packed.filter(|all| parts > 1 && all[grp].side() == PackedOperand::A)
-            {
-                let y = MatMut {
-                    ptr: y.as_mut_ptr(),
-                    rs: w.out_len as isize,
-                    cs: 1,
+            // Weights packed as A: the GEMM asks for the unfolded input one cache block at a
+            // time and it is written straight into the packed layout the microkernel reads
+            // (`unfold_packed`), by the thread that computes those columns; no unfolded tile
+            // in scratch that the GEMM would then pack again. The epilogue runs on each tile as
+            // the GEMM finishes it: `epilogue(oc, j, row)` for output channel `oc` of the group
+            // from column `j`.
+            if let Some(all) = packed.filter(|all| all[grp].side() == PackedOperand::A) {
+                let fill = |block: BBlock, dst: &mut [T]| unfold_packed(x, w, block, dst);
+                let epilogue = |oc: usize, j: usize, y_row: &mut [T]| {
+                    let channel = grp * mg + oc;
+                    let shift = bias.map_or(T::ZERO, |bias| bias[channel]);
+                    let at = (b * g.out_channels + channel) * w.out_len + j;
+                    let r = residual.map(|r| &r[at..][..y_row.len()]);
+                    p.post.add_residual_bias_and_apply(y_row, r, shift);
                 };
-                let epilogue =
-                    |start: usize| move |oc, j, y_row: &mut [T]| finish_row(start, oc, j, y_row);
-                let failed = std::sync::Mutex::new(None);
-                // Each thread unfolds and multiplies its own columns, in tiles of its own part
-                // of the scratch: the tile it unfolds stays in its core's cache for the GEMM
-                // (split separately, each would read half of it from the other core).
-                // Shares and tiles start on the microkernel's column grid: each boundary off it
-                // costs a partial register tile per row tile.
-                let columns = w.out_len.div_ceil(parts).next_multiple_of(COLUMN_GRID);
-                let part_len = scratch.len() / parts;
-                let tile = on_grid((part_len / depth).max(1));
-                for_each_chunk_mut_pinned(&mut scratch[..parts * part_len], part_len, |t, part| {
-                    let mine = (t * columns).min(w.out_len)..((t + 1) * columns).min(w.out_len);
-                    for start in mine.clone().step_by(tile) {
-                        let end = (start + tile).min(mine.end);
-                        let width = end - start;
-                        im2col(x, cg, w, start..end, part, 1);
-                        let epilogue = epilogue(start);
-                        let y_tile = y.shifted_to_column(start);
-                        // SAFETY: rows 0..mg and columns start..end of `y` (row stride
-                        // out_len) lie inside this group's output, borrowed mutably for this
-                        // whole loop; the threads' column ranges are disjoint.
-                        let done = unsafe {
-                            gemm_prepacked_raw(
-                                &all[grp],
-                                width,
-                                &part[..depth * width],
-                                row(width),
-                                y_tile,
-                                (T::ONE, T::ZERO),
-                                needs_epilogue.then_some(&epilogue as &Epilogue<'_, T>),
-                                fused(b, grp, start),
-                                1,
-                            )
-                        };
-                        if let Err(e) = done {
-                            *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                            return;
-                        }
-                    }
-                });
-                if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
-                    return Err(e);
-                }
+                gemm_prepacked_produced_b(
+                    &all[grp],
+                    w.out_len,
+                    ProduceB {
+                        align: 1,
+                        fill: &fill,
+                    },
+                    y,
+                    row(w.out_len),
+                    needs_epilogue.then_some(&epilogue as &Epilogue<'_, T>),
+                    fused(b, grp, 0),
+                    threads,
+                )?;
                 continue;
             }
             // Unfold a tile of output columns at a time, so the unfolded matrix stays in cache
@@ -418,40 +370,20 @@ pub fn conv<T: GemmFloat + Element>(
                     continue;
                 }
                 let cols = &scratch[..depth * width];
-                let y_tile = &mut y[start..];
-                match packed {
-                    Some(all) => {
-                        let epilogue = |oc, j, y_row: &mut [T]| finish_row(start, oc, j, y_row);
-                        gemm_prepacked_with(
-                            &all[grp],
-                            width,
-                            cols,
-                            row(width),
-                            y_tile,
-                            row(w.out_len),
-                            (T::ONE, T::ZERO),
-                            needs_epilogue.then_some(&epilogue as &Epilogue<'_, T>),
-                            fused(b, grp, start),
-                            threads,
-                        )?;
-                        start = end;
-                        continue;
-                    }
-                    None => gemm(
-                        mg,
-                        width,
-                        depth,
-                        &weight[grp * mg * depth..][..mg * depth],
-                        row(depth),
-                        cols,
-                        row(width),
-                        y_tile,
-                        row(w.out_len),
-                        T::ONE,
-                        T::ZERO,
-                        threads,
-                    )?,
-                }
+                gemm(
+                    mg,
+                    width,
+                    depth,
+                    &weight[grp * mg * depth..][..mg * depth],
+                    row(depth),
+                    cols,
+                    row(width),
+                    &mut y[start..],
+                    row(w.out_len),
+                    T::ONE,
+                    T::ZERO,
+                    threads,
+                )?;
                 finish(y, b, grp, start..end);
                 start = end;
             }
@@ -463,11 +395,6 @@ pub fn conv<T: GemmFloat + Element>(
 /// Below this many multiply-adds, the products of a grouped or batched pointwise convolution
 /// run one per task rather than each split over the threads.
 const GROUP_TASK_MAX_MULADDS: usize = 1 << 20;
-/// Below this many multiply-adds an unfolded product stays on the calling thread.
-const PARALLEL_MIN_MULADDS: usize = 1 << 20;
-/// Most weight elements per group (1 MiB of f32) for which threads that take shares of the
-/// columns each stream all the weights even when there are more rows than columns.
-const SHARED_WEIGHTS_MAX: usize = 1 << 18;
 /// Most output positions for which products run transposed (see `transposing_pays`).
 const TRANSPOSED_MAX_COLUMNS: usize = 196;
 
@@ -1063,14 +990,14 @@ mod tests {
         );
     }
 
-    /// With packed weights and threads, each thread unfolds and multiplies its own share of the
-    /// output columns, in several tiles when its share is wider than its part of the scratch.
+    /// With packed weights the GEMM asks for the unfolded input block by block, in its packed
+    /// layout; with threads each produces the blocks of its own output columns (also where
+    /// there are more output channels than positions).
     #[test]
     fn column_shares_on_threads_match_the_reference() {
         let mut rng = Rng::new(0x5ca7);
-        // (input dims, weight dims, stride): one tile per share, several tiles per share (depth
-        // 576 leaves 227 columns per share against 800), odd widths, batch and groups.
-        // More output channels than positions with small weights (shares of columns too).
+        // (input dims, weight dims, stride): several column blocks and depth blocks (depth 576),
+        // odd widths, batch and groups, more output channels than positions.
         let cases: [([usize; 4], [usize; 4], usize); 5] = [
             ([1, 16, 30, 30], [24, 16, 3, 3], 1),
             ([1, 64, 40, 40], [16, 64, 3, 3], 1),

@@ -7,6 +7,7 @@ use std::ops::Range;
 use smallvec::SmallVec;
 
 use crate::kernels::float::Float;
+use crate::kernels::gemm::BBlock;
 use crate::kernels::simd::multiversion;
 use crate::kernels::spatial::{Dims, WindowGeometry};
 use crate::support::strided::advance_index;
@@ -46,6 +47,58 @@ pub(crate) fn im2col<T: Float>(
         crate::parallel::for_each_chunk_mut(col, width, per_task, |i, dst| unfold((i, dst)));
     } else {
         col.chunks_mut(width).enumerate().for_each(unfold);
+    }
+}
+
+/// Positions of one row unfolded at a time by [`unfold_packed`] (a stack buffer).
+const PACKED_CHUNK: usize = 512;
+
+/// Writes `block` of the unfolded matrix of `input` (rows `(c, tap)` from `block.p0`, columns =
+/// output positions from `block.j0`) in the GEMM's packed-B layout: slivers of `block.nr`
+/// positions (sliver `s` at `s * kc * nr`, row `p` of it at `p * nr`), zero past the last
+/// position. This is the [`ProduceB`](crate::kernels::gemm::ProduceB) of a convolution: the
+/// microkernel reads the unfolded input where it is written, without an unfolded matrix in
+/// between that would then be packed. `dst` holds at least `block.elements()`.
+pub(crate) fn unfold_packed<T: Float>(
+    input: &[T],
+    g: &WindowGeometry,
+    block: BBlock,
+    dst: &mut [T],
+) {
+    let (nr, kc) = (block.nr, block.kc);
+    let chunk = PACKED_CHUNK / nr * nr;
+    if nr == 0 || kc == 0 || g.kernel_len == 0 {
+        return;
+    }
+    let plane = |row: usize| {
+        let c = row / g.kernel_len;
+        (&input[c * g.in_len..(c + 1) * g.in_len], row % g.kernel_len)
+    };
+    if chunk == 0 {
+        // Slivers wider than the buffer: one call per sliver row.
+        for (s, sliver) in dst[..block.elements()].chunks_mut(kc * nr).enumerate() {
+            let first = s * nr;
+            let width = nr.min(block.cols - first);
+            for (p, out) in sliver.chunks_mut(nr).enumerate() {
+                let (plane, tap) = plane(block.p0 + p);
+                unfold_row(plane, g, tap, block.j0 + first, &mut out[..width]);
+                out[width..].fill(T::ZERO);
+            }
+        }
+        return;
+    }
+    let mut row = [T::ZERO; PACKED_CHUNK];
+    for start in (0..block.cols).step_by(chunk) {
+        let width = chunk.min(block.cols - start);
+        for p in 0..kc {
+            let (plane, tap) = plane(block.p0 + p);
+            unfold_row(plane, g, tap, block.j0 + start, &mut row[..width]);
+            for (s, part) in row[..width].chunks(nr).enumerate() {
+                let out = &mut dst[((start / nr + s) * kc + p) * nr..][..nr];
+                out[..part.len()].copy_from_slice(part);
+                out[part.len()..].fill(T::ZERO);
+            }
+        }
     }
 }
 
@@ -410,5 +463,71 @@ mod tests {
             1.0, 0.0, 0.0, 0.0, // tap (2, 2)
         ];
         assert_eq!(col, expected);
+    }
+
+    /// Every block the GEMM can ask for, unfolded straight into slivers, holds what the plain
+    /// unfold puts at the same rows and columns (zero past the last column): 1-D, 2-D and 3-D
+    /// windows with strides, pads and dilations, sliver widths from 1 to wider than the row
+    /// buffer, blocks that start mid-depth and mid-row.
+    #[test]
+    fn packed_blocks_equal_the_unfolded_matrix() {
+        let mut rng = crate::support::rng::Rng::new(0x1b2c);
+        for case in 0..200 {
+            let rank = 1 + rng.below(3);
+            let in_dims: Vec<usize> = (0..rank).map(|_| 1 + rng.below(12)).collect();
+            let kernel: Vec<usize> = (0..rank).map(|_| 1 + rng.below(3)).collect();
+            let strides: Vec<usize> = (0..rank).map(|_| 1 + rng.below(3)).collect();
+            let pads: Vec<usize> = (0..rank).map(|_| rng.below(2)).collect();
+            let dilations: Vec<usize> = (0..rank).map(|_| 1 + rng.below(2)).collect();
+            let attrs = WindowAttrs {
+                kernel: &kernel,
+                strides: &strides,
+                pads_begin: &pads,
+                pads_end: &pads,
+                dilations: &dilations,
+                ceil_mode: false,
+            };
+            let Ok(g) = WindowGeometry::new("test", &in_dims, &attrs) else {
+                continue;
+            };
+            let channels = 1 + rng.below(3);
+            let (rows, cols) = (channels * g.kernel_len, g.out_len);
+            if cols == 0 {
+                continue;
+            }
+            let input = rng.vec(channels * g.in_len);
+            let mut full = vec![f32::NAN; rows * cols];
+            im2col(&input, channels, &g, 0..cols, &mut full, 1);
+            let nr = [1, 3, 8, 16, 32, 600][rng.below(6)];
+            let p0 = rng.below(rows);
+            let kc = 1 + rng.below(rows - p0);
+            let j0 = rng.below(cols);
+            let block = BBlock {
+                p0,
+                kc,
+                j0,
+                cols: 1 + rng.below(cols - j0),
+                nr,
+            };
+            let mut dst = vec![f32::NAN; block.elements()];
+            unfold_packed(&input, &g, block, &mut dst);
+            for (s, sliver) in dst.chunks(kc * nr).enumerate() {
+                for p in 0..kc {
+                    for j in 0..nr {
+                        let column = s * nr + j;
+                        let expected = if column < block.cols {
+                            full[(p0 + p) * cols + j0 + column]
+                        } else {
+                            0.0
+                        };
+                        assert_eq!(
+                            sliver[p * nr + j],
+                            expected,
+                            "case {case}: {block:?} sliver {s} row {p} column {j}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }
