@@ -392,6 +392,50 @@ mod tests {
         }
     }
 
+    /// Wide planes 1 to 14 output rows high (whole blocks of rows and every remainder after
+    /// them, for the masked vectors at the rows' ends), strides 1 and 2, padding 0 or 1 on each
+    /// side, equal the plane kernel with a bias and Clip, at 1 and 2 threads.
+    #[test]
+    fn row_blocks_equal_the_plane_kernel() {
+        if Simd::detect().is_none() {
+            eprintln!("skipped: the direct kernel needs AVX-512 or AVX2");
+            return;
+        }
+        let mut rng = Rng::new(41);
+        let clip = Activation::Clip { min: 0.0, max: 6.0 };
+        for stride in [1, 2] {
+            for oh in 1..=14 {
+                let (pt, pb) = (oh % 2, (oh / 2) % 2);
+                let ih = (oh - 1) * stride + 3 - pt - pb;
+                let iw = if oh % 3 == 0 { 700 } else { 333 };
+                let w = strided([ih, iw], [pt, 1], [pb, oh % 2], stride);
+                assert_eq!(w.out_dims[0], oh);
+                assert!(pays(&w, 2, 2));
+                let c = 2;
+                let x = rng.vec(c * w.in_len);
+                let kw = rng.vec(c * 9);
+                let bias = rng.vec(c);
+                let mut want = vec![0.0f32; c * w.out_len];
+                depthwise(&x, &kw, Some(&bias), c, c, &w, clip, None, &mut want, 1);
+                for threads in [1, 2] {
+                    let pool = crate::parallel::ThreadPool::new(threads).unwrap();
+                    let mut got = vec![f32::NAN; want.len()];
+                    crate::parallel::install(&pool, || {
+                        let b = Some(&bias[..]);
+                        depthwise_direct(&x, &kw, b, c, &w, clip, None, &mut got, threads)
+                    });
+                    for (j, (a, e)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            (a - e).abs() <= 1e-5 * (1.0 + e.abs()),
+                            "stride {stride} {ih}x{iw} pads {pt},{pb} threads {threads}: \
+                             element {j}: {a} vs {e}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn takes_three_by_three_stride_one_and_two_only() {
         if avx512().is_some() {
