@@ -684,7 +684,7 @@ fn input_band<
                 V::bt(row.each_ref(), out);
             }
             for j in 0..ALPHA {
-                V::bt(std::array::from_fn(|r| &w[r][j]), &mut column);
+                V::bt(lanes_of_column(&w, j), &mut column);
                 for (i, values) in column.iter().enumerate() {
                     let e = i * ALPHA + j;
                     for q in 0..group_slivers {
@@ -696,6 +696,15 @@ fn input_band<
             }
         }
     }
+}
+
+/// Column `j` of per-lane rows: `rows[r][j]` for every `r`, by reference.
+#[inline(always)]
+fn lanes_of_column<const N: usize, const R: usize, const C: usize>(
+    rows: &[[[f32; N]; C]; R],
+    j: usize,
+) -> [&[f32; N]; R] {
+    std::array::from_fn(|r| &rows[r][j])
 }
 
 /// [`transform_output`] for tiles of `ALPHA x ALPHA` products and `TILE x TILE` outputs. Tile
@@ -744,7 +753,7 @@ fn output_band<const ALPHA: usize, const TILE: usize, V: Transforms<ALPHA, TILE>
             if ox >= g.out_w {
                 break;
             }
-            V::at(std::array::from_fn(|i| &s[i][q]), &mut y);
+            V::at(lanes_of_column(&s, q), &mut y);
             for (p, values) in y.iter().enumerate() {
                 let oy = ty * TILE + p;
                 if oy >= g.out_h {
@@ -977,7 +986,7 @@ mod tests {
                     }
                     for j in 0..ALPHA {
                         let mut column = [[0.0f32; 1]; ALPHA];
-                        V::bt(std::array::from_fn(|r| &w[r][j]), &mut column);
+                        V::bt(lanes_of_column(&w, j), &mut column);
                         for (i, want) in column.iter().enumerate() {
                             let e = i * ALPHA + j;
                             let got = v[e * len + (t / mr * c + ch) * mr + t % mr];
