@@ -30,7 +30,7 @@ pub use self::microkernel::FusedAct;
 use self::microkernel::{Microkernel, Portable};
 pub(crate) use self::pack::with_pack_buffers;
 use self::pack::MatRef;
-pub(crate) use self::prepacked::gemm_prepacked_produced_b;
+pub(crate) use self::prepacked::{gemm_packed_a, gemm_prepacked_produced_b, packed_a_rows};
 pub use self::prepacked::{gemm_prepacked, gemm_prepacked_with, PackedOperand, Prepacked};
 pub use self::produced::{gemm_produced_b, pack_transposed_sliver, BBlock, ProduceB};
 use super::error::{KernelError, KernelResult};
@@ -100,6 +100,10 @@ mod isa {
 
 use self::isa::Isa;
 
+/// The tallest register tile of any microkernel: callers that pack A themselves
+/// ([`gemm_packed_a`]) size their buffers for slivers of up to this many rows.
+pub(crate) const MAX_TILE_ROWS: usize = 16;
+
 /// Generates the per-type dispatch: `$avx512` / `$avx2` / `$portable` are the microkernels. The
 /// AVX-512 list offers several register-tile heights; [`tile_rows`] picks the one that wastes
 /// the least on the product's row count.
@@ -110,6 +114,14 @@ macro_rules! dispatch {
         avx2 = $avx2:ty,
         portable = $portable:ty
     ) => {
+        // The AVX-512 heights are listed tallest first.
+        #[cfg(target_arch = "x86_64")]
+        const _: () = assert!(
+            <$tallest as Microkernel<$t>>::MR <= MAX_TILE_ROWS
+                && <$avx2 as Microkernel<$t>>::MR <= MAX_TILE_ROWS
+        );
+        const _: () = assert!(<$portable as Microkernel<$t>>::MR <= MAX_TILE_ROWS);
+
         impl sealed::Sealed for $t {
             fn tiles(m: usize, isa: Isa) -> (usize, usize) {
                 let isa = if isa.is_available() {

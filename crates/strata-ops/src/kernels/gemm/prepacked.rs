@@ -8,7 +8,7 @@
 //! run chooses. The packed copy lives in Persistent memory (counted in the per-kind stats) and
 //! is shared read-only by every context of the plan.
 
-use strata_core::{Device, Element, MemoryKind, Tensor};
+use strata_core::{Device, Element, MemoryKind, ReadGuard, Tensor};
 
 use super::driver::{Epilogue, FusedEpilogue, MatMut, Problem, ProduceB};
 use super::isa::Isa;
@@ -129,6 +129,37 @@ impl<T: GemmFloat + Element> Prepacked<T> {
         }
     }
 
+    /// Checks that the slivers have the width of the register tile a product of `m` rows uses.
+    fn check_tile(&self, m: usize) -> KernelResult<()> {
+        let (tile_rows, tile_cols) = T::tiles(m, self.isa);
+        let expected = match self.side {
+            PackedOperand::A => tile_rows,
+            PackedOperand::B => tile_cols,
+        };
+        if expected != self.tile {
+            return Err(KernelError::InvalidParam {
+                op: OP,
+                param: "prepacked operand",
+                reason: format!(
+                    "packed for a register tile of {}, this product uses {expected}",
+                    self.tile
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The packed copy, read-locked for a product.
+    fn read(&self) -> KernelResult<ReadGuard<'_, T>> {
+        self.data
+            .read::<T>()
+            .map_err(|e| KernelError::InvalidParam {
+                op: OP,
+                param: "prepacked operand",
+                reason: e.to_string(),
+            })
+    }
+
     pub fn side(&self) -> PackedOperand {
         self.side
     }
@@ -146,6 +177,16 @@ impl<T: GemmFloat + Element> Prepacked<T> {
     pub fn bytes(&self) -> usize {
         self.data.capacity_bytes()
     }
+}
+
+/// The slice of a packed copy (one contiguous buffer by construction).
+fn packed_slice<'g, T: Element>(guard: &'g ReadGuard<'_, T>) -> KernelResult<&'g [T]> {
+    // Lazily built: an error message allocates, and runs must not.
+    guard.as_slice().ok_or_else(|| KernelError::InvalidParam {
+        op: OP,
+        param: "prepacked operand",
+        reason: "not contiguous".into(),
+    })
 }
 
 /// `pack_block` for a sliver width known only at run time: one of the microkernels' widths.
@@ -359,16 +400,7 @@ unsafe fn run_prepacked<T: GemmFloat + Element>(
         return Ok(());
     }
     check_distinct(m, n, c_strides)?;
-    if c_strides.1 != 1 && n > 1 {
-        return Err(KernelError::InvalidLayout {
-            op: OP,
-            operand: "C",
-            rows: m,
-            cols: n,
-            strides: c_strides,
-            reason: "a product with a prepacked operand writes rows of C contiguously".into(),
-        });
-    }
+    check_rows_contiguous(m, n, c_strides)?;
     if k == 0 {
         return Err(KernelError::InvalidParam {
             op: OP,
@@ -376,40 +408,10 @@ unsafe fn run_prepacked<T: GemmFloat + Element>(
             reason: "has depth 0 (an empty product only scales C)".into(),
         });
     }
-    let (tile_rows, tile_cols) = T::tiles(m, packed.isa);
-    let expected = match packed.side {
-        PackedOperand::A => tile_rows,
-        PackedOperand::B => tile_cols,
-    };
-    if expected != packed.tile {
-        return Err(KernelError::InvalidParam {
-            op: OP,
-            param: "prepacked operand",
-            reason: format!(
-                "packed for a register tile of {}, this product uses {expected}",
-                packed.tile
-            ),
-        });
-    }
-    let guard = packed
-        .data
-        .read::<T>()
-        .map_err(|e| KernelError::InvalidParam {
-            op: OP,
-            param: "prepacked operand",
-            reason: e.to_string(),
-        })?;
-    // Lazily built: an error message allocates, and runs must not.
-    let data = guard.as_slice().ok_or_else(|| KernelError::InvalidParam {
-        op: OP,
-        param: "prepacked operand",
-        reason: "not contiguous".into(),
-    })?;
-    let empty: MatRef<'_, T> = MatRef {
-        data: &[],
-        rs: 0,
-        cs: 0,
-    };
+    packed.check_tile(m)?;
+    let guard = packed.read()?;
+    let data = packed_slice(&guard)?;
+    let empty = no_operand();
     let (a, b, packed_a, packed_b, produce_b) = match (packed.side, other) {
         (PackedOperand::A, Other::Produced(produce)) => {
             (empty, empty, Some(data), None, Some(produce))
@@ -470,6 +472,114 @@ unsafe fn run_prepacked<T: GemmFloat + Element>(
         return Ok(());
     }
     T::dispatch(&problem, packed.isa, threads);
+    Ok(())
+}
+
+/// The height of the register tile a product of `m` rows against the prepacked B `b` runs with:
+/// the sliver height of an A packed for [`gemm_packed_a`] (with AVX-512 it depends on `m`).
+pub(crate) fn packed_a_rows<T: GemmFloat + Element>(b: &Prepacked<T>, m: usize) -> usize {
+    T::tiles(m, b.isa).0
+}
+
+/// `C = A B` with B prepacked and A already packed by the caller, for producers that can write
+/// A's rows straight into the sliver layout (Winograd's transformed input tiles) instead of
+/// having them packed again. `a` (`m x k`, `k` = B's depth) holds `m.div_ceil(mr)` slivers of
+/// `mr = packed_a_rows(b, m)` rows: element `(i, p)` of sliver `s` at `s * k * mr + p * mr +
+/// i`, zero past row `m` (the layout [`Prepacked::a`] holds). C (`m x n`) must have contiguous
+/// rows. Threads as in [`super::gemm`].
+pub(crate) fn gemm_packed_a<T: GemmFloat + Element>(
+    a: &[T],
+    m: usize,
+    b: &Prepacked<T>,
+    c: &mut [T],
+    c_strides: (isize, isize),
+    threads: usize,
+) -> KernelResult<()> {
+    if b.side != PackedOperand::B {
+        return Err(KernelError::InvalidParam {
+            op: OP,
+            param: "prepacked operand",
+            reason: "a product with a packed A needs B prepacked".into(),
+        });
+    }
+    let (n, k) = (b.extent, b.k);
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    check_operand("C", c.len(), m, n, c_strides)?;
+    check_distinct(m, n, c_strides)?;
+    check_rows_contiguous(m, n, c_strides)?;
+    if k == 0 {
+        super::scale(m, n, c, c_strides, T::ZERO);
+        return Ok(());
+    }
+    let mr = packed_a_rows(b, m);
+    let expected = m
+        .div_ceil(mr)
+        .checked_mul(mr * k)
+        .ok_or(KernelError::SizeOverflow {
+            op: OP,
+            what: "packed A",
+        })?;
+    if a.len() < expected {
+        return Err(KernelError::BufferLength {
+            op: OP,
+            buffer: "packed A",
+            expected,
+            actual: a.len(),
+        });
+    }
+    b.check_tile(m)?;
+    let guard = b.read()?;
+    let empty = no_operand();
+    let problem = Problem {
+        m,
+        n,
+        k,
+        a: empty,
+        b: empty,
+        c: MatMut {
+            ptr: c.as_mut_ptr(),
+            rs: c_strides.0,
+            cs: c_strides.1,
+        },
+        alpha: T::ONE,
+        beta: T::ZERO,
+        packed_a: Some(&a[..expected]),
+        packed_b: Some(packed_slice(&guard)?),
+        produce_b: None,
+        epilogue: None,
+        fused: None,
+    };
+    // `dispatch` relies on a validated product: C was checked to hold every (i, j) at distinct
+    // offsets and stays mutably borrowed until it returns; A holds the slivers of the tile
+    // height the dispatch picks for m rows (`packed_a_rows`, the same `tiles`); B was checked
+    // to have the dispatch's sliver width.
+    T::dispatch(&problem, b.isa, threads);
+    Ok(())
+}
+
+/// The operand a packed one stands in for in a [`Problem`].
+fn no_operand<'a, T>() -> MatRef<'a, T> {
+    MatRef {
+        data: &[],
+        rs: 0,
+        cs: 0,
+    }
+}
+
+/// Checks that C (`m x n`) has contiguous rows, which products with a packed operand store.
+fn check_rows_contiguous(m: usize, n: usize, c_strides: (isize, isize)) -> KernelResult<()> {
+    if c_strides.1 != 1 && n > 1 {
+        return Err(KernelError::InvalidLayout {
+            op: OP,
+            operand: "C",
+            rows: m,
+            cols: n,
+            strides: c_strides,
+            reason: "a product with a prepacked operand writes rows of C contiguously".into(),
+        });
+    }
     Ok(())
 }
 
@@ -571,6 +681,88 @@ mod tests {
         assert!(Prepacked::a(64, 8, &a[..100], (8, 1)).is_err());
         // The right call works and gives the plain product.
         gemm_prepacked(&packed, 10, &b, (10, 1), &mut c, (10, 1), 1.0, 0.0, 1).unwrap();
+        assert!(c.iter().all(|&v| v == 8.0));
+    }
+
+    /// A product with A packed by the caller (here by `Prepacked::a`, whose sliver height is
+    /// the one `packed_a_rows` names) against a prepacked B equals the plain product: row
+    /// counts around the register tiles (partial last slivers), C with padded rows, one and two
+    /// threads.
+    #[test]
+    fn caller_packed_a_matches_the_plain_product() {
+        let mut rng = Rng::new(0xa9ac);
+        for (m, n, k) in [
+            (1, 5, 3),
+            (7, 16, 64),
+            (13, 33, 17),
+            (29, 64, 64),
+            (126, 64, 64),
+            (301, 70, 129),
+        ] {
+            let (a, b) = (rng.vec(m * k), rng.vec(k * n));
+            let ldc = n + 3;
+            let mut expected = vec![0.0f32; m * ldc];
+            gemm(
+                m,
+                n,
+                k,
+                &a,
+                (k as isize, 1),
+                &b,
+                (n as isize, 1),
+                &mut expected,
+                (ldc as isize, 1),
+                1.0,
+                0.0,
+                1,
+            )
+            .unwrap();
+            let packed_b = Prepacked::b(k, n, &b, (n as isize, 1)).unwrap();
+            let packed_a = Prepacked::a(m, k, &a, (k as isize, 1)).unwrap();
+            assert_eq!(packed_a.tile, packed_a_rows(&packed_b, m));
+            let guard = packed_a.read().unwrap();
+            let slivers = packed_slice(&guard).unwrap();
+            for threads in [1, 2] {
+                let pool = crate::parallel::ThreadPool::new(threads).unwrap();
+                let mut c = vec![f32::NAN; m * ldc];
+                crate::parallel::install(&pool, || {
+                    gemm_packed_a(slivers, m, &packed_b, &mut c, (ldc as isize, 1), threads)
+                })
+                .unwrap();
+                let rows = |v: &[f32]| -> Vec<f32> {
+                    v.chunks(ldc).flat_map(|r| r[..n].to_vec()).collect()
+                };
+                assert_close_within(
+                    &rows(&c),
+                    &rows(&expected),
+                    1e-4,
+                    &format!("m{m} n{n} k{k} {threads} threads"),
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn caller_packed_a_mismatches_are_errors() {
+        let (m, n, k): (usize, usize, usize) = (20, 10, 8);
+        let b = vec![1.0f32; k * n];
+        let packed_b = Prepacked::b(k, n, &b, (n as isize, 1)).unwrap();
+        let a =
+            vec![1.0f32; m.div_ceil(packed_a_rows(&packed_b, m)) * packed_a_rows(&packed_b, m) * k];
+        let mut c = vec![0.0f32; m * n];
+        // A shorter than its slivers.
+        assert!(matches!(
+            gemm_packed_a(&a[..a.len() - 1], m, &packed_b, &mut c, (n as isize, 1), 1),
+            Err(KernelError::BufferLength { .. })
+        ));
+        // A prepacked A where B belongs.
+        let packed_a = Prepacked::a(m, k, &a[..m * k], (k as isize, 1)).unwrap();
+        assert!(gemm_packed_a(&a, m, &packed_a, &mut c, (n as isize, 1), 1).is_err());
+        // C too short, and C with column-major storage.
+        assert!(gemm_packed_a(&a, m, &packed_b, &mut c[..m * n - 1], (n as isize, 1), 1).is_err());
+        assert!(gemm_packed_a(&a, m, &packed_b, &mut c, (1, m as isize), 1).is_err());
+        // The right call gives the plain product.
+        gemm_packed_a(&a, m, &packed_b, &mut c, (n as isize, 1), 1).unwrap();
         assert!(c.iter().all(|&v| v == 8.0));
     }
 }

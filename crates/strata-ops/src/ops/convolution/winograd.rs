@@ -15,14 +15,19 @@
 //!
 //! Tiles are processed a band of tile rows at a time, sized so the transformed band stays in
 //! cache between the three steps. With threads, each takes its own run of bands through all
-//! three steps and the epilogue (no step reads what another core wrote). Transforms gather and
-//! scatter per tile with the arithmetic vectorized over [`LANES`] tiles (input) or output
-//! channels (output). Which variant a layer runs is chosen at plan time ([`variant`]).
+//! three steps and the epilogue (no step reads what another core wrote). The input transform
+//! writes `V[e]` straight into the GEMM's packed-A layout (slivers of the microkernel's `MR`
+//! tiles, each holding all input channels), so the products read it without packing it again;
+//! the products are stored tile by tile (a tile's `ALPHA²` rows of out channels together), so
+//! the output transform reads each tile's products from one contiguous run. Transforms gather
+//! and scatter per tile with the arithmetic vectorized over a few slivers of tiles (input) or
+//! [`LANES`] output channels (output). Which variant a layer runs is chosen at plan time
+//! ([`variant`]).
 
 use std::marker::PhantomData;
 
 use crate::kernels::error::{KernelError, KernelResult};
-use crate::kernels::gemm::{gemm_prepacked, Prepacked};
+use crate::kernels::gemm::{gemm_packed_a, packed_a_rows, Prepacked, MAX_TILE_ROWS};
 use crate::kernels::simd::multiversion;
 use crate::kernels::Activation;
 
@@ -30,6 +35,8 @@ use super::conv_kernel::ConvParams;
 use super::winograd_transforms::{kernel_transform, F2x2, F4x4, Transforms, LANES};
 
 const OP: &str = "Conv";
+/// Positions of the largest variant's transformed tile.
+const MAX_POSITIONS: usize = Variant::F4x4.positions();
 /// About this many tiles per band.
 const BAND_TILES: usize = 128;
 
@@ -163,10 +170,16 @@ impl Geometry {
         self.variant.positions() * self.tiles_x * (self.in_channels + self.out_channels)
     }
 
+    /// Scratch elements a band needs beyond [`Geometry::row_len`] per tile row: its tiles
+    /// rounded up to whole slivers of the packed input.
+    fn sliver_slack(&self) -> usize {
+        self.variant.positions() * (MAX_TILE_ROWS - 1) * self.in_channels
+    }
+
     /// Scratch elements of a run: an even number of band rows (one more than the image has at
-    /// most), so two threads each get half of a band's rows.
+    /// most), so two threads each get half of a band's rows, and each half its slack.
     fn scratch_len(&self) -> usize {
-        self.band_rows().next_multiple_of(2) * self.row_len()
+        self.band_rows().next_multiple_of(2) * self.row_len() + 2 * self.sliver_slack()
     }
 }
 
@@ -294,27 +307,24 @@ pub(crate) fn conv(
                 }
                 let (ty0, rows) = schedule.band(band);
                 let tiles = rows * g.tiles_x;
-                let (v, rest) = scratch.split_at_mut(positions * tiles * c);
+                // V[e] for every position e, each in the packed layout of its product's A.
+                let mr = packed_a_rows(&weights.positions[0], tiles);
+                let packed_len = tiles.div_ceil(mr) * mr * c;
+                let (v, rest) = scratch.split_at_mut(positions * packed_len);
                 let products = &mut rest[..positions * tiles * m];
-                // V: per input channel, one row of `tiles` per position (position e's A operand
-                // is tiles x c with strides (1, positions * tiles)).
-                for (ch, vc) in v.chunks_exact_mut(positions * tiles).enumerate() {
-                    let x = &x[ch * in_plane..][..in_plane];
-                    match variant {
-                        Variant::F2x2 => transform_input(PhantomData::<F2x2>, x, &g, ty0, rows, vc),
-                        Variant::F4x4 => transform_input(PhantomData::<F4x4>, x, &g, ty0, rows, vc),
-                    }
-                }
-                for (e, me) in products.chunks_exact_mut(tiles * m).enumerate() {
-                    gemm_prepacked(
-                        &weights.positions[e],
+                transform_input_packed(variant, mr, x, &g, ty0, rows, v)?;
+                // M[e] (tiles x m) at row stride `positions * m`: a tile's products together.
+                for (e, (ve, ue)) in v
+                    .chunks_exact(packed_len)
+                    .zip(&weights.positions)
+                    .enumerate()
+                {
+                    gemm_packed_a(
+                        ve,
                         tiles,
-                        &v[e * tiles..],
-                        (1, (positions * tiles) as isize),
-                        me,
-                        (m as isize, 1),
-                        1.0,
-                        0.0,
+                        ue,
+                        &mut products[e * m..],
+                        ((positions * m) as isize, 1),
                         1,
                     )?;
                 }
@@ -396,9 +406,15 @@ impl Schedule {
     /// As many parts as threads (when each part of `scratch_len` holds a tile row), with bands
     /// as tall as a part holds, their count a multiple of the parts.
     fn new(g: &Geometry, scratch_len: usize, threads: usize) -> Self {
-        let fit = scratch_len / g.row_len().max(1);
-        let parts = threads.min(fit).min(g.tiles_y).max(1);
-        let rows = (fit / parts).clamp(1, g.tiles_y);
+        // Tile rows a part of the scratch holds beside its slack.
+        let fit = |parts: usize| {
+            (scratch_len / parts).saturating_sub(g.sliver_slack()) / g.row_len().max(1)
+        };
+        let parts = (1..=threads.min(g.tiles_y).max(1))
+            .rev()
+            .find(|&parts| fit(parts) >= 1)
+            .unwrap_or(1);
+        let rows = fit(parts).clamp(1, g.tiles_y);
         let bands = g
             .tiles_y
             .div_ceil(rows)
@@ -444,10 +460,17 @@ impl OutPtr {
     }
 }
 
-/// A variant as the one type parameter `multiversion!` takes: its band transforms, inlined into
-/// each target's copy.
+/// A variant's band transforms, inlined into each target's copy of [`transform_input`] and
+/// [`transform_output`].
 trait BandTransforms {
-    fn input(x: &[f32], g: &Geometry, ty0: usize, rows: usize, v: &mut [f32]);
+    /// The input transform writing slivers of `MR` tiles, `GROUP` (whole slivers) at a time.
+    fn input<const MR: usize, const GROUP: usize>(
+        x: &[f32],
+        g: &Geometry,
+        ty0: usize,
+        rows: usize,
+        v: &mut [f32],
+    );
     fn output(
         products: &[f32],
         g: &Geometry,
@@ -458,40 +481,112 @@ trait BandTransforms {
     );
 }
 
-impl BandTransforms for F2x2 {
+/// [`BandTransforms`] for a variant of `ALPHA x ALPHA` input tiles and `TILE x TILE` outputs.
+macro_rules! band_transforms {
+    ($variant:ty, $alpha:literal, $tile:literal) => {
+        impl BandTransforms for $variant {
+            #[inline(always)]
+            fn input<const MR: usize, const GROUP: usize>(
+                x: &[f32],
+                g: &Geometry,
+                ty0: usize,
+                rows: usize,
+                v: &mut [f32],
+            ) {
+                input_band::<$alpha, $tile, $variant, MR, GROUP>(x, g, ty0, rows, v)
+            }
+            #[inline(always)]
+            fn output(
+                p: &[f32],
+                g: &Geometry,
+                ty0: usize,
+                rows: usize,
+                m0: usize,
+                y: &mut [&mut [f32]],
+            ) {
+                output_band::<$alpha, $tile, $variant>(p, g, ty0, rows, m0, y)
+            }
+        }
+    };
+}
+
+band_transforms!(F2x2, 4, 2);
+band_transforms!(F4x4, 6, 4);
+
+/// A variant's input transform for one sliver height, as the one type parameter
+/// `multiversion!` takes.
+struct Slivers<V, const MR: usize, const GROUP: usize>(PhantomData<V>);
+
+/// The input transform of a [`Slivers`].
+trait InputTransform {
+    fn input(x: &[f32], g: &Geometry, ty0: usize, rows: usize, v: &mut [f32]);
+}
+
+impl<V: BandTransforms, const MR: usize, const GROUP: usize> InputTransform
+    for Slivers<V, MR, GROUP>
+{
     #[inline(always)]
     fn input(x: &[f32], g: &Geometry, ty0: usize, rows: usize, v: &mut [f32]) {
-        input_band::<4, 2, F2x2>(x, g, ty0, rows, v)
-    }
-    #[inline(always)]
-    fn output(p: &[f32], g: &Geometry, ty0: usize, rows: usize, m0: usize, y: &mut [&mut [f32]]) {
-        output_band::<4, 2, F2x2>(p, g, ty0, rows, m0, y)
+        V::input::<MR, GROUP>(x, g, ty0, rows, v)
     }
 }
 
-impl BandTransforms for F4x4 {
-    #[inline(always)]
-    fn input(x: &[f32], g: &Geometry, ty0: usize, rows: usize, v: &mut [f32]) {
-        input_band::<6, 4, F4x4>(x, g, ty0, rows, v)
+/// [`transform_input`] for the sliver height `mr` of the band's products: each microkernel's
+/// `MR` a constant, so a sliver's run of tiles is stored with a few vector moves. The tiles go
+/// through the arithmetic a few whole slivers at a time.
+fn transform_input_packed(
+    variant: Variant,
+    mr: usize,
+    x: &[f32],
+    g: &Geometry,
+    ty0: usize,
+    rows: usize,
+    v: &mut [f32],
+) -> KernelResult<()> {
+    macro_rules! heights {
+        ($(($mr:literal, $group:literal)),*) => {
+            match (variant, mr) {
+                $(
+                    (Variant::F2x2, $mr) => transform_input(
+                        PhantomData::<Slivers<F2x2, $mr, $group>>,
+                        x, g, ty0, rows, v,
+                    ),
+                    (Variant::F4x4, $mr) => transform_input(
+                        PhantomData::<Slivers<F4x4, $mr, $group>>,
+                        x, g, ty0, rows, v,
+                    ),
+                )*
+                _ => {
+                    return Err(KernelError::InvalidParam {
+                        op: OP,
+                        param: "input",
+                        reason: format!("no input transform for register tiles of {mr} rows"),
+                    })
+                }
+            }
+        };
     }
-    #[inline(always)]
-    fn output(p: &[f32], g: &Geometry, ty0: usize, rows: usize, m0: usize, y: &mut [&mut [f32]]) {
-        output_band::<6, 4, F4x4>(p, g, ty0, rows, m0, y)
-    }
+    // The microkernels' heights (AVX-512 14, 13, 11, 8; AVX2 6; portable 4), each with whole
+    // slivers of tiles per step: whole AVX2 vectors where that takes at most four slivers
+    // (12 tiles for MR 6 were 8 lanes and 4 masked), else as many as fit in 16.
+    heights!((4, 16), (6, 24), (8, 16), (11, 11), (13, 13), (14, 14));
+    Ok(())
 }
 
 multiversion! {
-    /// One input channel's tiles of the band (tile rows `ty0..ty0 + rows`): `v[e * tiles + t]`
-    /// is position `e` of tile `t`'s `Bᵀ d B`, the padding read as zeros.
-    fn transform_input<V: BandTransforms>(
-        _variant: PhantomData<V>,
+    /// Every input channel's tiles of the band (tile rows `ty0..ty0 + rows`), `Bᵀ d B` of each
+    /// with the padding read as zeros, as the packed A of each position's product: position
+    /// `e`, channel `p` of tile `t` at `v[e * len + (t / MR * c + p) * MR + t % MR]` (`len` =
+    /// one position's slivers, zeros past the last tile).
+    fn transform_input<P: InputTransform>(
+        _slivers: PhantomData<P>,
         x: &[f32],
         g: &Geometry,
         ty0: usize,
         rows: usize,
         v: &mut [f32],
     ) {
-        V::input(x, g, ty0, rows, v)
+        P::input(x, g, ty0, rows, v)
     }
 }
 
@@ -512,29 +607,36 @@ multiversion! {
     }
 }
 
-/// [`transform_input`] for tiles of `ALPHA x ALPHA` inputs and `TILE x TILE` outputs.
+/// [`transform_input`] for tiles of `ALPHA x ALPHA` inputs and `TILE x TILE` outputs, written
+/// in slivers of `MR` tiles, `GROUP` tiles (whole slivers) per vector step. Sliver by sliver,
+/// then channel by channel, so each position's packed A is written front to back.
 #[inline(always)]
-fn input_band<const ALPHA: usize, const TILE: usize, V: Transforms<ALPHA, TILE>>(
+fn input_band<
+    const ALPHA: usize,
+    const TILE: usize,
+    V: Transforms<ALPHA, TILE>,
+    const MR: usize,
+    const GROUP: usize,
+>(
     x: &[f32],
     g: &Geometry,
     ty0: usize,
     rows: usize,
     v: &mut [f32],
 ) {
+    let c = g.in_channels;
+    let in_plane = g.in_h * g.in_w;
     let tiles = rows * g.tiles_x;
-    let at = |iy: isize, ix: isize| -> f32 {
-        if iy >= 0 && ix >= 0 && (iy as usize) < g.in_h && (ix as usize) < g.in_w {
-            x[iy as usize * g.in_w + ix as usize]
-        } else {
-            0.0
-        }
-    };
-    let mut t0 = 0;
-    while t0 < tiles {
-        let lanes = LANES.min(tiles - t0);
-        // d[r][k][lane]: the input tile of each lane's tile.
-        let mut d = [[[0.0f32; LANES]; ALPHA]; ALPHA];
-        for lane in 0..lanes {
+    let slivers = tiles.div_ceil(MR);
+    let len = slivers * MR * c;
+    for first in (0..slivers).step_by(GROUP / MR) {
+        let t0 = first * MR;
+        let lanes = GROUP.min(tiles - t0);
+        let group_slivers = (GROUP / MR).min(slivers - first);
+        // Each lane's tile: its first input element and whether the tile lies inside the
+        // image (whole rows, no edge tests).
+        let mut origin = [(0isize, 0isize, false); GROUP];
+        for (lane, o) in origin[..lanes].iter_mut().enumerate() {
             let t = t0 + lane;
             let (ty, tx) = (ty0 + t / g.tiles_x, t % g.tiles_x);
             let iy0 = (ty * TILE) as isize - g.pad_top as isize;
@@ -543,41 +645,70 @@ fn input_band<const ALPHA: usize, const TILE: usize, V: Transforms<ALPHA, TILE>>
                 && ix0 >= 0
                 && iy0 as usize + ALPHA <= g.in_h
                 && ix0 as usize + ALPHA <= g.in_w;
-            if inside {
-                // Most tiles: whole rows, no edge tests.
-                let first = iy0 as usize * g.in_w + ix0 as usize;
+            *o = (iy0, ix0, inside);
+        }
+        // d[r][k][lane]: the input tile of each lane's tile. Every channel writes all of each
+        // of the group's tiles, so the lanes past the last tile stay zero.
+        let mut d = [[[0.0f32; GROUP]; ALPHA]; ALPHA];
+        let mut w = [[[0.0f32; GROUP]; ALPHA]; ALPHA];
+        let mut column = [[0.0f32; GROUP]; ALPHA];
+        for (ch, x) in x.chunks_exact(in_plane).take(c).enumerate() {
+            let at = |iy: isize, ix: isize| -> f32 {
+                if iy >= 0 && ix >= 0 && (iy as usize) < g.in_h && (ix as usize) < g.in_w {
+                    x[iy as usize * g.in_w + ix as usize]
+                } else {
+                    0.0
+                }
+            };
+            for (lane, &(iy0, ix0, inside)) in origin[..lanes].iter().enumerate() {
+                if inside {
+                    let first = iy0 as usize * g.in_w + ix0 as usize;
+                    for (r, row) in d.iter_mut().enumerate() {
+                        let src: &[f32; ALPHA] = x[first + r * g.in_w..][..ALPHA]
+                            .try_into()
+                            .expect("ALPHA columns");
+                        for (col, &value) in row.iter_mut().zip(src) {
+                            col[lane] = value;
+                        }
+                    }
+                    continue;
+                }
                 for (r, row) in d.iter_mut().enumerate() {
-                    let src: &[f32; ALPHA] = x[first + r * g.in_w..][..ALPHA]
-                        .try_into()
-                        .expect("ALPHA columns");
-                    for (col, &value) in row.iter_mut().zip(src) {
-                        col[lane] = value;
+                    for (k, col) in row.iter_mut().enumerate() {
+                        col[lane] = at(iy0 + r as isize, ix0 + k as isize);
                     }
                 }
-                continue;
             }
-            for (r, row) in d.iter_mut().enumerate() {
-                for (k, col) in row.iter_mut().enumerate() {
-                    col[lane] = at(iy0 + r as isize, ix0 + k as isize);
+            // Rows, then columns: w[r] = Bᵀ d[r] (along k), V[.][j] = Bᵀ w[.][j] (along r).
+            for (row, out) in d.iter().zip(&mut w) {
+                V::bt(row.each_ref(), out);
+            }
+            for j in 0..ALPHA {
+                V::bt(lanes_of_column(&w, j), &mut column);
+                for (i, values) in column.iter().enumerate() {
+                    let e = i * ALPHA + j;
+                    for q in 0..group_slivers {
+                        let at = e * len + ((first + q) * c + ch) * MR;
+                        let run: &[f32; MR] = values[q * MR..][..MR].try_into().expect("MR tiles");
+                        v[at..][..MR].copy_from_slice(run);
+                    }
                 }
             }
         }
-        // Rows, then columns: w[r] = Bᵀ d[r] (along k), V[.][j] = Bᵀ w[.][j] (along r).
-        let w: [[[f32; LANES]; ALPHA]; ALPHA] = std::array::from_fn(|r| V::bt(&d[r]));
-        let columns: [[[f32; LANES]; ALPHA]; ALPHA] =
-            std::array::from_fn(|j| std::array::from_fn(|r| w[r][j]));
-        for (j, column) in columns.iter().enumerate() {
-            let transformed = V::bt(column);
-            for (i, values) in transformed.iter().enumerate() {
-                let e = i * ALPHA + j;
-                v[e * tiles + t0..][..lanes].copy_from_slice(&values[..lanes]);
-            }
-        }
-        t0 += lanes;
     }
 }
 
-/// [`transform_output`] for tiles of `ALPHA x ALPHA` products and `TILE x TILE` outputs.
+/// Column `j` of per-lane rows: `rows[r][j]` for every `r`, by reference.
+#[inline(always)]
+fn lanes_of_column<const N: usize, const R: usize, const C: usize>(
+    rows: &[[[f32; N]; C]; R],
+    j: usize,
+) -> [&[f32; N]; R] {
+    std::array::from_fn(|r| &rows[r][j])
+}
+
+/// [`transform_output`] for tiles of `ALPHA x ALPHA` products and `TILE x TILE` outputs. Tile
+/// `t`'s product at position `e` for channel `o` is `products[(t * ALPHA² + e) * m + o]`.
 #[inline(always)]
 fn output_band<const ALPHA: usize, const TILE: usize, V: Transforms<ALPHA, TILE>>(
     products: &[f32],
@@ -588,28 +719,41 @@ fn output_band<const ALPHA: usize, const TILE: usize, V: Transforms<ALPHA, TILE>
     planes: &mut [&mut [f32]],
 ) {
     let m = g.out_channels;
+    let positions = ALPHA * ALPHA;
     let tiles = rows * g.tiles_x;
     let lanes = planes.len();
-    for t in 0..tiles {
+    // The last channels of a layer whose count is not a multiple of LANES, zero-padded.
+    let mut part = [[0.0f32; LANES]; MAX_POSITIONS];
+    let mut s = [[[0.0f32; LANES]; TILE]; ALPHA];
+    let mut y = [[0.0f32; LANES]; TILE];
+    for (t, tile) in products.chunks_exact(positions * m).take(tiles).enumerate() {
         let (ty, tx) = (ty0 + t / g.tiles_x, t % g.tiles_x);
-        // z[i][j][lane]: position (i, j) of this tile's products for each channel.
-        let mut z = [[[0.0f32; LANES]; ALPHA]; ALPHA];
-        for (i, row) in z.iter_mut().enumerate() {
-            for (j, values) in row.iter_mut().enumerate() {
-                let e = i * ALPHA + j;
-                values[..lanes].copy_from_slice(&products[(e * tiles + t) * m + m0..][..lanes]);
+        if lanes < LANES {
+            for (e, values) in part[..positions].iter_mut().enumerate() {
+                values[..lanes].copy_from_slice(&tile[e * m + m0..][..lanes]);
             }
         }
+        // z(i, j): position (i, j) of this tile's products for each channel.
+        let z = |i: usize, j: usize| -> &[f32; LANES] {
+            let e = i * ALPHA + j;
+            if lanes < LANES {
+                &part[e]
+            } else {
+                tile[e * m + m0..][..LANES]
+                    .try_into()
+                    .expect("LANES channels")
+            }
+        };
         // Rows: s[i] = Aᵀ z[i] (along j); then columns: Y[.][q] = Aᵀ s[.][q] (along i).
-        let s: [[[f32; LANES]; TILE]; ALPHA] = std::array::from_fn(|i| V::at(&z[i]));
-        let columns: [[[f32; LANES]; ALPHA]; TILE] =
-            std::array::from_fn(|q| std::array::from_fn(|i| s[i][q]));
-        for (q, column) in columns.iter().enumerate() {
+        for (i, out) in s.iter_mut().enumerate() {
+            V::at(std::array::from_fn(|j| z(i, j)), out);
+        }
+        for q in 0..TILE {
             let ox = tx * TILE + q;
             if ox >= g.out_w {
                 break;
             }
-            let y = V::at(column);
+            V::at(lanes_of_column(&s, q), &mut y);
             for (p, values) in y.iter().enumerate() {
                 let oy = ty * TILE + p;
                 if oy >= g.out_h {
@@ -786,6 +930,101 @@ mod tests {
         }
     }
 
+    /// Bands whose tile counts are not whole slivers (of 6 rows with AVX2, 14/13/11/8 with
+    /// AVX-512, 4 portable), bands of unequal heights, padding on some sides, bias, residual and
+    /// Relu, one and two threads.
+    #[test]
+    fn partial_slivers_equal_the_direct_convolution() {
+        for threads in [1, 2] {
+            for variant in VARIANTS {
+                // F(4x4): 10 rows of 7 tiles (70, or 35 + 35 on two threads).
+                check_with(variant, 1, 64, 40, (37, 27), [1, 1, 1, 1], threads, FULL);
+                // F(4x4): 13 rows of 4 tiles (52, or 24 + 28 on two threads); one row of 3.
+                check_with(variant, 1, 33, 17, (50, 13), [1, 0, 1, 2], threads, FULL);
+                check_with(variant, 2, 20, 16, (6, 10), [0, 1, 0, 1], threads, FULL);
+                // F(4x4): 29 rows of 3 tiles (87, or 45 + 42).
+                check_with(variant, 1, 9, 35, (113, 9), [1, 1, 1, 1], threads, FULL);
+            }
+        }
+    }
+
+    /// The input transform for every microkernel's sliver height (AVX-512's too, which this
+    /// CPU may not run) against `Bᵀ d B` of each tile one at a time: the packed layout, the
+    /// padding read as zeros, zeros past the last tile.
+    #[test]
+    fn packed_inputs_match_each_tile_for_every_sliver_height() {
+        fn reference<const ALPHA: usize, const TILE: usize, V: Transforms<ALPHA, TILE>>(
+            x: &[f32],
+            g: &Geometry,
+            ty0: usize,
+            rows: usize,
+            mr: usize,
+            v: &[f32],
+        ) {
+            let c = g.in_channels;
+            let tiles = rows * g.tiles_x;
+            let len = tiles.div_ceil(mr) * mr * c;
+            for t in 0..tiles.div_ceil(mr) * mr {
+                for ch in 0..c {
+                    let d = |r: usize, k: usize| -> f32 {
+                        let (ty, tx) = (ty0 + t / g.tiles_x, t % g.tiles_x);
+                        let iy = (ty * TILE + r) as isize - g.pad_top as isize;
+                        let ix = (tx * TILE + k) as isize - g.pad_left as isize;
+                        let inside = t < tiles
+                            && (0..g.in_h as isize).contains(&iy)
+                            && (0..g.in_w as isize).contains(&ix);
+                        if inside {
+                            x[ch * g.in_h * g.in_w + iy as usize * g.in_w + ix as usize]
+                        } else {
+                            0.0
+                        }
+                    };
+                    let mut w = [[[0.0f32; 1]; ALPHA]; ALPHA];
+                    for (r, out) in w.iter_mut().enumerate() {
+                        let row: [[f32; 1]; ALPHA] = std::array::from_fn(|k| [d(r, k)]);
+                        V::bt(row.each_ref(), out);
+                    }
+                    for j in 0..ALPHA {
+                        let mut column = [[0.0f32; 1]; ALPHA];
+                        V::bt(lanes_of_column(&w, j), &mut column);
+                        for (i, want) in column.iter().enumerate() {
+                            let e = i * ALPHA + j;
+                            let got = v[e * len + (t / mr * c + ch) * mr + t % mr];
+                            assert!(
+                                (got - want[0]).abs() <= 1e-5 * (1.0 + want[0].abs()),
+                                "MR {mr}: tile {t} channel {ch} position {e}: {got} vs {}",
+                                want[0]
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        let p = ConvParams {
+            pads_begin: vec![1, 2],
+            pads_end: vec![1, 0],
+            ..ConvParams::default()
+        };
+        let (c, h, w) = (5, 23, 17);
+        let x = values(c * h * w, 0.4);
+        for variant in VARIANTS {
+            let g = Geometry::new(&[1, c, h, w], &[8, c, 3, 3], &p, variant).unwrap();
+            // A band from the second tile row on, with a partial last sliver for each height.
+            let (ty0, rows) = (1, g.tiles_y - 2);
+            for mr in [4, 6, 8, 11, 13, 14] {
+                let tiles = rows * g.tiles_x;
+                let mut v = vec![f32::NAN; variant.positions() * tiles.div_ceil(mr) * mr * c];
+                transform_input_packed(variant, mr, &x, &g, ty0, rows, &mut v).unwrap();
+                match variant {
+                    Variant::F2x2 => reference::<4, 2, F2x2>(&x, &g, ty0, rows, mr, &v),
+                    Variant::F4x4 => reference::<6, 4, F4x4>(&x, &g, ty0, rows, mr, &v),
+                }
+            }
+            let mut v = vec![0.0; 10_000];
+            assert!(transform_input_packed(variant, 5, &x, &g, ty0, rows, &mut v).is_err());
+        }
+    }
+
     /// Bands cover every tile row once, in order, and each part's bands fit its scratch.
     #[test]
     fn schedules_cover_every_tile_row() {
@@ -813,7 +1052,8 @@ mod tests {
                             let (ty0, rows) = s.band(band);
                             assert_eq!(ty0, next);
                             assert!(rows >= 1);
-                            let need = variant.positions() * rows * g.tiles_x * (c + m);
+                            let need =
+                                variant.positions() * rows * g.tiles_x * (c + m) + g.sliver_slack();
                             assert!(need <= len / s.parts, "{h}x{w}: band {band} needs {need}");
                             next += rows;
                         }

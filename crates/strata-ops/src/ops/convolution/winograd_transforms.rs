@@ -3,10 +3,12 @@
 //! kernel, `Bᵀ` for the input tile and `Aᵀ` for the output tile, `Y = Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d
 //! B)] A`. The band schedule, products and epilogue around them are shared (`winograd.rs`).
 //!
-//! `Bᵀ` and `Aᵀ` are written out as sums over [`LANES`] values at once (tiles for the input,
-//! channels for the output), so they vectorize; `G` runs once per weight, in f64.
+//! `Bᵀ` and `Aᵀ` are written out as sums over `N` values at once (tiles for the input, channels
+//! for the output), so they vectorize; they take their operands by reference and write their
+//! results in place, so that neither a column of a tile nor a result is copied (arrays built
+//! and returned by value were `memcpy` calls). `G` runs once per weight, in f64.
 
-/// Tiles (input transform) or channels (output transform) per vector step.
+/// Channels per vector step of the output transform.
 pub(crate) const LANES: usize = 16;
 
 /// One transform's arithmetic on `ALPHA`-point input tiles giving `TILE`-point output tiles
@@ -14,10 +16,10 @@ pub(crate) const LANES: usize = 16;
 pub(crate) trait Transforms<const ALPHA: usize, const TILE: usize> {
     /// `G` (ALPHA x 3).
     const G: [[f64; 3]; ALPHA];
-    /// `Bᵀ z` for the `ALPHA` values `z` of each lane.
-    fn bt(z: &[[f32; LANES]; ALPHA]) -> [[f32; LANES]; ALPHA];
-    /// `Aᵀ z` for the `ALPHA` values `z` of each lane.
-    fn at(z: &[[f32; LANES]; ALPHA]) -> [[f32; LANES]; TILE];
+    /// `o = Bᵀ z` for the `ALPHA` values `z` of each of `N` lanes.
+    fn bt<const N: usize>(z: [&[f32; N]; ALPHA], o: &mut [[f32; N]; ALPHA]);
+    /// `o = Aᵀ z` for the `ALPHA` values `z` of each of `N` lanes.
+    fn at<const N: usize>(z: [&[f32; N]; ALPHA], o: &mut [[f32; N]; TILE]);
 }
 
 /// F(2x2, 3x3): 4x4 input tiles, 16 products, 2x2 outputs. Transformed weights are 16/9 of the
@@ -39,27 +41,23 @@ impl Transforms<4, 2> for F2x2 {
     ];
 
     #[inline(always)]
-    fn bt(z: &[[f32; LANES]; 4]) -> [[f32; LANES]; 4] {
-        let mut o = [[0.0f32; LANES]; 4];
-        for l in 0..LANES {
+    fn bt<const N: usize>(z: [&[f32; N]; 4], o: &mut [[f32; N]; 4]) {
+        for l in 0..N {
             let [z0, z1, z2, z3] = [z[0][l], z[1][l], z[2][l], z[3][l]];
             o[0][l] = z0 - z2;
             o[1][l] = z1 + z2;
             o[2][l] = z2 - z1;
             o[3][l] = z1 - z3;
         }
-        o
     }
 
     #[inline(always)]
-    fn at(z: &[[f32; LANES]; 4]) -> [[f32; LANES]; 2] {
-        let mut o = [[0.0f32; LANES]; 2];
-        for l in 0..LANES {
+    fn at<const N: usize>(z: [&[f32; N]; 4], o: &mut [[f32; N]; 2]) {
+        for l in 0..N {
             let [z0, z1, z2, z3] = [z[0][l], z[1][l], z[2][l], z[3][l]];
             o[0][l] = z0 + z1 + z2;
             o[1][l] = z1 - z2 - z3;
         }
-        o
     }
 }
 
@@ -74,9 +72,8 @@ impl Transforms<6, 4> for F4x4 {
     ];
 
     #[inline(always)]
-    fn bt(z: &[[f32; LANES]; 6]) -> [[f32; LANES]; 6] {
-        let mut o = [[0.0f32; LANES]; 6];
-        for l in 0..LANES {
+    fn bt<const N: usize>(z: [&[f32; N]; 6], o: &mut [[f32; N]; 6]) {
+        for l in 0..N {
             let [z0, z1, z2, z3, z4, z5] = [z[0][l], z[1][l], z[2][l], z[3][l], z[4][l], z[5][l]];
             o[0][l] = 4.0 * z0 - 5.0 * z2 + z4;
             o[1][l] = -4.0 * z1 - 4.0 * z2 + z3 + z4;
@@ -85,20 +82,17 @@ impl Transforms<6, 4> for F4x4 {
             o[4][l] = 2.0 * z1 - z2 - 2.0 * z3 + z4;
             o[5][l] = 4.0 * z1 - 5.0 * z3 + z5;
         }
-        o
     }
 
     #[inline(always)]
-    fn at(z: &[[f32; LANES]; 6]) -> [[f32; LANES]; 4] {
-        let mut o = [[0.0f32; LANES]; 4];
-        for l in 0..LANES {
+    fn at<const N: usize>(z: [&[f32; N]; 6], o: &mut [[f32; N]; 4]) {
+        for l in 0..N {
             let [z0, z1, z2, z3, z4, z5] = [z[0][l], z[1][l], z[2][l], z[3][l], z[4][l], z[5][l]];
             o[0][l] = z0 + z1 + z2 + z3 + z4;
             o[1][l] = z1 - z2 + 2.0 * z3 - 2.0 * z4;
             o[2][l] = z1 + z2 + 4.0 * z3 + 4.0 * z4;
             o[3][l] = z1 - z2 + 8.0 * z3 - 8.0 * z4 + z5;
         }
-        o
     }
 }
 
@@ -128,29 +122,29 @@ mod tests {
             let g: Vec<f32> = (0..9).map(|i| value(i, 0.4)).collect();
             let d: Vec<f32> = (0..ALPHA * ALPHA).map(|i| value(i, 1.7)).collect();
             let u = kernel_transform(&V::G, &g);
-            // Bᵀ d B: rows, then columns, as the band transform does.
-            let rows: [[[f32; LANES]; ALPHA]; ALPHA] = std::array::from_fn(|r| {
-                V::bt(&std::array::from_fn(|k| {
-                    let mut lane = [0.0; LANES];
-                    lane[0] = d[r * ALPHA + k];
-                    lane
-                }))
-            });
-            let v: [[[f32; LANES]; ALPHA]; ALPHA] =
-                std::array::from_fn(|j| V::bt(&std::array::from_fn(|r| rows[r][j])));
+            // Bᵀ d B: rows, then columns, as the band transform does (one lane).
+            let mut rows = [[[0.0f32; 1]; ALPHA]; ALPHA];
+            for (r, out) in rows.iter_mut().enumerate() {
+                let row: [[f32; 1]; ALPHA] = std::array::from_fn(|k| [d[r * ALPHA + k]]);
+                V::bt(row.each_ref(), out);
+            }
+            let mut v = [[[0.0f32; 1]; ALPHA]; ALPHA];
+            for (j, out) in v.iter_mut().enumerate() {
+                V::bt(std::array::from_fn(|r| &rows[r][j]), out);
+            }
             // v[j][i] is position (i, j); the product, then Aᵀ along j and along i.
-            let m: [[[f32; LANES]; ALPHA]; ALPHA] = std::array::from_fn(|i| {
-                std::array::from_fn(|j| {
-                    let mut lane = [0.0; LANES];
-                    lane[0] = (u[i][j] * f64::from(v[j][i][0])) as f32;
-                    lane
-                })
+            let m: [[[f32; 1]; ALPHA]; ALPHA] = std::array::from_fn(|i| {
+                std::array::from_fn(|j| [(u[i][j] * f64::from(v[j][i][0])) as f32])
             });
-            let s: [[[f32; LANES]; TILE]; ALPHA] = std::array::from_fn(|i| V::at(&m[i]));
+            let mut s = [[[0.0f32; 1]; TILE]; ALPHA];
+            for (i, out) in s.iter_mut().enumerate() {
+                V::at(m[i].each_ref(), out);
+            }
             let scale = d.iter().fold(0.0f32, |a, x| a.max(x.abs()))
                 * g.iter().fold(0.0f32, |a, x| a.max(x.abs()));
             for q in 0..TILE {
-                let y = V::at(&std::array::from_fn(|i| s[i][q]));
+                let mut y = [[0.0f32; 1]; TILE];
+                V::at(std::array::from_fn(|i| &s[i][q]), &mut y);
                 for (p, yp) in y.iter().enumerate() {
                     let direct: f32 = (0..3)
                         .flat_map(|a| (0..3).map(move |b| (a, b)))
