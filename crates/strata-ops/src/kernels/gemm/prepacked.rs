@@ -294,9 +294,8 @@ pub fn gemm_prepacked_with<T: GemmFloat + Element>(
     }
 }
 
-/// [`gemm_prepacked_with`] writing through a raw C: for callers that hand disjoint column
-/// ranges of one output to several threads (each a product of its own), which slices cannot
-/// express.
+/// [`gemm_prepacked_with`] writing through a raw C (its slice form checks C and calls this; the
+/// fused-epilogue tests call it directly).
 ///
 /// # Safety
 /// `c` is valid for reads and writes of every element `(i, j)` of the `m x n` product (at
