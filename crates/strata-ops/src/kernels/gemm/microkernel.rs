@@ -30,6 +30,8 @@ pub struct Prefetch<T> {
     pub ptr: *const T,
     pub step: usize,
     pub span: usize,
+    /// Into L2 only: data for a later block, which must not evict the L1-resident slivers.
+    pub to_l2: bool,
 }
 
 impl<T> Prefetch<T> {
@@ -39,6 +41,19 @@ impl<T> Prefetch<T> {
             ptr,
             step,
             span: step,
+            to_l2: false,
+        }
+    }
+
+    /// `len` contiguous elements from `ptr` fetched into L2, spread evenly over a tile's `k`
+    /// steps.
+    pub fn spread_to_l2(ptr: *const T, len: usize, k: usize) -> Self {
+        let step = len.div_ceil(k.max(1));
+        Prefetch {
+            ptr,
+            step,
+            span: step,
+            to_l2: true,
         }
     }
 

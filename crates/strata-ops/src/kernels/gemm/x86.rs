@@ -196,8 +196,13 @@ macro_rules! simd_microkernel {
                 let mut ahead = prefetch.ptr.cast::<i8>();
                 for _ in 0..k {
                     // Hints only (never faults): the next sliver of a prepacked operand.
-                    _mm_prefetch::<_MM_HINT_T0>(ahead);
-                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(span_end));
+                    if prefetch.to_l2 {
+                        _mm_prefetch::<_MM_HINT_T1>(ahead);
+                        _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(span_end));
+                    } else {
+                        _mm_prefetch::<_MM_HINT_T0>(ahead);
+                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(span_end));
+                    }
                     ahead = ahead.wrapping_add(prefetch.step * std::mem::size_of::<$t>());
                     let mut row = [$zero(); VECTORS];
                     for (v, lane) in row.iter_mut().enumerate() {
