@@ -4,12 +4,14 @@
 //! the first output row) instead of a per-axis decomposition, a `SmallVec` and an odometer, and
 //! its gathers are vector loads: stride 1 a copy, stride 2 two loads and one even-lane shuffle
 //! per vector of outputs (`vpermt2ps` on AVX-512). Measured on ResNet-50's 3x3 stride-2 layers
-//! (single-layer models, one thread, AVX-512, alternating A/B against the generic walk): 128 <-
-//! 128 at 56x56 0.87x, 256 <- 256 at 28x28 0.87x, 512 <- 512 at 14x14 0.90x. The unfold was 18-26
-//! % of those layers' time; what is left of it (about 20 % on the first) waits on the input's
-//! loads more than it executes, which is why the packed unfold prefetches the next channel's
-//! rows (a further 0.98x there). Tried and dropped: filling the packed block sliver by sliver
-//! instead of row by row (one write stream, but 26 channels' rows read per sliver): 1.12x.
+//! (single-layer models, AVX-512, alternating A/B against the generic walk), one thread: 128 <-
+//! 128 at 56x56 0.86x, 256 <- 256 at 28x28 0.89x, 512 <- 512 at 14x14 0.91x; two threads 0.88x,
+//! 0.89x, 0.93x. The unfold was 18-26 % of those layers' time; what is left of it (about 20 % on
+//! the first) waits on the input's loads more than it executes (the rewrite with fewer
+//! instructions per segment gained nothing), which is why the packed unfold prefetches the next
+//! channel's rows (0.98x of the time without). Tried and dropped: filling the packed block
+//! sliver by sliver instead of row by row (one write stream, but 26 channels' rows read per
+//! sliver): 1.12x.
 //!
 //! Stores run ahead: a segment's last vector may spill past its end into positions a later
 //! segment (or the same segment's right padding) writes afterwards, so almost every store is a
@@ -100,7 +102,8 @@ pub(super) fn unfold_packed(
     block: BBlock,
     dst: &mut [f32],
 ) -> bool {
-    if block.nr == 0 || CHUNK % block.nr != 0 {
+    // Also false for nr = 0 (only 0 is a multiple of 0).
+    if !CHUNK.is_multiple_of(block.nr) {
         return false;
     }
     // SAFETY: the token proves the entry point's features.
@@ -175,7 +178,6 @@ fn packed<I: Isa>(
             for line in part.chunks(16) {
                 // SAFETY: a prefetch reads nothing (and never faults); the address is inside
                 // `input`.
-                #[cfg(target_arch = "x86_64")]
                 unsafe {
                     std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
                         line.as_ptr() as *const i8,
