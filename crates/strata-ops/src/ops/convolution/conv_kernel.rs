@@ -823,6 +823,94 @@ mod tests {
         }
     }
 
+    /// Strided 2-D layers wider than a vector (the vectorized unfold's gathers run whole and
+    /// masked vectors, rows straddle the register tile's columns), weights prepacked (the GEMM
+    /// asks for packed blocks; 24 -> 32 at 7x7 runs transposed) or not, one and two threads,
+    /// against the definition.
+    #[test]
+    fn strided_2d_layers_match_reference() {
+        // (channels in, out, height, width, kernel, stride, pads begin, pads end, dilation)
+        type Case = (
+            usize,
+            usize,
+            usize,
+            usize,
+            usize,
+            usize,
+            usize,
+            usize,
+            usize,
+        );
+        let cases: [Case; 6] = [
+            (8, 16, 29, 57, 3, 2, 1, 1, 1),
+            (24, 32, 14, 14, 3, 2, 1, 1, 1),
+            (6, 33, 23, 41, 3, 2, 0, 1, 1),
+            (4, 9, 19, 50, 3, 2, 2, 2, 2),
+            (3, 20, 22, 37, 2, 3, 1, 0, 1),
+            (7, 12, 30, 34, 5, 2, 2, 2, 1),
+        ];
+        let mut rng = Rng::new(0x5e2);
+        for (c, m, h, w, k, s, pb, pe, d) in cases {
+            let in_dims = [1, c, h, w];
+            let w_dims = [m, c, k, k];
+            let p = ConvParams {
+                strides: vec![s; 2],
+                dilations: vec![d; 2],
+                pads_begin: vec![pb; 2],
+                pads_end: vec![pe; 2],
+                post: Activation::Relu,
+                ..ConvParams::default()
+            };
+            let out_dims = conv_output_dims(&in_dims, &w_dims, &p).unwrap();
+            let input = rng.vec(in_dims.iter().product());
+            let weight = rng.vec(w_dims.iter().product());
+            let bias = rng.vec(m);
+            let expected = naive(
+                &input,
+                &in_dims,
+                &weight,
+                &w_dims,
+                Some(&bias),
+                &p,
+                &out_dims,
+            );
+            let packed = prepack_conv_weights(&in_dims, &weight, &w_dims, &p).unwrap();
+            assert!(packed.is_some(), "{in_dims:?} * {w_dims:?} packs");
+            let mut scratch = vec![f32::NAN; conv_scratch_len(&in_dims, &w_dims, &p)];
+            for packed in [None, packed.as_deref()] {
+                for threads in [1, 2] {
+                    let pool = crate::parallel::ThreadPool::new(threads).unwrap();
+                    let mut out = vec![f32::NAN; expected.len()];
+                    crate::parallel::install(&pool, || {
+                        conv(
+                            &input,
+                            &in_dims,
+                            &weight,
+                            &w_dims,
+                            Some(&bias),
+                            None,
+                            packed,
+                            &p,
+                            &mut out,
+                            &mut scratch,
+                            threads,
+                        )
+                    })
+                    .unwrap();
+                    assert_close_within(
+                        &out,
+                        &expected,
+                        1e-4,
+                        &format!(
+                            "{in_dims:?} * {w_dims:?} {p:?} packed {} threads {threads}",
+                            packed.is_some()
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn pointwise_conv_skips_im2col() {
         let mut rng = Rng::new(11);

@@ -4,8 +4,16 @@
 
 use std::ops::Range;
 
+use bytemuck::Pod;
 use smallvec::SmallVec;
 
+#[cfg(target_arch = "x86_64")]
+use std::any::TypeId;
+
+#[cfg(target_arch = "x86_64")]
+use super::im2col_2d::{self, Window2d};
+#[cfg(target_arch = "x86_64")]
+use super::simd::Simd;
 use crate::kernels::float::Float;
 use crate::kernels::gemm::BBlock;
 use crate::kernels::simd::multiversion;
@@ -19,7 +27,7 @@ const PARALLEL_MIN_ELEMENTS: usize = 1 << 16;
 /// `positions` (flat output positions) of the unfolded `input` (`channels` planes of `in_len`).
 /// Unfolding a range of columns at a time lets the caller keep the matrix in cache. Callers
 /// guarantee the slice lengths (the conv kernel checks them before calling).
-pub(crate) fn im2col<T: Float>(
+pub(crate) fn im2col<T: Float + Pod>(
     input: &[T],
     channels: usize,
     g: &WindowGeometry,
@@ -32,15 +40,18 @@ pub(crate) fn im2col<T: Float>(
         return;
     }
     let col = &mut col[..rows * width];
+    #[cfg(target_arch = "x86_64")]
+    let fast = fast_2d::<T>(g);
     let unfold = |(row, dst): (usize, &mut [T])| {
         let (c, tap) = (row / g.kernel_len, row % g.kernel_len);
-        unfold_row(
-            &input[c * g.in_len..(c + 1) * g.in_len],
-            g,
-            tap,
-            positions.start,
-            dst,
-        );
+        let plane = &input[c * g.in_len..(c + 1) * g.in_len];
+        #[cfg(target_arch = "x86_64")]
+        if let Some((simd, w)) = fast {
+            let (plane, dst) = as_f32(plane, dst);
+            im2col_2d::unfold_row(simd, plane, &w, tap, positions.start, dst);
+            return;
+        }
+        unfold_row(plane, g, tap, positions.start, dst);
     };
     if threads > 1 && col.len() >= PARALLEL_MIN_ELEMENTS {
         let per_task = rows.div_ceil(threads);
@@ -59,12 +70,19 @@ const PACKED_CHUNK: usize = 512;
 /// position. This is the [`ProduceB`](crate::kernels::gemm::ProduceB) of a convolution: the
 /// microkernel reads the unfolded input where it is written, without an unfolded matrix in
 /// between that would then be packed. `dst` holds at least `block.elements()`.
-pub(crate) fn unfold_packed<T: Float>(
+pub(crate) fn unfold_packed<T: Float + Pod>(
     input: &[T],
     g: &WindowGeometry,
     block: BBlock,
     dst: &mut [T],
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some((simd, w)) = fast_2d::<T>(g) {
+        let (input, dst) = as_f32(input, dst);
+        if im2col_2d::unfold_packed(simd, input, g.in_len, &w, g.kernel_len, block, dst) {
+            return;
+        }
+    }
     let (nr, kc) = (block.nr, block.kc);
     let chunk = PACKED_CHUNK / nr * nr;
     if nr == 0 || kc == 0 || g.kernel_len == 0 {
@@ -100,6 +118,28 @@ pub(crate) fn unfold_packed<T: Float>(
             }
         }
     }
+}
+
+/// The vectorized 2-D unfold ([`im2col_2d`]) and its ISA, where it applies: f32 on a CPU with
+/// AVX2 or AVX-512 and a 2-D window, unless the window takes [`unfold_row_same_width`] (stride
+/// 1, output rows as wide as the input's: one copy per unfolded row rather than per output row).
+#[cfg(target_arch = "x86_64")]
+fn fast_2d<T: 'static>(g: &WindowGeometry) -> Option<(Simd, Window2d)> {
+    if TypeId::of::<T>() != TypeId::of::<f32>() {
+        return None;
+    }
+    let w = Window2d::of(g)?;
+    if g.strides.iter().all(|&s| s == 1) && g.out_dims[1] == g.in_dims[1] {
+        return None;
+    }
+    Some((Simd::detect()?, w))
+}
+
+/// `src` and `dst` as the f32 slices they are: only called once `T` is known to be `f32`.
+#[cfg(target_arch = "x86_64")]
+fn as_f32<'a, 'b, T: Pod>(src: &'a [T], dst: &'b mut [T]) -> (&'a [f32], &'b mut [f32]) {
+    debug_assert_eq!(TypeId::of::<T>(), TypeId::of::<f32>());
+    (bytemuck::cast_slice(src), bytemuck::cast_slice_mut(dst))
 }
 
 multiversion! {

@@ -36,6 +36,8 @@ mod few_channels_avx512;
 #[cfg(target_arch = "x86_64")]
 mod few_channels_block;
 mod im2col;
+#[cfg(target_arch = "x86_64")]
+mod im2col_2d;
 mod integer_conv_gemm;
 pub(crate) mod integer_conv_kernel;
 mod integer_depthwise;

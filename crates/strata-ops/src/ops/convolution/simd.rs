@@ -398,6 +398,22 @@ impl Simd {
         }
     }
 
+    /// Every ISA this CPU has (AVX2 too where AVX-512 is detected), for tests that cover each.
+    #[cfg(test)]
+    pub(crate) fn all() -> Vec<Self> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let wide = Avx512::detect().map(Simd::Avx512);
+            wide.into_iter()
+                .chain(Avx2::detect().map(Simd::Avx2))
+                .collect()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            Vec::new()
+        }
+    }
+
     /// The AVX-512 token, where that is the ISA.
     pub(crate) fn avx512(self) -> Option<Avx512> {
         match self {
