@@ -266,15 +266,21 @@ impl Block<'_> {
                     // SAFETY: inside the band (asserted above).
                     *x = unsafe { isa.load(src.add(off + c * lanes)) };
                 }
-                let mk = &m[kx & 7];
-                kx += 1;
-                if kx == self.kw {
-                    kx = 0;
-                }
+                // The tap's column's masks (unmasked: no counter, no array).
+                let mk = if MASKED {
+                    let mk = m[kx & 7];
+                    kx += 1;
+                    if kx == self.kw {
+                        kx = 0;
+                    }
+                    mk
+                } else {
+                    [u32::MAX; N]
+                };
                 for (r, a) in acc.iter_mut().enumerate() {
                     // SAFETY: `cin * taps * R` weights (asserted above), R per tap.
                     let wv = isa.splat(unsafe { *w.add(r) });
-                    for ((a, &x), &mk) in a.iter_mut().zip(&x).zip(mk) {
+                    for ((a, &x), &mk) in a.iter_mut().zip(&x).zip(&mk) {
                         *a = if MASKED {
                             isa.fmadd_lanes(x, wv, *a, mk)
                         } else {
@@ -287,12 +293,7 @@ impl Block<'_> {
         }
         let (lo, hi) = (isa.splat(self.clamp.lo), isa.splat(self.clamp.hi));
         let valid = self.channels.saturating_sub(oc0).min(R);
-        // A constant trip count with the test inside: the accumulators stay registers (a loop
-        // of `valid` rounds indexed the array and kept it in memory, stored every channel).
-        for (r, a) in acc.iter().enumerate() {
-            if r >= valid {
-                continue;
-            }
+        for (r, a) in acc.iter().enumerate().take(valid) {
             let plane = (oc0 + r) * self.out_plane;
             for (&v, s) in a.iter().zip(stores) {
                 if s.mask == 0 {
