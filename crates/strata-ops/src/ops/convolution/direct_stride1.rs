@@ -228,23 +228,19 @@ impl Geometry {
 
     /// With `compact`, per vector of `lanes` of a band of `positions` and per kernel column
     /// `kx`, the lanes whose input column `ox + kx * dx - pad_left` is on the image, at
-    /// `[v * kw + kx]` of `masks` (cleared first); nothing otherwise.
-    fn masks(&self, lanes: usize, positions: usize, masks: &mut Vec<u32>) {
-        masks.clear();
-        if !self.compact {
-            return;
-        }
+    /// `[v * kw + kx]` of `masks` as the bits of an `f32` (the thread's pack buffer: no
+    /// allocation per run).
+    fn masks(&self, lanes: usize, masks: &mut [f32]) {
         let wd = self.wd as isize;
-        let vectors = positions.div_ceil(lanes);
-        masks.resize(vectors * self.kw, 0);
         // The column of every position, counted up rather than divided.
         let mut col = 0;
         for v in masks.chunks_exact_mut(self.kw) {
+            v.fill(0.0);
             for l in 0..lanes {
                 for (kx, mask) in v.iter_mut().enumerate() {
                     let ix = col as isize + (kx * self.dx) as isize - self.pad_left as isize;
                     if (0..wd).contains(&ix) {
-                        *mask |= 1 << l;
+                        *mask = f32::from_bits(mask.to_bits() | 1 << l);
                     }
                 }
                 col += 1;
@@ -451,10 +447,15 @@ pub(crate) fn conv(
         let plane = g.plane_len(n);
         let x = &input[b * cin * in_len..][..cin * in_len];
         let positions = g.positions(n);
-        let mut masks = Vec::new();
-        g.masks(LANES, positions, &mut masks);
-        with_pack_buffers::<f32, _>(cin * plane, 0, |buf, _| {
+        let mask_len = if g.compact {
+            positions.div_ceil(LANES) * g.kw
+        } else {
+            0
+        };
+        with_pack_buffers::<f32, _>(cin * plane, mask_len, |buf, masks| {
             let buf = &mut buf[..cin * plane];
+            let masks = &mut masks[..mask_len];
+            g.masks(LANES, masks);
             g.fill(x, cin, oy0, n, buf);
             #[cfg(target_arch = "x86_64")]
             {
@@ -464,7 +465,7 @@ pub(crate) fn conv(
                     cin,
                     positions,
                     taps: &g.taps[..g.tap_count],
-                    masks: &masks,
+                    masks,
                     kw: g.kw,
                     weights: packed,
                     bias,

@@ -68,7 +68,8 @@ pub(super) struct Block<'a> {
     pub taps: &'a [usize],
     /// Empty, or per vector `v` of the band and kernel column `kx`, the lanes the taps of that
     /// column add to, at `[v * kw + kx]` (the others load the row before's or after's columns).
-    pub masks: &'a [u32],
+    /// (The bits of each `f32`.)
+    pub masks: &'a [f32],
     /// Kernel columns: tap `t`'s column is `t % kw`.
     pub kw: usize,
     /// The weights interleaved by blocks of `R` channels (see `DirectWeights`).
@@ -237,7 +238,7 @@ impl Block<'_> {
             assert!(self.kw <= m.len() && self.masks.len() >= (v0 + N) * self.kw);
             for (c, v) in (v0..v0 + N).enumerate() {
                 for (kx, mk) in m.iter_mut().enumerate().take(self.kw) {
-                    mk[c] = self.masks[v * self.kw + kx];
+                    mk[c] = self.masks[v * self.kw + kx].to_bits();
                 }
             }
         }
