@@ -11,14 +11,7 @@
 //! outputs: one compress and one masked store on AVX-512, a masked store per row on AVX2). A
 //! register block of output channels x vectors (`direct_stride1_block`) keeps its accumulators
 //! over every input channel and tap; bias, residual and Relu/Clip are applied in registers as
-//! the block is stored.
-//!
-//! On narrow images (13x13: 2 padding columns of 15) AVX-512 drops the padding columns instead
-//! (compact rows, [`COMPACT_PADDING`]): the band's rows have stride `W`, position `q = oy * W +
-//! ox`, and the padding is only the band's zero rows; a tap's load then also holds the row
-//! before's or after's columns where `ox + kx * dx - pad_left` is off the image, and those
-//! lanes are left out of its multiply-adds by a per-vector lane mask (a merge-masked FMA), so
-//! only the band's last vector has lanes of nothing. Bands of output rows are split over the threads, each thread taking the
+//! the block is stored. Bands of output rows are split over the threads, each thread taking the
 //! same bands on every run.
 //!
 //! f32 on AVX-512 or AVX2 + FMA (elsewhere the GEMM path stays); the weights are reordered once
@@ -41,10 +34,6 @@ use crate::kernels::gemm::with_pack_buffers;
 use crate::kernels::spatial::check_len;
 
 const OP: &str = "Conv";
-/// Compact rows where the padding columns are at least `1 / COMPACT_PADDING` of a padded row.
-/// AVX-512, one thread, against padded rows: 256 <- 64 and 192 <- 48 at 13x13 (2 padding
-/// columns of 15) 0.93x the time; 128 <- 32 at 27x27 (2 of 29) 1.01x; 64 <- 16 at 55x55 1.07x.
-const COMPACT_PADDING: usize = 10;
 /// At most this many taps per window (7x7).
 const MAX_TAPS: usize = 49;
 /// The band's size target in elements (all its channels' padded rows). One thread, 64 <- 16 at
@@ -56,8 +45,7 @@ const BAND_ELEMENTS: usize = 16 * 1024;
 /// and packing cost as much as the products), at least a register block's output channels and output
 /// rows at least 8 wide; not where Winograd F(4x4) runs (64 <- 64 at 28x28, one thread: 270
 /// us there against 385 here; at 56x56 1.10 against 1.64 ms). Against F(2x2) (256 <- 64 at
-/// 13x13) it measured even at one thread on Intel before the compact rows (which take 0.93x the
-/// time there, see [`COMPACT_PADDING`]); on Zen 4 (SqueezeNet, one thread, in the
+/// 13x13) it measured even at one thread on Intel; on Zen 4 (SqueezeNet, one thread, in the
 /// model) F(2x2) ran 474-875 us against a steady 590-620 here, slower as often as faster.
 pub(crate) fn pays(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) -> bool {
     let Some(block) = oc_block() else {
@@ -136,17 +124,9 @@ impl DirectWeights {
 }
 
 /// The padded planes of one convolution: input `h x wd` at offset `(pad_top, pad_left)` in rows
-/// of `wp` (with `compact`, `wp = wd`: row `r` from `pad_left + r * wd`), outputs `oh x ow`,
-/// and the taps' offsets in a plane.
+/// of `wp`, outputs `oh x ow`, and the taps' offsets in a plane.
 #[derive(Debug)]
 struct Geometry {
-    /// Rows of stride `wp = wd` (no padding columns), the lanes of a tap off the image left
-    /// out of its multiply-adds: AVX-512 where the output is as wide as the input and the
-    /// padding is a large part of a row (see [`COMPACT_PADDING`]).
-    compact: bool,
-    /// Column dilation.
-    dx: usize,
-    kw: usize,
     h: usize,
     wd: usize,
     pad_top: usize,
@@ -161,13 +141,7 @@ struct Geometry {
 }
 
 impl Geometry {
-    /// `compact_ok`: whether the kernel may load with lane masks (AVX-512).
-    fn new(
-        input_dims: &[usize],
-        weight_dims: &[usize; 4],
-        p: &ConvParams,
-        compact_ok: bool,
-    ) -> KernelResult<Self> {
+    fn new(input_dims: &[usize], weight_dims: &[usize; 4], p: &ConvParams) -> KernelResult<Self> {
         let w = window(input_dims, weight_dims, p)?;
         let [_, _, kh, kw] = *weight_dims;
         if w.strides.iter().any(|&s| s != 1) || kh * kw > MAX_TAPS {
@@ -178,21 +152,12 @@ impl Geometry {
             });
         }
         let (dy, dx) = (w.dilations[0], w.dilations[1]);
-        let padded = w.pads_begin[1] + w.in_dims[1] + w.pads_end[1];
-        // Compact rows pay where the padding columns are at least a tenth of a padded row
-        // (their lanes' work is saved, a masked multiply-add costs more): 13 columns of 15.
-        let compact = compact_ok
-            && w.out_dims[1] == w.in_dims[1]
-            && (padded - w.in_dims[1]) * COMPACT_PADDING >= padded;
-        let wp = if compact { w.in_dims[1] } else { padded };
+        let wp = w.pads_begin[1] + w.in_dims[1] + w.pads_end[1];
         let mut taps = [0; MAX_TAPS];
         for (t, at) in taps[..kh * kw].iter_mut().enumerate() {
             *at = t / kw * dy * wp + t % kw * dx;
         }
         Ok(Geometry {
-            compact,
-            dx,
-            kw,
             h: w.in_dims[0],
             wd: w.in_dims[1],
             pad_top: w.pads_begin[0],
@@ -209,46 +174,7 @@ impl Geometry {
     /// Elements of one channel's plane in a band of `rows` output rows: its padded input rows,
     /// then room for the last vector's overreach (at most 15 positions past them).
     fn plane_len(&self, rows: usize) -> usize {
-        let reach = if self.compact {
-            (self.kw - 1) * self.dx
-        } else {
-            0
-        };
-        (rows + self.halo) * self.wp + reach + LANES
-    }
-
-    /// Positions of a band of `rows` output rows (from the first output to the last).
-    fn positions(&self, rows: usize) -> usize {
-        if self.compact {
-            rows * self.ow
-        } else {
-            (rows - 1) * self.wp + self.ow
-        }
-    }
-
-    /// With `compact`, per vector of `lanes` of a band of `positions` and per kernel column
-    /// `kx`, the lanes whose input column `ox + kx * dx - pad_left` is on the image, at
-    /// `[v * kw + kx]` of `masks` as the bits of an `f32` (the thread's pack buffer: no
-    /// allocation per run).
-    fn masks(&self, lanes: usize, masks: &mut [f32]) {
-        let wd = self.wd as isize;
-        // The column of every position, counted up rather than divided.
-        let mut col = 0;
-        for v in masks.chunks_exact_mut(self.kw) {
-            v.fill(0.0);
-            for l in 0..lanes {
-                for (kx, mask) in v.iter_mut().enumerate() {
-                    let ix = col as isize + (kx * self.dx) as isize - self.pad_left as isize;
-                    if (0..wd).contains(&ix) {
-                        *mask = f32::from_bits(mask.to_bits() | 1 << l);
-                    }
-                }
-                col += 1;
-                if col == self.wp {
-                    col = 0;
-                }
-            }
-        }
+        (rows + self.halo) * self.wp + LANES
     }
 
     /// How the work is cut: into bands of output rows of about [`BAND_ELEMENTS`] of input each,
@@ -280,25 +206,6 @@ impl Geometry {
     /// `buf`, zero-padded: channel `c`'s padded row `r` at `c * plane_len(rows) + r * wp`.
     fn fill(&self, x: &[f32], cin: usize, oy0: usize, rows: usize, buf: &mut [f32]) {
         let plane = self.plane_len(rows);
-        if self.compact {
-            // Padded row `r` at `pad_left + r * wd`, the rows on the image one copy.
-            let wd = self.wd;
-            let first = self.pad_top.saturating_sub(oy0).min(rows + self.halo);
-            let end = (self.h + self.pad_top)
-                .saturating_sub(oy0)
-                .clamp(first, rows + self.halo);
-            for (c, dst) in buf[..cin * plane].chunks_exact_mut(plane).enumerate() {
-                let (head, rest) = dst.split_at_mut(self.pad_left + first * wd);
-                head.fill(0.0);
-                let (body, tail) = rest.split_at_mut((end - first) * wd);
-                if end > first {
-                    let iy = oy0 + first - self.pad_top;
-                    body.copy_from_slice(&x[(c * self.h + iy) * wd..][..body.len()]);
-                }
-                tail.fill(0.0);
-            }
-            return;
-        }
         let (pl, wd) = (self.pad_left, self.wd);
         for (c, dst) in buf[..cin * plane].chunks_exact_mut(plane).enumerate() {
             let (padded, slack) = dst.split_at_mut((rows + self.halo) * self.wp);
@@ -320,13 +227,6 @@ impl Geometry {
     /// `oy0` with `positions` positions, and the output they start at.
     #[cfg(target_arch = "x86_64")]
     fn store(&self, lanes: usize, oy0: usize, positions: usize, q: usize) -> Store {
-        if self.compact {
-            let n = positions.saturating_sub(q).min(lanes);
-            return Store {
-                mask: ((1u64 << n) - 1) as u32,
-                at: oy0 * self.ow + q,
-            };
-        }
         let end = (q + lanes).min(positions);
         let mut store = Store::default();
         let mut first = true;
@@ -381,11 +281,7 @@ pub(crate) fn conv(
             ),
         });
     };
-    #[cfg(target_arch = "x86_64")]
-    let compact_ok = matches!(simd, Simd::Avx512(_));
-    #[cfg(not(target_arch = "x86_64"))]
-    let compact_ok = false;
-    let g = Geometry::new(input_dims, &weights.dims, p, compact_ok)?;
+    let g = Geometry::new(input_dims, &weights.dims, p)?;
     let batch = input_dims[0];
     let (in_len, out_plane) = (g.h * g.wd, g.oh * g.ow);
     let out_len = cout * out_plane;
@@ -446,16 +342,8 @@ pub(crate) fn conv(
         }
         let plane = g.plane_len(n);
         let x = &input[b * cin * in_len..][..cin * in_len];
-        let positions = g.positions(n);
-        let mask_len = if g.compact {
-            positions.div_ceil(LANES) * g.kw
-        } else {
-            0
-        };
-        with_pack_buffers::<f32, _>(cin * plane, mask_len, |buf, masks| {
+        with_pack_buffers::<f32, _>(cin * plane, 0, |buf, _| {
             let buf = &mut buf[..cin * plane];
-            let masks = &mut masks[..mask_len];
-            g.masks(LANES, masks);
             g.fill(x, cin, oy0, n, buf);
             #[cfg(target_arch = "x86_64")]
             {
@@ -463,10 +351,8 @@ pub(crate) fn conv(
                     src: buf,
                     plane,
                     cin,
-                    positions,
+                    positions: (n - 1) * g.wp + g.ow,
                     taps: &g.taps[..g.tap_count],
-                    masks,
-                    kw: g.kw,
                     weights: packed,
                     bias,
                     clamp,
@@ -629,44 +515,6 @@ mod tests {
         }
     }
 
-    /// Compact rows (AVX-512, output as wide as the input, padding a tenth of a row or more):
-    /// random narrow widths (under a vector, a vector and a few columns), windows 1-5 with
-    /// asymmetric pads and column dilation, channel counts off the block, every epilogue.
-    #[test]
-    fn compact_rows_equal_the_reference() {
-        if oc_block().is_none() {
-            eprintln!("skipped: the direct kernel needs AVX-512 or AVX2");
-            return;
-        }
-        let mut rng = Rng::new(29);
-        let posts = [
-            Activation::Relu,
-            Activation::None,
-            Activation::Clip {
-                min: -0.5,
-                max: 0.75,
-            },
-            Activation::Sigmoid,
-        ];
-        let mut compact = 0;
-        for case in 0..40 {
-            let (kh, kw) = (rng.range(1, 5), rng.range(2, 5));
-            let dx = if rng.below(3) == 0 { 2 } else { 1 };
-            // Column pads that keep the width: (kw - 1) * dx split unevenly.
-            let pl = rng.below((kw - 1) * dx + 1);
-            let pr = (kw - 1) * dx - pl;
-            let pads = [rng.below(kh), pl, rng.below(kh), pr];
-            let (h, wd) = (rng.range(kh, 20), rng.range(1, 19));
-            let (n, cin, cout) = (rng.range(1, 3), rng.range(1, 20), rng.range(1, 27));
-            let p = params([kh, kw], pads, [1, dx], posts[case % posts.len()]);
-            let (x_dims, w_dims) = ([n, cin, h, wd], [cout, cin, kh, kw]);
-            let g = Geometry::new(&x_dims, &w_dims, &p, true).unwrap();
-            compact += usize::from(g.compact);
-            check(&format!("compact {case}"), x_dims, w_dims, &p, &mut rng);
-        }
-        assert!(compact >= 10, "{compact} of 40 cases had compact rows");
-    }
-
     /// The shapes the kernel is chosen for: SqueezeNet's 3x3 expands (pad 1) and ResNet's
     /// 64 <- 64, each with Relu.
     #[test]
@@ -677,13 +525,7 @@ mod tests {
         }
         let mut rng = Rng::new(3);
         let p = params([3, 3], [1; 4], [1, 1], Activation::Relu);
-        for (cout, cin, hw) in [
-            (64, 16, 55),
-            (128, 32, 27),
-            (192, 48, 13),
-            (256, 64, 13),
-            (64, 64, 28),
-        ] {
+        for (cout, cin, hw) in [(64, 16, 55), (128, 32, 27), (192, 48, 13), (64, 64, 28)] {
             check("network", [1, cin, hw, hw], [cout, cin, 3, 3], &p, &mut rng);
         }
     }

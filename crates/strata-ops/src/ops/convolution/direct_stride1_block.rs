@@ -6,36 +6,7 @@
 use std::ops::Range;
 
 use super::row_band::Clamp;
-use super::simd::{lane_mask, Avx2, Avx512, Isa};
-
-#[cfg(target_arch = "x86_64")]
-use std::arch::x86_64::*;
-
-/// A multiply-add of the lanes set in a mask: `a * b + c` there, `c` elsewhere.
-pub(super) trait MaskedFma: Isa {
-    fn fmadd_lanes(self, a: Self::V, b: Self::V, c: Self::V, mask: u32) -> Self::V;
-}
-
-impl MaskedFma for Avx512 {
-    #[inline(always)]
-    fn fmadd_lanes(self, a: __m512, b: __m512, c: __m512, mask: u32) -> __m512 {
-        // One merge-masked FMA, as cheap as an unmasked one (a masked load would cost a
-        // shuffle-port uop more).
-        // SAFETY: the token proves AVX-512F.
-        unsafe { _mm512_mask3_fmadd_ps(a, b, c, mask as __mmask16) }
-    }
-}
-
-impl MaskedFma for Avx2 {
-    #[inline(always)]
-    fn fmadd_lanes(self, a: __m256, b: __m256, c: __m256, mask: u32) -> __m256 {
-        // SAFETY: the token proves AVX2 and FMA.
-        unsafe {
-            let lanes = _mm256_castsi256_ps(lane_mask(self, mask));
-            _mm256_blendv_ps(c, _mm256_fmadd_ps(a, b, c), lanes)
-        }
-    }
-}
+use super::simd::{Avx2, Avx512, Isa};
 
 /// AVX-512's register block: 8 x 3 = 24 of 32 registers accumulate, with room for the three
 /// loads of a tap and a broadcast weight.
@@ -57,8 +28,7 @@ pub(super) struct Store {
 
 /// What every register block of one band shares.
 pub(super) struct Block<'a> {
-    /// The band: `cin` planes of `plane` elements, flattened positions of row stride `Wp` (or
-    /// `W` with compact rows and `masks`).
+    /// The band: `cin` planes of `plane` elements, flattened positions of row stride `Wp`.
     pub src: &'a [f32],
     pub plane: usize,
     pub cin: usize,
@@ -66,12 +36,6 @@ pub(super) struct Block<'a> {
     pub positions: usize,
     /// Per tap `(ky, kx)`, its offset from a position (`ky * dy * Wp + kx * dx`).
     pub taps: &'a [usize],
-    /// Empty, or per vector `v` of the band and kernel column `kx`, the lanes the taps of that
-    /// column add to, at `[v * kw + kx]` (the others load the row before's or after's columns).
-    /// (The bits of each `f32`.)
-    pub masks: &'a [f32],
-    /// Kernel columns: tap `t`'s column is `t % kw`.
-    pub kw: usize,
     /// The weights interleaved by blocks of `R` channels (see `DirectWeights`).
     pub weights: &'a [f32],
     pub bias: Option<&'a [f32]>,
@@ -125,7 +89,7 @@ impl Block<'_> {
     /// out_plane + store(q).at` is valid for `store(q).mask.count_ones()` writes, written by no
     /// other thread meanwhile.
     #[inline(always)]
-    unsafe fn channels<I: MaskedFma, const R: usize, const C: usize>(
+    unsafe fn channels<I: Isa, const R: usize, const C: usize>(
         &self,
         isa: I,
         channels: Range<usize>,
@@ -149,60 +113,13 @@ impl Block<'_> {
                 let count = vectors / chunks + usize::from(c < vectors % chunks);
                 let q0 = v0 * lanes;
                 let at = |v: usize| store(q0 + v * lanes);
-                let masked = !self.masks.is_empty();
                 // SAFETY: the caller's contract.
                 unsafe {
-                    match (count, masked) {
-                        (1, false) => self.run::<I, R, 1, false>(isa, oc0, v0, w, &start, &[at(0)]),
-                        (2, false) => self.run::<I, R, 2, false>(
-                            isa,
-                            oc0,
-                            v0,
-                            w,
-                            &start,
-                            &std::array::from_fn(at),
-                        ),
-                        (3, false) => self.run::<I, R, 3, false>(
-                            isa,
-                            oc0,
-                            v0,
-                            w,
-                            &start,
-                            &std::array::from_fn(at),
-                        ),
-                        (_, false) => self.run::<I, R, 4, false>(
-                            isa,
-                            oc0,
-                            v0,
-                            w,
-                            &start,
-                            &std::array::from_fn(at),
-                        ),
-                        (1, true) => self.run::<I, R, 1, true>(isa, oc0, v0, w, &start, &[at(0)]),
-                        (2, true) => self.run::<I, R, 2, true>(
-                            isa,
-                            oc0,
-                            v0,
-                            w,
-                            &start,
-                            &std::array::from_fn(at),
-                        ),
-                        (3, true) => self.run::<I, R, 3, true>(
-                            isa,
-                            oc0,
-                            v0,
-                            w,
-                            &start,
-                            &std::array::from_fn(at),
-                        ),
-                        (_, true) => self.run::<I, R, 4, true>(
-                            isa,
-                            oc0,
-                            v0,
-                            w,
-                            &start,
-                            &std::array::from_fn(at),
-                        ),
+                    match count {
+                        1 => self.run::<I, R, 1>(isa, oc0, q0, w, &start, &[at(0)]),
+                        2 => self.run::<I, R, 2>(isa, oc0, q0, w, &start, &std::array::from_fn(at)),
+                        3 => self.run::<I, R, 3>(isa, oc0, q0, w, &start, &std::array::from_fn(at)),
+                        _ => self.run::<I, R, 4>(isa, oc0, q0, w, &start, &std::array::from_fn(at)),
                     }
                 }
                 v0 += count;
@@ -211,8 +128,7 @@ impl Block<'_> {
     }
 
     /// Channels `oc0..oc0 + R` (those below `channels`) at the `N` vectors of flattened
-    /// positions starting at vector `v0` (`q0 = v0 * LANES`), loading with the band's masks
-    /// if `MASKED`: `out[c][stores[v].at + j] = clamp(start[c] + sum over
+    /// positions starting at `q0`: `out[c][stores[v].at + j] = clamp(start[c] + sum over
     /// input channels i and taps t of weights[(i * taps + t) * R + c - oc0] * src[i * plane +
     /// q0 + LANES v + taps[t] + lane] (+ residual))` for the `j`-th lane set in
     /// `stores[v].mask`.
@@ -220,28 +136,17 @@ impl Block<'_> {
     /// # Safety
     /// As [`Block::channels`], for these vectors.
     #[inline(always)]
-    unsafe fn run<I: MaskedFma, const R: usize, const N: usize, const MASKED: bool>(
+    unsafe fn run<I: Isa, const R: usize, const N: usize>(
         &self,
         isa: I,
         oc0: usize,
-        v0: usize,
+        q0: usize,
         weights: &[f32],
         start: &[f32; R],
         stores: &[Store; N],
     ) {
         let lanes = I::LANES;
-        let q0 = v0 * lanes;
         let reach = self.taps.iter().copied().max().unwrap_or(0);
-        // Per kernel column (at most 8), the vectors' masks.
-        let mut m = [[u32::MAX; N]; 8];
-        if MASKED {
-            assert!(self.kw <= m.len() && self.masks.len() >= (v0 + N) * self.kw);
-            for (c, v) in (v0..v0 + N).enumerate() {
-                for (kx, mk) in m.iter_mut().enumerate().take(self.kw) {
-                    mk[c] = self.masks[v * self.kw + kx].to_bits();
-                }
-            }
-        }
         // Every load stays inside the band and every weight inside the block's.
         assert!(
             self.cin >= 1 && (self.cin - 1) * self.plane + q0 + N * lanes + reach <= self.src.len()
@@ -260,33 +165,17 @@ impl Block<'_> {
         let mut w = weights.as_ptr();
         for i in 0..self.cin {
             let src = self.src[i * self.plane + q0..].as_ptr();
-            let mut kx = 0;
             for &off in self.taps {
                 let mut x = [isa.splat(0.0); N];
                 for (c, x) in x.iter_mut().enumerate() {
                     // SAFETY: inside the band (asserted above).
                     *x = unsafe { isa.load(src.add(off + c * lanes)) };
                 }
-                // The tap's column's masks (unmasked: no counter, no array).
-                let mk = if MASKED {
-                    let mk = m[kx & 7];
-                    kx += 1;
-                    if kx == self.kw {
-                        kx = 0;
-                    }
-                    mk
-                } else {
-                    [u32::MAX; N]
-                };
                 for (r, a) in acc.iter_mut().enumerate() {
                     // SAFETY: `cin * taps * R` weights (asserted above), R per tap.
                     let wv = isa.splat(unsafe { *w.add(r) });
-                    for ((a, &x), &mk) in a.iter_mut().zip(&x).zip(&mk) {
-                        *a = if MASKED {
-                            isa.fmadd_lanes(x, wv, *a, mk)
-                        } else {
-                            isa.fmadd(x, wv, *a)
-                        };
+                    for (a, &x) in a.iter_mut().zip(&x) {
+                        *a = isa.fmadd(x, wv, *a);
                     }
                 }
                 w = w.wrapping_add(R);
