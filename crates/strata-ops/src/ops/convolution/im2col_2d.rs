@@ -17,7 +17,8 @@
 //! segment (or the same segment's right padding) writes afterwards, so almost every store is a
 //! whole vector; only the end of the destination is masked.
 
-use super::simd::{Avx2, Avx512, Isa, Simd};
+use super::depthwise_simd::entry_points;
+use super::simd::{Isa, Simd};
 use crate::kernels::gemm::BBlock;
 use crate::kernels::spatial::WindowGeometry;
 
@@ -55,33 +56,16 @@ impl Window2d {
     }
 }
 
-/// One row of the unfolded matrix: what tap `tap` sees at output positions `first..first +
-/// dst.len()` of `plane` (one input plane, `ih * iw` elements at least).
-pub(super) fn unfold_row(
-    simd: Simd,
-    plane: &[f32],
-    w: &Window2d,
-    tap: usize,
-    first: usize,
-    dst: &mut [f32],
-) {
-    // SAFETY: the token proves the entry point's features.
-    unsafe {
-        match simd {
-            Simd::Avx512(isa) => row_avx512(isa, plane, w, tap, first, dst),
-            Simd::Avx2(isa) => row_avx2(isa, plane, w, tap, first, dst),
-        }
-    }
-}
-
-#[target_feature(enable = "avx512f")]
-fn row_avx512(isa: Avx512, plane: &[f32], w: &Window2d, tap: usize, first: usize, dst: &mut [f32]) {
-    row(isa, plane, w, tap, first, dst)
-}
-
-#[target_feature(enable = "avx2,fma")]
-fn row_avx2(isa: Avx2, plane: &[f32], w: &Window2d, tap: usize, first: usize, dst: &mut [f32]) {
-    row(isa, plane, w, tap, first, dst)
+entry_points! {
+    /// One row of the unfolded matrix: what tap `tap` sees at output positions `first..first +
+    /// dst.len()` of `plane` (one input plane, `ih * iw` elements at least).
+    unfold_row(row_avx512, row_avx2) => row(
+        plane: &[f32],
+        w: &Window2d,
+        tap: usize,
+        first: usize,
+        dst: &mut [f32],
+    )
 }
 
 /// Positions of one row unfolded at a time by [`unfold_packed`] (a stack buffer), a multiple of
@@ -106,40 +90,20 @@ pub(super) fn unfold_packed(
     if !CHUNK.is_multiple_of(block.nr) {
         return false;
     }
-    // SAFETY: the token proves the entry point's features.
-    unsafe {
-        match simd {
-            Simd::Avx512(isa) => packed_avx512(isa, input, in_len, w, kernel_len, block, dst),
-            Simd::Avx2(isa) => packed_avx2(isa, input, in_len, w, kernel_len, block, dst),
-        }
-    }
+    packed_on(simd, input, in_len, w, kernel_len, block, dst);
     true
 }
 
-#[target_feature(enable = "avx512f")]
-fn packed_avx512(
-    isa: Avx512,
-    input: &[f32],
-    in_len: usize,
-    w: &Window2d,
-    kernel_len: usize,
-    block: BBlock,
-    dst: &mut [f32],
-) {
-    packed(isa, input, in_len, w, kernel_len, block, dst)
-}
-
-#[target_feature(enable = "avx2,fma")]
-fn packed_avx2(
-    isa: Avx2,
-    input: &[f32],
-    in_len: usize,
-    w: &Window2d,
-    kernel_len: usize,
-    block: BBlock,
-    dst: &mut [f32],
-) {
-    packed(isa, input, in_len, w, kernel_len, block, dst)
+entry_points! {
+    /// [`unfold_packed`] once `block.nr` is known to divide [`CHUNK`].
+    packed_on(packed_avx512, packed_avx2) => packed(
+        input: &[f32],
+        in_len: usize,
+        w: &Window2d,
+        kernel_len: usize,
+        block: BBlock,
+        dst: &mut [f32],
+    )
 }
 
 #[inline(always)]
