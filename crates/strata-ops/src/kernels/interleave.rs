@@ -72,20 +72,42 @@ pub(crate) fn deinterleave<T: Pod>(
     n: usize,
     dst: &mut [T],
 ) {
-    assert!(lanes <= LANES && src.len() >= n * LANES);
-    assert!(lanes == 0 || n == 0 || dst.len() >= (lanes - 1) * stride + n);
+    assert!(src.len() >= n * LANES);
+    transpose_lanes(src, LANES, lanes, n, dst, stride);
+}
+
+/// `dst[l * dst_rs + j] = src[j * src_rs + l]` for `j < n`, `l < lanes`: `n` rows of `lanes`
+/// elements (`src_rs` apart) into `lanes` rows of `n` (`dst_rs` apart), by 16x16 register
+/// transposes for f32 on AVX-512. Nothing else of `dst` is written.
+///
+/// # Panics
+/// When `lanes > LANES` or, with `n` and `lanes` above 0, `src` holds fewer than
+/// `(n - 1) * src_rs + lanes` elements or `dst` fewer than `(lanes - 1) * dst_rs + n`.
+pub(crate) fn transpose_lanes<T: Pod>(
+    src: &[T],
+    src_rs: usize,
+    lanes: usize,
+    n: usize,
+    dst: &mut [T],
+    dst_rs: usize,
+) {
+    assert!(lanes <= LANES);
+    if lanes == 0 || n == 0 {
+        return;
+    }
+    assert!(src.len() >= (n - 1) * src_rs + lanes && dst.len() >= (lanes - 1) * dst_rs + n);
     #[cfg(target_arch = "x86_64")]
     if let (Some(src), Some(dst)) = (as_f32(src), as_f32_mut(dst)) {
         if std::arch::is_x86_feature_detected!("avx512f") {
             // SAFETY: AVX-512F was detected just now; the extents were asserted above.
-            unsafe { avx512::deinterleave(src, stride, lanes, n, dst) };
+            unsafe { avx512::transpose_lanes(src, src_rs, lanes, n, dst, dst_rs) };
             return;
         }
     }
     for l in 0..lanes {
-        let row = &mut dst[l * stride..][..n];
-        for (d, vector) in row.iter_mut().zip(src.chunks_exact(LANES)) {
-            *d = vector[l];
+        let row = &mut dst[l * dst_rs..][..n];
+        for (j, d) in row.iter_mut().enumerate() {
+            *d = src[j * src_rs + l];
         }
     }
 }
@@ -201,23 +223,26 @@ pub(crate) mod avx512 {
     }
 
     /// # Safety
-    /// AVX-512F is available; `lanes <= LANES`, `src.len() >= n * LANES` and, unless `lanes` or
-    /// `n` is 0, `dst.len() >= (lanes - 1) * stride + n`.
+    /// AVX-512F is available; `0 < lanes <= LANES`, `n > 0`, `src.len() >= (n - 1) * src_rs +
+    /// lanes` and `dst.len() >= (lanes - 1) * dst_rs + n`.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn deinterleave(
+    pub(super) unsafe fn transpose_lanes(
         src: &[f32],
-        stride: usize,
+        src_rs: usize,
         lanes: usize,
         n: usize,
         dst: &mut [f32],
+        dst_rs: usize,
     ) {
         let mut r = [_mm512_setzero_ps(); 16];
+        let load = mask(lanes);
         for j0 in (0..n).step_by(LANES) {
             let count = (n - j0).min(LANES);
             for (j, row) in r.iter_mut().enumerate() {
                 *row = if j < count {
-                    // SAFETY: (j0 + j + 1) * LANES <= n * LANES <= src.len().
-                    unsafe { _mm512_loadu_ps(src.as_ptr().add((j0 + j) * LANES)) }
+                    // SAFETY: the unmasked elements (j0 + j) * src_rs .. + lanes lie below
+                    // (n - 1) * src_rs + lanes <= src.len(); masked-off ones are not read.
+                    unsafe { _mm512_maskz_loadu_ps(load, src.as_ptr().add((j0 + j) * src_rs)) }
                 } else {
                     _mm512_setzero_ps()
                 };
@@ -225,9 +250,9 @@ pub(crate) mod avx512 {
             transpose(&mut r);
             let m = mask(count);
             for (l, &vector) in r.iter().enumerate().take(lanes) {
-                // SAFETY: the unmasked elements l * stride + j0 .. + count lie below
-                // (lanes - 1) * stride + n <= dst.len(); masked-off ones are not written.
-                unsafe { _mm512_mask_storeu_ps(dst.as_mut_ptr().add(l * stride + j0), m, vector) };
+                // SAFETY: the unmasked elements l * dst_rs + j0 .. + count lie below
+                // (lanes - 1) * dst_rs + n <= dst.len(); masked-off ones are not written.
+                unsafe { _mm512_mask_storeu_ps(dst.as_mut_ptr().add(l * dst_rs + j0), m, vector) };
             }
         }
     }
@@ -276,6 +301,38 @@ mod tests {
                 let mut dst64 = vec![f64::NAN; n * LANES];
                 interleave_rows(&src64, stride, lanes, (n, 1), n, &mut dst64);
                 assert!(dst64.iter().zip(&dst).all(|(&a, &b)| a == b as f64));
+            }
+        }
+    }
+
+    /// Rows of any stride into rows of any stride: every element of the `lanes x n` block lands
+    /// at its transposed place and nothing around it is written, in f32 (vector path) and f64.
+    #[test]
+    fn transpose_lanes_moves_exactly_the_block() {
+        for (n, lanes, src_rs, dst_rs) in [
+            (1, 1, 1, 1),
+            (17, 16, 16, 17),
+            (40, 5, 9, 43),
+            (16, 3, 3, 20),
+            (33, 12, 64, 33),
+        ] {
+            let src: Vec<f32> = (0..(n - 1) * src_rs + lanes)
+                .map(|i| i as f32 + 0.25)
+                .collect();
+            let mut dst = vec![-1.0f32; (lanes - 1) * dst_rs + n + 5];
+            transpose_lanes(&src, src_rs, lanes, n, &mut dst, dst_rs);
+            let mut dst64 = vec![-1.0f64; dst.len()];
+            let src64: Vec<f64> = src.iter().map(|&v| v as f64).collect();
+            transpose_lanes(&src64, src_rs, lanes, n, &mut dst64, dst_rs);
+            for (at, (&v, &w)) in dst.iter().zip(&dst64).enumerate() {
+                let (l, j) = (at / dst_rs, at % dst_rs);
+                let want = if l < lanes && j < n {
+                    src[j * src_rs + l]
+                } else {
+                    -1.0
+                };
+                assert_eq!(v, want, "{n} {lanes} {src_rs} {dst_rs} at {at}");
+                assert_eq!(w, want as f64);
             }
         }
     }

@@ -32,6 +32,10 @@ use crate::parallel;
 /// per block as it is needed.
 const WHOLE_A_MAX: usize = 1 << 19;
 
+/// Most register tiles per row sliver for which a column-major A is read in place (see
+/// `reads_a_in_place`).
+const DIRECT_A_MAX_TILES: usize = 4;
+
 /// Below this many multiply-adds a product stays on the calling thread: handing blocks to the
 /// pool costs more than it saves.
 const PARALLEL_MIN_MULADDS: usize = 1 << 20;
@@ -298,11 +302,15 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
     let row_slivers = rows.len().div_ceil(K::MR);
     // A packed whole (all `k` steps of every row sliver, as a prepacked A) when the columns
     // take more than one block, so it is not packed again for each.
-    let whole_a =
-        p.packed_a.is_none() && cols.len() > K::NC && row_slivers * K::MR * p.k <= WHOLE_A_MAX;
+    let direct_a = reads_a_in_place(p, cols.len().div_ceil(K::NR));
+    let whole_a = !direct_a
+        && p.packed_a.is_none()
+        && cols.len() > K::NC
+        && row_slivers * K::MR * p.k <= WHOLE_A_MAX;
     let a_buffer = match p.packed_a {
         Some(_) => 0,
         None if whole_a => row_slivers * K::MR * p.k,
+        // In place, only a last, partial sliver is packed.
         None => K::MR * kc_max,
     };
     let direct_b = reads_b_in_place(p, K::DIRECT_B_MAX_ROWS);
@@ -373,15 +381,22 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                 for step in 0..row_slivers {
                     let ir = rows.start + (step + first_sliver) % row_slivers * K::MR;
                     let mr = K::MR.min(rows.end - ir);
-                    let sliver_a = match all_a {
+                    let (sliver_a, a_step): (&[T], usize) = match all_a {
                         // Blocks start on whole register tiles, so `ir` is a multiple of MR.
                         Some((all, first)) => {
                             let s = first + (ir - rows.start) / K::MR;
-                            &all[s * p.k * K::MR + pc * K::MR..][..kc * K::MR]
+                            (&all[s * p.k * K::MR + pc * K::MR..][..kc * K::MR], K::MR)
+                        }
+                        // Rows ir..ir + MR, columns pc..pc + kc of A, one column stride apart:
+                        // the slice from the first to the last element read.
+                        None if direct_a && mr == K::MR => {
+                            let cs = p.a.cs as usize;
+                            let first = pc * cs + ir;
+                            (&p.a.data[first..first + (kc - 1) * cs + K::MR], cs)
                         }
                         None => {
                             let a_len = K::pack_a(a_scratch, p.a, ir, mr, pc, kc);
-                            &a_scratch[..a_len]
+                            (&a_scratch[..a_len], K::MR)
                         }
                     };
                     for (index, jr) in (jc..jc + nc).step_by(K::NR).enumerate() {
@@ -461,9 +476,10 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                         let tile_epilogue = fused
                             .filter(|_| tile.n == K::NR && tile.cs == 1)
                             .map(|f| f.at(ir, jr));
-                        // SAFETY: `sliver_a` holds kc * MR packed elements (one sliver, since
-                        // mr <= MR) and `sliver_b` NR elements at every multiple of its stride
-                        // below kc (slicing checked both); the tile's
+                        // SAFETY: `sliver_a` holds MR elements at every multiple of its step
+                        // below kc (one packed sliver, since mr <= MR, or MR rows of A in place)
+                        // and `sliver_b` NR elements at every multiple of its stride below kc
+                        // (slicing checked both); the tile's
                         // elements are C's (ir + i, jr + j) for i < mr, j < its n, inside this
                         // block, so valid and exclusively ours by the caller's contract, which
                         // also covers K's CPU features and the fused epilogue's parts (valid
@@ -471,7 +487,7 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                         unsafe {
                             K::run(
                                 kc,
-                                sliver_a.as_ptr(),
+                                (sliver_a.as_ptr(), a_step),
                                 (sliver_b.0.as_ptr(), sliver_b.1),
                                 &tile,
                                 p.alpha,
@@ -574,6 +590,15 @@ impl<T> NextBlock<T> {
             len,
         )
     }
+}
+
+/// Whether A is read in place rather than packed: a column-major A (a transposed operand, such
+/// as the input positions of a 1x1 convolution run as `Y^T = X^T W^T`) whose row slivers each
+/// feed at most [`DIRECT_A_MAX_TILES`] register tiles, too few to pay for packing them. Each
+/// step of the microkernel then reads its `MR` elements from a column of A, a column stride
+/// from the last.
+fn reads_a_in_place<T>(p: &Problem<'_, T>, col_tiles: usize) -> bool {
+    p.packed_a.is_none() && p.a.rs == 1 && p.a.cs >= p.m as isize && col_tiles <= DIRECT_A_MAX_TILES
 }
 
 /// Whether B's slivers are read in place instead of packed: B row-major with unit column

@@ -232,13 +232,14 @@ pub trait Microkernel<T: Float>: Copy + Send + Sync + 'static {
         cols: usize,
     ) -> usize;
 
-    /// Computes the tile `c` from `k` steps of packed A at `a` and B at `b`: step `p` reads
-    /// B's `NR` elements at `b + p * b_stride` (`NR` for a packed sliver; B's row stride when the
-    /// sliver is read in place from a row-major B).
+    /// Computes the tile `c` from `k` steps of A at `a` and B at `b`: step `p` reads A's `MR`
+    /// elements at `a + p * a_step` (`MR` for a packed sliver; A's column stride when the sliver
+    /// is read in place from a column-major A) and B's `NR` elements at `b + p * b_stride` (`NR`
+    /// for a packed sliver; B's row stride when the sliver is read in place from a row-major B).
     ///
     /// # Safety
-    /// - `a` is valid for reads of `k * MR` elements and, for every `p < k`, `b + p * b_stride`
-    ///   for reads of `NR` elements;
+    /// - for every `p < k`, `a + p * a_step` is valid for reads of `MR` elements and
+    ///   `b + p * b_stride` for reads of `NR` elements;
     /// - every element `(i, j)` of `c` (`i < c.m <= MR`, `j < c.n <= NR`) is valid for writes,
     ///   and for reads unless `beta == 0`, and no other thread accesses it during the call;
     /// - the CPU supports the instructions the kernel uses (checked by whoever picked it).
@@ -249,7 +250,7 @@ pub trait Microkernel<T: Float>: Copy + Send + Sync + 'static {
     #[allow(clippy::too_many_arguments)]
     unsafe fn run(
         k: usize,
-        a: *const T,
+        a: (*const T, usize),
         b: (*const T, usize),
         c: &Tile<T>,
         alpha: T,
@@ -336,7 +337,7 @@ impl<T: Float + bytemuck::Pod, const MR: usize, const NR: usize> Microkernel<T>
     #[inline]
     unsafe fn run(
         k: usize,
-        a: *const T,
+        (a, a_step): (*const T, usize),
         (b, b_stride): (*const T, usize),
         c: &Tile<T>,
         alpha: T,
@@ -344,11 +345,12 @@ impl<T: Float + bytemuck::Pod, const MR: usize, const NR: usize> Microkernel<T>
         _prefetch: Prefetch<T>,
         epilogue: Option<&TileEpilogue<T>>,
     ) {
-        // SAFETY: the caller guarantees `a` holds `k * MR` readable elements; packed buffers
-        // are initialized (the packers write every element, padding included).
-        let a = unsafe { std::slice::from_raw_parts(a, k * MR) };
         let mut acc = [[T::ZERO; NR]; MR];
-        for (p, a_col) in a.chunks_exact(MR).enumerate() {
+        for p in 0..k {
+            // SAFETY: the caller guarantees MR readable elements at a + p * a_step, p < k;
+            // packed buffers are initialized (the packers write every element, padding
+            // included).
+            let a_col = unsafe { std::slice::from_raw_parts(a.wrapping_add(p * a_step), MR) };
             // SAFETY: the caller guarantees NR readable elements at b + p * b_stride, p < k.
             let b_row = unsafe { std::slice::from_raw_parts(b.wrapping_add(p * b_stride), NR) };
             for (acc_row, &x) in acc.iter_mut().zip(a_col) {

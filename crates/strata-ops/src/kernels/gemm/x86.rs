@@ -93,7 +93,7 @@ macro_rules! simd_microkernel {
                 #[inline]
                 unsafe fn run(
                     k: usize,
-                    a: *const $t,
+                    a: (*const $t, usize),
                     b: (*const $t, usize),
                     c: &Tile<$t>,
                     alpha: $t,
@@ -127,7 +127,7 @@ macro_rules! simd_microkernel {
             #[derive(Clone, Copy)]
             struct Args<'t> {
                 k: usize,
-                a: *const $t,
+                a: (*const $t, usize),
                 b: (*const $t, usize),
                 c: &'t Tile<$t>,
                 alpha: $t,
@@ -174,8 +174,8 @@ macro_rules! simd_microkernel {
             /// ran 396 -> 458 us instead of faster).
             ///
             /// # Safety
-            /// As [`Microkernel::run`]: `a` holds `k * MR` elements, `b + p * b_stride` `NR`
-            /// for each `p < k`, the tile is valid and exclusively ours, the epilogue's parts
+            /// As [`Microkernel::run`]: `a + p * a_step` holds `MR` elements and
+            /// `b + p * b_stride` `NR` for each `p < k`, the tile is valid and exclusively ours, the epilogue's parts
             /// are readable for it, and the CPU has the enabled features.
             #[target_feature(enable = $feature)]
             unsafe fn kernel<
@@ -186,7 +186,7 @@ macro_rules! simd_microkernel {
                 const COL: bool,
                 const ACT: u8,
             >(
-                Args { k, a, b: (b, b_stride), c, alpha, beta, prefetch }: Args<'_>,
+                Args { k, a: (a, a_step), b: (b, b_stride), c, alpha, beta, prefetch }: Args<'_>,
                 e: &TileEpilogue<$t>,
             ) {
                 let mut acc = [[$zero(); VECTORS]; MR];
@@ -211,7 +211,7 @@ macro_rules! simd_microkernel {
                         *lane = unsafe { $load(b.add(v * LANES)) };
                     }
                     for (i, acc_row) in acc.iter_mut().enumerate() {
-                        // SAFETY: `a` points at a packed column of MR elements (one of the `k`
+                        // SAFETY: `a` points at a column of MR elements of A (one of the `k`
                         // columns the caller guarantees), and `i < MR`.
                         let x = $splat(unsafe { *a.add(i) });
                         for (sum, &w) in acc_row.iter_mut().zip(&row) {
@@ -219,7 +219,7 @@ macro_rules! simd_microkernel {
                         }
                     }
                     // Past the end after the last step, but never dereferenced there.
-                    a = a.wrapping_add(MR);
+                    a = a.wrapping_add(a_step);
                     b = b.wrapping_add(b_stride);
                 }
 
