@@ -55,6 +55,15 @@ mod sealed {
 
         /// The register tile (`MR`, `NR`) [`Sealed::dispatch`] uses for a product of `m` rows.
         fn tiles(m: usize, isa: Isa) -> (usize, usize);
+
+        /// The register tile (`MR`, `NR`) of `isa`'s narrow microkernel, if it has one: a B of
+        /// at most `NR` columns (narrower than [`Sealed::tiles`]' `NR`) is packed for it at
+        /// plan time, so that its tiles do not compute mostly padding.
+        fn narrow_tiles(isa: Isa) -> Option<(usize, usize)>;
+
+        /// Runs a validated product whose B is packed in slivers of the narrow microkernel's
+        /// `NR` (see [`Sealed::narrow_tiles`]).
+        fn dispatch_narrow(p: &Problem<'_, Self>, isa: Isa, threads: usize);
     }
 }
 
@@ -111,6 +120,7 @@ macro_rules! dispatch {
     (
         $t:ty,
         avx512 = [$tallest:ty $(, $avx512:ty)*],
+        $(avx512_narrow = $narrow:ty,)?
         avx2 = $avx2:ty,
         portable = $portable:ty
     ) => {
@@ -148,6 +158,33 @@ macro_rules! dispatch {
                         <$portable as Microkernel<$t>>::NR,
                     ),
                 }
+            }
+
+            fn narrow_tiles(isa: Isa) -> Option<(usize, usize)> {
+                #[cfg(target_arch = "x86_64")]
+                if isa == Isa::Avx512 && isa.is_available() {
+                    $(
+                        return Some((
+                            <$narrow as Microkernel<$t>>::MR,
+                            <$narrow as Microkernel<$t>>::NR,
+                        ));
+                    )?
+                }
+                let _ = isa;
+                None
+            }
+
+            fn dispatch_narrow(p: &Problem<'_, Self>, isa: Isa, threads: usize) {
+                #[cfg(target_arch = "x86_64")]
+                if isa == Isa::Avx512 && isa.is_available() {
+                    $(
+                        // SAFETY: `gemm` validated the operands (see `run`'s contract), B is
+                        // packed in this kernel's slivers (the caller's contract), and
+                        // AVX-512F was detected on this CPU just above.
+                        return unsafe { driver::run::<$t, $narrow>(p, threads) };
+                    )?
+                }
+                Self::dispatch(p, isa, threads)
             }
 
             fn dispatch(p: &Problem<'_, Self>, isa: Isa, threads: usize) {
@@ -193,6 +230,7 @@ dispatch!(
         x86::Avx512F32<11>,
         x86::Avx512F32<8>
     ],
+    avx512_narrow = x86::Avx512F32Narrow<16>,
     avx2 = x86::Avx2F32<6>,
     portable = Portable<4, 8>
 );

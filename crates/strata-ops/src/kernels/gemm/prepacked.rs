@@ -59,7 +59,11 @@ impl<T: GemmFloat + Element> Prepacked<T> {
     pub fn b(k: usize, n: usize, b: &[T], strides: (isize, isize)) -> KernelResult<Self> {
         check_operand("B", b.len(), k, n, strides)?;
         let isa = Isa::detect();
-        let (_, tile) = T::tiles(1, isa);
+        // A narrow B gets the narrow microkernel's slivers where there is one.
+        let tile = match T::narrow_tiles(isa) {
+            Some((_, narrow)) if n <= narrow => narrow,
+            _ => T::tiles(1, isa).1,
+        };
         let view = MatRef {
             data: b,
             rs: strides.0,
@@ -134,6 +138,7 @@ impl<T: GemmFloat + Element> Prepacked<T> {
         let (tile_rows, tile_cols) = T::tiles(m, self.isa);
         let expected = match self.side {
             PackedOperand::A => tile_rows,
+            PackedOperand::B if self.is_narrow() => self.tile,
             PackedOperand::B => tile_cols,
         };
         if expected != self.tile {
@@ -147,6 +152,23 @@ impl<T: GemmFloat + Element> Prepacked<T> {
             });
         }
         Ok(())
+    }
+
+    /// Whether this is a B packed for the narrow microkernel ([`super::sealed::Sealed::narrow_tiles`]).
+    fn is_narrow(&self) -> bool {
+        self.side == PackedOperand::B
+            && self.tile != T::tiles(1, self.isa).1
+            && T::narrow_tiles(self.isa).is_some_and(|(_, nr)| nr == self.tile)
+    }
+
+    /// Runs a validated product with this operand packed in it, with the microkernel its
+    /// slivers were packed for.
+    fn dispatch(&self, problem: &Problem<'_, T>, threads: usize) {
+        if self.is_narrow() {
+            T::dispatch_narrow(problem, self.isa, threads);
+        } else {
+            T::dispatch(problem, self.isa, threads);
+        }
     }
 
     /// The packed copy, read-locked for a product.
@@ -470,14 +492,17 @@ unsafe fn run_prepacked<T: GemmFloat + Element>(
     {
         return Ok(());
     }
-    T::dispatch(&problem, packed.isa, threads);
+    packed.dispatch(&problem, threads);
     Ok(())
 }
 
 /// The height of the register tile a product of `m` rows against the prepacked B `b` runs with:
 /// the sliver height of an A packed for [`gemm_packed_a`] (with AVX-512 it depends on `m`).
 pub(crate) fn packed_a_rows<T: GemmFloat + Element>(b: &Prepacked<T>, m: usize) -> usize {
-    T::tiles(m, b.isa).0
+    match T::narrow_tiles(b.isa) {
+        Some((mr, _)) if b.is_narrow() => mr,
+        _ => T::tiles(m, b.isa).0,
+    }
 }
 
 /// `C = A B` with B prepacked and A already packed by the caller, for producers that can write
@@ -554,7 +579,7 @@ pub(crate) fn gemm_packed_a<T: GemmFloat + Element>(
     // offsets and stays mutably borrowed until it returns; A holds the slivers of the tile
     // height the dispatch picks for m rows (`packed_a_rows`, the same `tiles`); B was checked
     // to have the dispatch's sliver width.
-    T::dispatch(&problem, b.isa, threads);
+    b.dispatch(&problem, threads);
     Ok(())
 }
 
@@ -618,7 +643,8 @@ mod tests {
         let mut rng = Rng::new(0x9e9a);
         for case in 0..120 {
             let m = [1, 2, 4, 5, 14, 29, 64, 131][rng.below(8)];
-            let n = [1, 3, 17, 33, 255, 600][rng.below(6)];
+            // Up to 16 columns, B is packed for the narrow microkernel where there is one.
+            let n = [1, 3, 10, 16, 17, 33, 255, 600][rng.below(8)];
             let k = [1, 7, 129, 300][rng.below(4)];
             let a = rng.vec(m * k);
             let b = rng.vec(k * n);
@@ -653,6 +679,10 @@ mod tests {
 
             let packed_b = Prepacked::b(k, n, &b, sb).unwrap();
             assert!(packed_b.bytes() >= k * n * 4);
+            assert_eq!(
+                packed_b.is_narrow(),
+                n <= 16 && Isa::detect() == Isa::Avx512
+            );
             let mut c = c0.clone();
             gemm_prepacked(&packed_b, m, &a, sa, &mut c, sc, alpha, beta, threads).unwrap();
             assert_close_within(
@@ -693,6 +723,7 @@ mod tests {
         for (m, n, k) in [
             (1, 5, 3),
             (7, 16, 64),
+            (40, 10, 300),
             (13, 33, 17),
             (29, 64, 64),
             (126, 64, 64),
@@ -717,10 +748,17 @@ mod tests {
             )
             .unwrap();
             let packed_b = Prepacked::b(k, n, &b, (n as isize, 1)).unwrap();
-            let packed_a = Prepacked::a(m, k, &a, (k as isize, 1)).unwrap();
-            assert_eq!(packed_a.tile, packed_a_rows(&packed_b, m));
-            let guard = packed_a.read().unwrap();
-            let slivers = packed_slice(&guard).unwrap();
+            // A in slivers of the height `packed_a_rows` names (the narrow microkernel's for
+            // B of at most 16 columns on AVX-512), as a caller such as Winograd packs it.
+            let mr = packed_a_rows(&packed_b, m);
+            let mut slivers = vec![f32::NAN; m.div_ceil(mr) * mr * k];
+            let view = MatRef {
+                data: &a,
+                rs: k as isize,
+                cs: 1,
+            };
+            pack_width(mr, &mut slivers, view.t(), k, m).unwrap();
+            let slivers = &slivers[..];
             for threads in [1, 2] {
                 let pool = crate::parallel::ThreadPool::new(threads).unwrap();
                 let mut c = vec![f32::NAN; m * ldc];

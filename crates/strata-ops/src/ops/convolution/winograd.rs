@@ -566,10 +566,19 @@ fn transform_input_packed(
             }
         };
     }
-    // The microkernels' heights (AVX-512 14, 13, 11, 8; AVX2 6; portable 4), each with whole
-    // slivers of tiles per step: whole AVX2 vectors where that takes at most four slivers
-    // (12 tiles for MR 6 were 8 lanes and 4 masked), else as many as fit in 16.
-    heights!((4, 16), (6, 24), (8, 16), (11, 11), (13, 13), (14, 14));
+    // The microkernels' heights (AVX-512 14, 13, 11, 8, and 16 for at most 16 output channels;
+    // AVX2 6; portable 4), each with whole slivers of tiles per step: whole AVX2 vectors where
+    // that takes at most four slivers (12 tiles for MR 6 were 8 lanes and 4 masked), else as
+    // many as fit in 16.
+    heights!(
+        (4, 16),
+        (6, 24),
+        (8, 16),
+        (11, 11),
+        (13, 13),
+        (14, 14),
+        (16, 16)
+    );
     Ok(())
 }
 
