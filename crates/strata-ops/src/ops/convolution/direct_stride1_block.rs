@@ -3,6 +3,7 @@
 //! accumulators kept over every input channel and tap, then stored to the valid lanes with the
 //! epilogue. Thin `#[target_feature]` entry points per ISA choose `R` and the widest `C`.
 
+use std::array::from_fn;
 use std::ops::Range;
 
 use super::row_band::Clamp;
@@ -100,6 +101,7 @@ impl Block<'_> {
         let vectors = self.positions.div_ceil(lanes);
         let chunks = vectors.div_ceil(C);
         assert!(channels.start.is_multiple_of(R) && channels.end <= self.channels);
+        let grid = Grid::of(self.taps);
         for oc0 in channels.step_by(R) {
             let valid = (self.channels - oc0).min(R);
             let mut start = [0.0f32; R];
@@ -116,10 +118,10 @@ impl Block<'_> {
                 // SAFETY: the caller's contract.
                 unsafe {
                     match count {
-                        1 => self.run::<I, R, 1>(isa, oc0, q0, w, &start, &[at(0)]),
-                        2 => self.run::<I, R, 2>(isa, oc0, q0, w, &start, &std::array::from_fn(at)),
-                        3 => self.run::<I, R, 3>(isa, oc0, q0, w, &start, &std::array::from_fn(at)),
-                        _ => self.run::<I, R, 4>(isa, oc0, q0, w, &start, &std::array::from_fn(at)),
+                        1 => self.run::<I, R, 1>(isa, oc0, q0, w, &start, &[at(0)], grid),
+                        2 => self.run::<I, R, 2>(isa, oc0, q0, w, &start, &from_fn(at), grid),
+                        3 => self.run::<I, R, 3>(isa, oc0, q0, w, &start, &from_fn(at), grid),
+                        _ => self.run::<I, R, 4>(isa, oc0, q0, w, &start, &from_fn(at), grid),
                     }
                 }
                 v0 += count;
@@ -144,6 +146,7 @@ impl Block<'_> {
         weights: &[f32],
         start: &[f32; R],
         stores: &[Store; N],
+        grid: Option<Grid>,
     ) {
         let lanes = I::LANES;
         let reach = self.taps.iter().copied().max().unwrap_or(0);
@@ -162,23 +165,39 @@ impl Block<'_> {
         for (a, &s) in acc.iter_mut().zip(start) {
             *a = [isa.splat(s); N];
         }
-        let mut w = weights.as_ptr();
-        for i in 0..self.cin {
-            let src = self.src[i * self.plane + q0..].as_ptr();
-            for &off in self.taps {
-                let mut x = [isa.splat(0.0); N];
-                for (c, x) in x.iter_mut().enumerate() {
-                    // SAFETY: inside the band (asserted above).
-                    *x = unsafe { isa.load(src.add(off + c * lanes)) };
-                }
-                for (r, a) in acc.iter_mut().enumerate() {
-                    // SAFETY: `cin * taps * R` weights (asserted above), R per tap.
-                    let wv = isa.splat(unsafe { *w.add(r) });
-                    for (a, &x) in a.iter_mut().zip(&x) {
-                        *a = isa.fmadd(x, wv, *a);
+        if let Some(grid) = grid {
+            // SAFETY: the loads stay inside the band and the weights inside the block's
+            // (asserted above); `grid` is the taps' layout.
+            acc = unsafe {
+                madd_3x3::<I, R, N>(
+                    isa,
+                    self.src.as_ptr().add(q0),
+                    self.plane,
+                    grid,
+                    self.cin,
+                    weights.as_ptr(),
+                    acc,
+                )
+            };
+        } else {
+            let mut w = weights.as_ptr();
+            for i in 0..self.cin {
+                let src = self.src[i * self.plane + q0..].as_ptr();
+                for &off in self.taps {
+                    let mut x = [isa.splat(0.0); N];
+                    for (c, x) in x.iter_mut().enumerate() {
+                        // SAFETY: inside the band (asserted above).
+                        *x = unsafe { isa.load(src.add(off + c * lanes)) };
                     }
+                    for (r, a) in acc.iter_mut().enumerate() {
+                        // SAFETY: `cin * taps * R` weights (asserted above), R per tap.
+                        let wv = isa.splat(unsafe { *w.add(r) });
+                        for (a, &x) in a.iter_mut().zip(&x) {
+                            *a = isa.fmadd(x, wv, *a);
+                        }
+                    }
+                    w = w.wrapping_add(R);
                 }
-                w = w.wrapping_add(R);
             }
         }
         let (lo, hi) = (isa.splat(self.clamp.lo), isa.splat(self.clamp.hi));
@@ -201,4 +220,67 @@ impl Block<'_> {
             }
         }
     }
+}
+
+/// A 3x3 window's taps as offsets `ky * row + kx * col` from a position (`row = dy * Wp`,
+/// `col = dx`): the layout [`madd_3x3`] unrolls.
+#[derive(Clone, Copy, Debug)]
+struct Grid {
+    row: usize,
+    col: usize,
+}
+
+impl Grid {
+    /// The grid `taps` are, if they are one (nine, `ky * row + kx * col` in order).
+    fn of(taps: &[usize]) -> Option<Grid> {
+        let &[_, col, _, row, ..] = taps else {
+            return None;
+        };
+        let grid = Grid { row, col };
+        (taps.len() == 9 && (0..9).all(|t| taps[t] == t / 3 * row + t % 3 * col)).then_some(grid)
+    }
+}
+
+/// `acc[r][c] += sum over input channels i and taps t of w[(i * 9 + t) * R + r] * src[i * plane
+/// + tap(t) + LANES c + lane]`, the nine taps of `grid` unrolled: one loop over the input
+/// channels, whose only state is the two pointers and the accumulators, so the register block
+/// stays in registers (nested loops over channels and a tap table kept 12 of AVX-512's 24
+/// accumulators in memory after every channel).
+///
+/// # Safety
+/// For every input channel `i < cin`, `src + i * plane + 2 * (grid.row + grid.col) + N * LANES`
+/// is within one allocation, and `w` is valid for `cin * 9 * R` reads.
+#[inline(always)]
+unsafe fn madd_3x3<I: Isa, const R: usize, const N: usize>(
+    isa: I,
+    src: *const f32,
+    plane: usize,
+    grid: Grid,
+    cin: usize,
+    w: *const f32,
+    mut acc: [[I::V; N]; R],
+) -> [[I::V; N]; R] {
+    let lanes = I::LANES;
+    let (mut src, mut w) = (src, w);
+    for _ in 0..cin {
+        // A macro, not a closure: a closure borrowing the accumulators is not always inlined.
+        macro_rules! tap {
+            ($($t:literal)*) => {$({
+                let at = src.wrapping_add($t / 3 * grid.row + $t % 3 * grid.col);
+                // SAFETY: inside the band (the caller's contract).
+                let x: [I::V; N] = from_fn(|c| unsafe { isa.load(at.add(c * lanes)) });
+                for (r, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: `9 * R` weights per input channel (the caller's contract).
+                    let wv = isa.splat(unsafe { *w.add($t * R + r) });
+                    for (a, &x) in a.iter_mut().zip(&x) {
+                        *a = isa.fmadd(x, wv, *a);
+                    }
+                }
+            })*};
+        }
+        tap!(0 1 2 3 4 5 6 7 8);
+        src = src.wrapping_add(plane);
+        w = w.wrapping_add(9 * R);
+    }
+    acc
 }
