@@ -102,6 +102,24 @@ impl Block<'_> {
         let chunks = vectors.div_ceil(C);
         assert!(channels.start.is_multiple_of(R) && channels.end <= self.channels);
         let grid = Grid::of(self.taps);
+        // Every vector's store, found once for all the register blocks (on the stack: no
+        // allocation per run) where the band has at most `TABLE` vectors (16K-element bands of
+        // 8 or more channels do).
+        const TABLE: usize = 160;
+        let mut table = [Store::default(); TABLE];
+        let tabled = vectors <= TABLE;
+        if tabled {
+            for (v, s) in table[..vectors].iter_mut().enumerate() {
+                *s = store(v * lanes);
+            }
+        }
+        let store_of = |v: usize| {
+            if tabled {
+                table[v]
+            } else {
+                store(v * lanes)
+            }
+        };
         for oc0 in channels.step_by(R) {
             let valid = (self.channels - oc0).min(R);
             let mut start = [0.0f32; R];
@@ -114,7 +132,7 @@ impl Block<'_> {
                 // The first `vectors % chunks` chunks get one more vector.
                 let count = vectors / chunks + usize::from(c < vectors % chunks);
                 let q0 = v0 * lanes;
-                let at = |v: usize| store(q0 + v * lanes);
+                let at = |v: usize| store_of(v0 + v);
                 // SAFETY: the caller's contract.
                 unsafe {
                     match count {
