@@ -6,6 +6,9 @@
 use std::array::from_fn;
 use std::ops::Range;
 
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::{__m512, _mm512_mask3_fmadd_ps};
+
 use super::row_band::Clamp;
 use super::simd::{Avx2, Avx512, Isa};
 
@@ -46,6 +49,17 @@ pub(super) struct Block<'a> {
     pub residual: Option<&'a [f32]>,
     pub out_plane: usize,
     pub channels: usize,
+    /// Compact rows (AVX-512, 3x3 windows): the band's rows have the image's width, no padding
+    /// columns, and a tap's lanes whose column is off the image are loaded as zeros.
+    pub edges: Option<Edges>,
+}
+
+/// Compact rows of `width` columns: output column `ox`'s tap `kx` reads input column `ox + kx *
+/// dx - left`, on the image where that is in `0..width` (`dx` is the taps' column step).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Edges {
+    pub width: usize,
+    pub left: usize,
 }
 
 /// Channels `channels` (from a multiple of 8, below `block.channels`) of the band on AVX-512;
@@ -62,7 +76,13 @@ pub(super) unsafe fn channels_avx512(
 ) {
     const B: (usize, usize) = AVX512_BLOCK;
     // SAFETY: the caller's contract; the token proves AVX-512F.
-    unsafe { block.channels::<Avx512, { B.0 }, { B.1 }>(isa, channels, store) }
+    unsafe {
+        if block.edges.is_some() {
+            block.channels::<Avx512, { B.0 }, { B.1 }, EdgeMasks>(isa, channels, store)
+        } else {
+            block.channels::<Avx512, { B.0 }, { B.1 }, Whole>(isa, channels, store)
+        }
+    }
 }
 
 /// As [`channels_avx512`] on AVX2 + FMA, blocks of [`AVX2_BLOCK`].
@@ -77,8 +97,10 @@ pub(super) unsafe fn channels_avx2(
     store: &dyn Fn(usize) -> Store,
 ) {
     const B: (usize, usize) = AVX2_BLOCK;
+    // Compact rows are AVX-512's alone.
+    assert!(block.edges.is_none());
     // SAFETY: the caller's contract; the token proves AVX2 and FMA.
-    unsafe { block.channels::<Avx2, { B.0 }, { B.1 }>(isa, channels, store) }
+    unsafe { block.channels::<Avx2, { B.0 }, { B.1 }, Whole>(isa, channels, store) }
 }
 
 impl Block<'_> {
@@ -90,7 +112,7 @@ impl Block<'_> {
     /// out_plane + store(q).at` is valid for `store(q).mask.count_ones()` writes, written by no
     /// other thread meanwhile.
     #[inline(always)]
-    unsafe fn channels<I: Isa, const R: usize, const C: usize>(
+    unsafe fn channels<I: Isa, const R: usize, const C: usize, L: TapLoads<I>>(
         &self,
         isa: I,
         channels: Range<usize>,
@@ -102,15 +124,24 @@ impl Block<'_> {
         let chunks = vectors.div_ceil(C);
         assert!(channels.start.is_multiple_of(R) && channels.end <= self.channels);
         let grid = Grid::of(self.taps);
+        // Compact rows need the unrolled 3x3 taps, which apply the lane masks.
+        assert!(self.edges.is_none() || grid.is_some());
         // Every vector's store, found once for all the register blocks (on the stack: no
         // allocation per run) where the band has at most `TABLE` vectors (16K-element bands of
         // 8 or more channels do).
         const TABLE: usize = 160;
         let mut table = [Store::default(); TABLE];
+        let mut cols = [[0u16; 3]; TABLE];
         let tabled = vectors <= TABLE;
+        let col_step = grid.map_or(0, |g| g.col);
         if tabled {
             for (v, s) in table[..vectors].iter_mut().enumerate() {
                 *s = store(v * lanes);
+            }
+            if let Some(e) = self.edges {
+                for (v, m) in cols[..vectors].iter_mut().enumerate() {
+                    *m = e.masks(v * lanes, lanes, col_step);
+                }
             }
         }
         let store_of = |v: usize| {
@@ -119,6 +150,11 @@ impl Block<'_> {
             } else {
                 store(v * lanes)
             }
+        };
+        let cols_of = |v: usize| match self.edges {
+            Some(_) if tabled => cols[v],
+            Some(e) => e.masks(v * lanes, lanes, col_step),
+            None => [0; 3],
         };
         for oc0 in channels.step_by(R) {
             let valid = (self.channels - oc0).min(R);
@@ -133,13 +169,43 @@ impl Block<'_> {
                 let count = vectors / chunks + usize::from(c < vectors % chunks);
                 let q0 = v0 * lanes;
                 let at = |v: usize| store_of(v0 + v);
+                let load = L::new(from_fn(
+                    |v| if v < count { cols_of(v0 + v) } else { [0; 3] },
+                ));
                 // SAFETY: the caller's contract.
                 unsafe {
                     match count {
-                        1 => self.run::<I, R, 1>(isa, oc0, q0, w, &start, &[at(0)], grid),
-                        2 => self.run::<I, R, 2>(isa, oc0, q0, w, &start, &from_fn(at), grid),
-                        3 => self.run::<I, R, 3>(isa, oc0, q0, w, &start, &from_fn(at), grid),
-                        _ => self.run::<I, R, 4>(isa, oc0, q0, w, &start, &from_fn(at), grid),
+                        1 => self.run::<I, R, 1, L>(isa, oc0, q0, w, &start, &[at(0)], grid, load),
+                        2 => self.run::<I, R, 2, L>(
+                            isa,
+                            oc0,
+                            q0,
+                            w,
+                            &start,
+                            &from_fn(at),
+                            grid,
+                            load,
+                        ),
+                        3 => self.run::<I, R, 3, L>(
+                            isa,
+                            oc0,
+                            q0,
+                            w,
+                            &start,
+                            &from_fn(at),
+                            grid,
+                            load,
+                        ),
+                        _ => self.run::<I, R, 4, L>(
+                            isa,
+                            oc0,
+                            q0,
+                            w,
+                            &start,
+                            &from_fn(at),
+                            grid,
+                            load,
+                        ),
                     }
                 }
                 v0 += count;
@@ -156,7 +222,8 @@ impl Block<'_> {
     /// # Safety
     /// As [`Block::channels`], for these vectors.
     #[inline(always)]
-    unsafe fn run<I: Isa, const R: usize, const N: usize>(
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run<I: Isa, const R: usize, const N: usize, L: TapLoads<I>>(
         &self,
         isa: I,
         oc0: usize,
@@ -165,6 +232,7 @@ impl Block<'_> {
         start: &[f32; R],
         stores: &[Store; N],
         grid: Option<Grid>,
+        load: L,
     ) {
         let lanes = I::LANES;
         let reach = self.taps.iter().copied().max().unwrap_or(0);
@@ -187,8 +255,9 @@ impl Block<'_> {
             // SAFETY: the loads stay inside the band and the weights inside the block's
             // (asserted above); `grid` is the taps' layout.
             acc = unsafe {
-                madd_3x3::<I, R, N>(
+                madd_3x3::<I, R, N, L>(
                     isa,
+                    load,
                     self.src.as_ptr().add(q0),
                     self.plane,
                     grid,
@@ -269,8 +338,9 @@ impl Grid {
 /// For every input channel `i < cin`, `src + i * plane + 2 * (grid.row + grid.col) + N * LANES`
 /// is within one allocation, and `w` is valid for `cin * 9 * R` reads.
 #[inline(always)]
-unsafe fn madd_3x3<I: Isa, const R: usize, const N: usize>(
+unsafe fn madd_3x3<I: Isa, const R: usize, const N: usize, L: TapLoads<I>>(
     isa: I,
+    load: L,
     src: *const f32,
     plane: usize,
     grid: Grid,
@@ -290,8 +360,8 @@ unsafe fn madd_3x3<I: Isa, const R: usize, const N: usize>(
                 for (r, a) in acc.iter_mut().enumerate() {
                     // SAFETY: `9 * R` weights per input channel (the caller's contract).
                     let wv = isa.splat(unsafe { *w.add($t * R + r) });
-                    for (a, &x) in a.iter_mut().zip(&x) {
-                        *a = isa.fmadd(x, wv, *a);
+                    for (c, (a, &x)) in a.iter_mut().zip(&x).enumerate() {
+                        *a = load.fmadd(isa, x, wv, *a, c, $t % 3);
                     }
                 }
             })*};
@@ -301,4 +371,57 @@ unsafe fn madd_3x3<I: Isa, const R: usize, const N: usize>(
         w = w.wrapping_add(9 * R);
     }
     acc
+}
+
+impl Edges {
+    /// Per column tap `kx`, the lanes of the vector at position `q` (of `lanes`) whose input
+    /// column `q % width + kx * dx - left` is on the image.
+    fn masks(self, q: usize, lanes: usize, dx: usize) -> [u16; 3] {
+        from_fn(|kx| {
+            (0..lanes).fold(0u16, |m, l| {
+                let col = ((q + l) % self.width.max(1) + kx * dx).wrapping_sub(self.left);
+                m | (u16::from(col < self.width) << l)
+            })
+        })
+    }
+}
+
+/// How [`madd_3x3`] loads a tap's vectors: whole, or (compact rows) with the lanes off the
+/// image zeroed.
+trait TapLoads<I: Isa>: Copy {
+    /// From the lane masks of each of (up to) 4 vectors' column taps ([`Edges::masks`]).
+    fn new(masks: [[u16; 3]; 4]) -> Self;
+    /// `x * w + acc` for vector `c`'s column tap `kx`: in every lane, or only those on the image.
+    fn fmadd(self, isa: I, x: I::V, w: I::V, acc: I::V, c: usize, kx: usize) -> I::V;
+}
+
+/// Every lane loaded.
+#[derive(Clone, Copy)]
+struct Whole;
+
+impl<I: Isa> TapLoads<I> for Whole {
+    #[inline(always)]
+    fn new(_: [[u16; 3]; 4]) -> Self {
+        Whole
+    }
+    #[inline(always)]
+    fn fmadd(self, isa: I, x: I::V, w: I::V, acc: I::V, _: usize, _: usize) -> I::V {
+        isa.fmadd(x, w, acc)
+    }
+}
+
+/// The lanes of [`Edges::masks`] loaded, the others zero (AVX-512's zero-masked loads).
+#[derive(Clone, Copy)]
+struct EdgeMasks([[u16; 3]; 4]);
+
+impl TapLoads<Avx512> for EdgeMasks {
+    #[inline(always)]
+    fn new(masks: [[u16; 3]; 4]) -> Self {
+        EdgeMasks(masks)
+    }
+    #[inline(always)]
+    fn fmadd(self, _: Avx512, x: __m512, w: __m512, acc: __m512, c: usize, kx: usize) -> __m512 {
+        // SAFETY: the token proves AVX-512F.
+        unsafe { _mm512_mask3_fmadd_ps(x, w, acc, self.0[c][kx]) }
+    }
 }
