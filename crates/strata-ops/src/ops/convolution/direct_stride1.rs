@@ -10,9 +10,16 @@
 //! lanes are dropped as the outputs are stored (the valid lanes of a vector are consecutive
 //! outputs: one compress and one masked store on AVX-512, a masked store per row on AVX2). A
 //! register block of output channels x vectors (`direct_stride1_block`) keeps its accumulators
-//! over every input channel and tap; bias, residual and Relu/Clip are applied in registers as
-//! the block is stored. Bands of output rows are split over the threads, each thread taking the
-//! same bands on every run.
+//! over every input channel and tap (3x3: the nine taps unrolled in one loop over the input
+//! channels, which keeps all of AVX-512's 24 in registers); bias, residual and Relu/Clip are
+//! applied in registers as the block is stored.
+//!
+//! On narrow images (13x13: 2 padding columns of 15) AVX-512 drops the padding columns instead
+//! (compact rows, [`COMPACT_PADDING`]): rows of stride `W`, position `q = oy * W + ox`, the
+//! padding only the band's zero rows; a column tap's lanes whose column is off the image (they
+//! hold the row before's or after's ends) are left out of its multiply-adds by merge-masked
+//! FMAs, so 169 outputs take 11 vectors, not 13. Bands of output rows are split over the
+//! threads, each thread taking the same bands on every run.
 //!
 //! f32 on AVX-512 or AVX2 + FMA (elsewhere the GEMM path stays); the weights are reordered once
 //! at plan time ([`DirectWeights`], Persistent memory).
@@ -36,7 +43,10 @@ use crate::kernels::spatial::check_len;
 const OP: &str = "Conv";
 /// Compact rows (AVX-512, 3x3 windows as wide as their input) where the padding columns are at
 /// least `1 / COMPACT_PADDING` of a padded row: SqueezeNet's 13x13 (2 of 15), not 27x27 (2 of
-/// 29) nor 55x55. See [`Geometry::compact`].
+/// 29) nor 55x55. See [`Geometry::compact`]. Alternating A/B, one thread, against padded rows
+/// (both with the unrolled taps): 192 <- 48 and 256 <- 64 at 13x13 0.91x the time with
+/// merge-masked FMAs, 0.98x with zero-masked loads instead (AVX-512 loads with a lane mask run
+/// slower); the first compact-row attempt measured 27x27 at 1.01x and 55x55 at 1.07x.
 const COMPACT_PADDING: usize = 10;
 /// At most this many taps per window (7x7).
 const MAX_TAPS: usize = 49;
