@@ -10,9 +10,16 @@
 //! lanes are dropped as the outputs are stored (the valid lanes of a vector are consecutive
 //! outputs: one compress and one masked store on AVX-512, a masked store per row on AVX2). A
 //! register block of output channels x vectors (`direct_stride1_block`) keeps its accumulators
-//! over every input channel and tap; bias, residual and Relu/Clip are applied in registers as
-//! the block is stored. Bands of output rows are split over the threads, each thread taking the
-//! same bands on every run.
+//! over every input channel and tap (3x3: the nine taps unrolled in one loop over the input
+//! channels, which keeps all of AVX-512's 24 in registers); bias, residual and Relu/Clip are
+//! applied in registers as the block is stored.
+//!
+//! On narrow images (13x13: 2 padding columns of 15) AVX-512 drops the padding columns instead
+//! (compact rows, [`COMPACT_PADDING`]): rows of stride `W`, position `q = oy * W + ox`, the
+//! padding only the band's zero rows; a column tap's lanes whose column is off the image (they
+//! hold the row before's or after's ends) are left out of its multiply-adds by merge-masked
+//! FMAs, so 169 outputs take 11 vectors, not 13. Bands of output rows are split over the
+//! threads, each thread taking the same bands on every run.
 //!
 //! f32 on AVX-512 or AVX2 + FMA (elsewhere the GEMM path stays); the weights are reordered once
 //! at plan time ([`DirectWeights`], Persistent memory).
@@ -22,7 +29,7 @@ use strata_core::Tensor;
 use super::band_output::OutPtr;
 use super::conv_params::ConvParams;
 #[cfg(target_arch = "x86_64")]
-use super::direct_stride1_block::{self as kernel, Block, Store, AVX2_BLOCK, AVX512_BLOCK};
+use super::direct_stride1_block::{self as kernel, Block, Edges, Store, AVX2_BLOCK, AVX512_BLOCK};
 use super::few_channels::window;
 use super::interleaved_weights::interleave_weight_rows;
 use super::row_band::{Clamp, ClampKind, LANES};
@@ -34,6 +41,13 @@ use crate::kernels::gemm::with_pack_buffers;
 use crate::kernels::spatial::check_len;
 
 const OP: &str = "Conv";
+/// Compact rows (AVX-512, 3x3 windows as wide as their input) where the padding columns are at
+/// least `1 / COMPACT_PADDING` of a padded row: SqueezeNet's 13x13 (2 of 15), not 27x27 (2 of
+/// 29) nor 55x55. See [`Geometry::compact`]. Alternating A/B, one thread, against padded rows
+/// (both with the unrolled taps): 192 <- 48 and 256 <- 64 at 13x13 0.91x the time with
+/// merge-masked FMAs, 0.98x with zero-masked loads instead (AVX-512 loads with a lane mask run
+/// slower); the first compact-row attempt measured 27x27 at 1.01x and 55x55 at 1.07x.
+const COMPACT_PADDING: usize = 10;
 /// At most this many taps per window (7x7).
 const MAX_TAPS: usize = 49;
 /// The band's size target in elements (all its channels' padded rows). One thread, 64 <- 16 at
@@ -70,15 +84,39 @@ pub(crate) fn pays(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) 
 /// Output channels of the register block on this CPU (one broadcast weight each per tap), or
 /// `None` where the kernel does not run (no AVX-512 nor AVX2 + FMA).
 fn oc_block() -> Option<usize> {
+    detected().as_ref().and_then(block_of)
+}
+
+/// The ISA token the kernel runs with (`()` where there is none).
+#[cfg(target_arch = "x86_64")]
+type Token = Simd;
+#[cfg(not(target_arch = "x86_64"))]
+type Token = ();
+
+/// The widest ISA detected.
+fn detected() -> Option<Token> {
     #[cfg(target_arch = "x86_64")]
     {
-        super::simd::Simd::detect().map(|s| match s {
+        Simd::detect()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        None
+    }
+}
+
+/// Output channels of `isa`'s register block.
+fn block_of(isa: &Token) -> Option<usize> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        Some(match isa {
             Simd::Avx512(_) => AVX512_BLOCK.0,
             Simd::Avx2(_) => AVX2_BLOCK.0,
         })
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
+        let () = isa;
         None
     }
 }
@@ -97,6 +135,15 @@ pub struct DirectWeights {
 
 impl DirectWeights {
     pub fn new(weight: &[f32], weight_dims: &[usize]) -> KernelResult<Self> {
+        Self::with_block(weight, weight_dims, oc_block())
+    }
+
+    /// For register blocks of `block` output channels (`None`: no kernel on this CPU).
+    fn with_block(
+        weight: &[f32],
+        weight_dims: &[usize],
+        block: Option<usize>,
+    ) -> KernelResult<Self> {
         let invalid = |reason: String| KernelError::InvalidParam {
             op: OP,
             param: "weight",
@@ -113,7 +160,7 @@ impl DirectWeights {
                 weight.len()
             )));
         }
-        let block = oc_block().ok_or_else(|| invalid("no kernel on this CPU".into()))?;
+        let block = block.ok_or_else(|| invalid("no kernel on this CPU".into()))?;
         let data = interleave_weight_rows(weight, depth, block).map_err(invalid)?;
         Ok(DirectWeights {
             data,
@@ -127,6 +174,13 @@ impl DirectWeights {
 /// of `wp`, outputs `oh x ow`, and the taps' offsets in a plane.
 #[derive(Debug)]
 struct Geometry {
+    /// Compact rows: `wp = wd`, no padding columns, input row `r` from `pad_left + r * wd` of
+    /// a plane; a tap's lanes whose column is off the image are loaded as zeros (AVX-512's
+    /// masked loads), so a 13x13 image's 169 outputs take 11 vectors, not the 13 of its 193
+    /// padded positions.
+    compact: bool,
+    kw: usize,
+    dx: usize,
     h: usize,
     wd: usize,
     pad_top: usize,
@@ -141,7 +195,13 @@ struct Geometry {
 }
 
 impl Geometry {
-    fn new(input_dims: &[usize], weight_dims: &[usize; 4], p: &ConvParams) -> KernelResult<Self> {
+    /// `masked`: whether the ISA loads with lane masks (AVX-512), for compact rows.
+    fn new(
+        input_dims: &[usize],
+        weight_dims: &[usize; 4],
+        p: &ConvParams,
+        masked: bool,
+    ) -> KernelResult<Self> {
         let w = window(input_dims, weight_dims, p)?;
         let [_, _, kh, kw] = *weight_dims;
         if w.strides.iter().any(|&s| s != 1) || kh * kw > MAX_TAPS {
@@ -152,12 +212,20 @@ impl Geometry {
             });
         }
         let (dy, dx) = (w.dilations[0], w.dilations[1]);
-        let wp = w.pads_begin[1] + w.in_dims[1] + w.pads_end[1];
+        let padded = w.pads_begin[1] + w.in_dims[1] + w.pads_end[1];
+        let compact = masked
+            && (kh, kw) == (3, 3)
+            && w.out_dims[1] == w.in_dims[1]
+            && (padded - w.in_dims[1]) * COMPACT_PADDING >= padded;
+        let wp = if compact { w.in_dims[1] } else { padded };
         let mut taps = [0; MAX_TAPS];
         for (t, at) in taps[..kh * kw].iter_mut().enumerate() {
             *at = t / kw * dy * wp + t % kw * dx;
         }
         Ok(Geometry {
+            compact,
+            kw,
+            dx,
             h: w.in_dims[0],
             wd: w.in_dims[1],
             pad_top: w.pads_begin[0],
@@ -174,7 +242,25 @@ impl Geometry {
     /// Elements of one channel's plane in a band of `rows` output rows: its padded input rows,
     /// then room for the last vector's overreach (at most 15 positions past them).
     fn plane_len(&self, rows: usize) -> usize {
-        (rows + self.halo) * self.wp + LANES
+        (rows + self.halo) * self.wp + LANES + self.lead() + self.compact_reach()
+    }
+
+    /// Elements before a compact plane's first row (its column taps read from `-pad_left`).
+    fn lead(&self) -> usize {
+        if self.compact {
+            self.pad_left
+        } else {
+            0
+        }
+    }
+
+    /// How far a compact row's column taps reach past its end.
+    fn compact_reach(&self) -> usize {
+        if self.compact {
+            (self.kw - 1) * self.dx
+        } else {
+            0
+        }
     }
 
     /// How the work is cut: into bands of output rows of about [`BAND_ELEMENTS`] of input each,
@@ -207,6 +293,24 @@ impl Geometry {
     fn fill(&self, x: &[f32], cin: usize, oy0: usize, rows: usize, buf: &mut [f32]) {
         let plane = self.plane_len(rows);
         let (pl, wd) = (self.pad_left, self.wd);
+        if self.compact {
+            for (c, dst) in buf[..cin * plane].chunks_exact_mut(plane).enumerate() {
+                // Zero rows above and below the image, its rows side by side between.
+                let first = self.pad_top.saturating_sub(oy0).min(rows + self.halo);
+                let end = (self.h + self.pad_top)
+                    .saturating_sub(oy0)
+                    .clamp(first, rows + self.halo);
+                let (head, rest) = dst.split_at_mut(pl + first * wd);
+                head.fill(0.0);
+                let (body, tail) = rest.split_at_mut((end - first) * wd);
+                if end > first {
+                    let iy0 = oy0 + first - self.pad_top;
+                    body.copy_from_slice(&x[(c * self.h + iy0) * wd..][..body.len()]);
+                }
+                tail.fill(0.0);
+            }
+            return;
+        }
         for (c, dst) in buf[..cin * plane].chunks_exact_mut(plane).enumerate() {
             let (padded, slack) = dst.split_at_mut((rows + self.halo) * self.wp);
             slack.fill(0.0);
@@ -261,16 +365,38 @@ pub(crate) fn conv(
     out: &mut [f32],
     threads: usize,
 ) -> KernelResult<()> {
+    conv_on(
+        detected(),
+        input,
+        input_dims,
+        weights,
+        p,
+        bias,
+        residual,
+        out,
+        threads,
+    )
+}
+
+/// [`conv`] on `simd` (the weights' block must be its own).
+#[allow(clippy::too_many_arguments)]
+fn conv_on(
+    simd: Option<Token>,
+    input: &[f32],
+    input_dims: &[usize],
+    weights: &DirectWeights,
+    p: &ConvParams,
+    bias: Option<&[f32]>,
+    residual: Option<&[f32]>,
+    out: &mut [f32],
+    threads: usize,
+) -> KernelResult<()> {
     let [cout, cin, _, _] = weights.dims;
-    #[cfg(target_arch = "x86_64")]
-    let simd = Simd::detect();
-    #[cfg(not(target_arch = "x86_64"))]
-    let simd: Option<()> = None;
-    let Some(simd) = simd.filter(|_| {
+    let Some(simd) = simd.filter(|s| {
         input_dims.len() == 4
             && input_dims[1] == cin
             && p.groups == 1
-            && oc_block() == Some(weights.block)
+            && block_of(s) == Some(weights.block)
     }) else {
         return Err(KernelError::InvalidParam {
             op: OP,
@@ -281,7 +407,11 @@ pub(crate) fn conv(
             ),
         });
     };
-    let g = Geometry::new(input_dims, &weights.dims, p)?;
+    #[cfg(target_arch = "x86_64")]
+    let masked = matches!(simd, Simd::Avx512(_));
+    #[cfg(not(target_arch = "x86_64"))]
+    let masked = false;
+    let g = Geometry::new(input_dims, &weights.dims, p, masked)?;
     let batch = input_dims[0];
     let (in_len, out_plane) = (g.h * g.wd, g.oh * g.ow);
     let out_len = cout * out_plane;
@@ -360,6 +490,10 @@ pub(crate) fn conv(
                     residual: residual.map(|r| &r[b * out_len..][..out_len]),
                     out_plane,
                     channels: cout,
+                    edges: g.compact.then_some(Edges {
+                        width: g.wd,
+                        left: g.pad_left,
+                    }),
                 };
                 // SAFETY: the token was detected; the stores go to output rows `oy0..oy0 + n`
                 // of batch item `b`, this task's alone.
@@ -410,7 +544,20 @@ mod tests {
     use crate::ops::convolution::few_channels::tests::reference;
     use crate::support::rng::Rng;
 
-    /// One convolution through the kernel at `threads`, checked against the f64 reference.
+    /// Every ISA this CPU has (AVX2 too on AVX-512), for the kernel.
+    fn isas() -> Vec<Token> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            Simd::all()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            Vec::new()
+        }
+    }
+
+    /// One convolution through the kernel on every ISA at 1 to 3 threads, checked against the
+    /// f64 reference.
     fn check(case: &str, x_dims: [usize; 4], w_dims: [usize; 4], p: &ConvParams, rng: &mut Rng) {
         let geometry = window(&x_dims, &w_dims, p).unwrap();
         let [oh, ow] = [geometry.out_dims[0], geometry.out_dims[1]];
@@ -429,12 +576,16 @@ mod tests {
             residual.as_deref(),
             [oh, ow],
         );
-        let weights = DirectWeights::new(&wt, &w_dims).unwrap();
-        for threads in 1..=3 {
+        for (isa, threads) in isas()
+            .into_iter()
+            .flat_map(|s| (1..=3).map(move |t| (s, t)))
+        {
+            let weights = DirectWeights::with_block(&wt, &w_dims, block_of(&isa)).unwrap();
             let pool = crate::parallel::ThreadPool::new(threads).unwrap();
             let mut got = vec![f32::NAN; len];
             crate::parallel::install(&pool, || {
-                conv(
+                conv_on(
+                    Some(isa),
                     &x,
                     &x_dims,
                     &weights,
@@ -449,7 +600,7 @@ mod tests {
             for (j, (a, b)) in got.iter().zip(&want).enumerate() {
                 assert!(
                     (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-                    "{case} {x_dims:?} {w_dims:?} {p:?} threads {threads}: element {j}: {a} vs {b}"
+                    "{case} {x_dims:?} {w_dims:?} {p:?} {isa:?} threads {threads}: element {j}: {a} vs {b}"
                 );
             }
         }
@@ -528,6 +679,58 @@ mod tests {
         for (cout, cin, hw) in [(64, 16, 55), (128, 32, 27), (192, 48, 13), (64, 64, 28)] {
             check("network", [1, cin, hw, hw], [cout, cin, 3, 3], &p, &mut rng);
         }
+    }
+
+    /// Compact rows (AVX-512 on narrow images, 3x3 windows as wide as their input): widths 1
+    /// to 18 (below, at and past a vector; rows split across vectors), dilation 1 and 2,
+    /// channel counts off the block, every epilogue with or without a residual, against the
+    /// reference; and where they are chosen.
+    #[test]
+    fn compact_rows_equal_the_reference() {
+        if oc_block().is_none() {
+            eprintln!("skipped: the direct kernel needs AVX-512 or AVX2");
+            return;
+        }
+        let mut rng = Rng::new(29);
+        let posts = [
+            Activation::None,
+            Activation::Relu,
+            Activation::Clip {
+                min: -0.5,
+                max: 0.75,
+            },
+        ];
+        for case in 0..30 {
+            let d = if case % 4 == 3 { 2 } else { 1 };
+            let (h, wd) = (rng.range(2 * d + 1, 20), rng.range(1, 18));
+            let (n, cin, cout) = (rng.range(1, 2), rng.range(1, 20), rng.range(1, 27));
+            let pads = [d, d, d, d];
+            let p = params([3, 3], pads, [d, d], posts[case % posts.len()]);
+            let dims = [n, cin, h, wd];
+            let weight_dims = [cout, cin, 3, 3];
+            let g = Geometry::new(&dims, &weight_dims, &p, true).unwrap();
+            assert_eq!(
+                g.compact,
+                wd <= 18 && (2 * d) * COMPACT_PADDING >= wd + 2 * d
+            );
+            check(&format!("compact {case}"), dims, weight_dims, &p, &mut rng);
+        }
+        let p = params([3, 3], [1; 4], [1, 1], Activation::Relu);
+        let chosen = |hw: usize, masked: bool| {
+            Geometry::new(&[1, 48, hw, hw], &[192, 48, 3, 3], &p, masked)
+                .unwrap()
+                .compact
+        };
+        assert!(chosen(13, true), "13x13");
+        assert!(!chosen(13, false), "AVX2");
+        assert!(!chosen(27, true), "27x27");
+        let valid = params([3, 3], [0; 4], [1, 1], Activation::Relu);
+        assert!(
+            !Geometry::new(&[1, 48, 13, 13], &[192, 48, 3, 3], &valid, true)
+                .unwrap()
+                .compact,
+            "no padding"
+        );
     }
 
     #[test]
