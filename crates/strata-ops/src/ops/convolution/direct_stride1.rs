@@ -623,25 +623,35 @@ mod tests {
         }
     }
 
+    /// The epilogues the tests cycle through: the fused ones, then one that runs as a pass.
+    const POSTS: [Activation; 4] = [
+        Activation::None,
+        Activation::Relu,
+        Activation::Clip {
+            min: -0.5,
+            max: 0.75,
+        },
+        Activation::Sigmoid,
+    ];
+
+    /// Whether this CPU runs the kernel (tests skip, saying so, where it does not).
+    fn kernel_runs() -> bool {
+        let runs = oc_block().is_some();
+        if !runs {
+            eprintln!("skipped: the direct kernel needs AVX-512 or AVX2");
+        }
+        runs
+    }
+
     /// Random shapes (batch up to 3, odd widths from 1 to 70 with rows narrower than a vector,
     /// asymmetric pads, kernels 1-5 with dilation, channel counts off the block) with every
     /// epilogue, at 1 to 3 threads, against the reference.
     #[test]
     fn equals_the_reference_convolution() {
-        if oc_block().is_none() {
-            eprintln!("skipped: the direct kernel needs AVX-512 or AVX2");
+        if !kernel_runs() {
             return;
         }
         let mut rng = Rng::new(11);
-        let posts = [
-            Activation::None,
-            Activation::Relu,
-            Activation::Clip {
-                min: -0.5,
-                max: 0.75,
-            },
-            Activation::Sigmoid,
-        ];
         for case in 0..50 {
             let (kh, kw) = (rng.range(1, 5), rng.range(1, 5));
             let (dy, dx) = if rng.below(4) == 0 {
@@ -655,7 +665,7 @@ mod tests {
                 rng.range((kw - 1) * dx + 1, 70),
             );
             let (n, cin, cout) = (rng.range(1, 3), rng.range(1, 20), rng.range(1, 27));
-            let p = params([kh, kw], pads, [dy, dx], posts[case % posts.len()]);
+            let p = params([kh, kw], pads, [dy, dx], POSTS[case % POSTS.len()]);
             check(
                 &format!("case {case}"),
                 [n, cin, h, wd],
@@ -670,8 +680,7 @@ mod tests {
     /// 64 <- 64, each with Relu.
     #[test]
     fn equals_the_reference_on_network_shapes() {
-        if oc_block().is_none() {
-            eprintln!("skipped: the direct kernel needs AVX-512 or AVX2");
+        if !kernel_runs() {
             return;
         }
         let mut rng = Rng::new(3);
@@ -687,19 +696,11 @@ mod tests {
     /// reference; and where they are chosen.
     #[test]
     fn compact_rows_equal_the_reference() {
-        if oc_block().is_none() {
-            eprintln!("skipped: the direct kernel needs AVX-512 or AVX2");
+        if !kernel_runs() {
             return;
         }
         let mut rng = Rng::new(29);
-        let posts = [
-            Activation::None,
-            Activation::Relu,
-            Activation::Clip {
-                min: -0.5,
-                max: 0.75,
-            },
-        ];
+        let posts = &POSTS[..3];
         for case in 0..30 {
             let d = if case % 4 == 3 { 2 } else { 1 };
             let (h, wd) = (rng.range(2 * d + 1, 20), rng.range(1, 18));
