@@ -485,16 +485,25 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                         // also covers K's CPU features and the fused epilogue's parts (valid
                         // for every element of C).
                         unsafe {
-                            K::run(
-                                kc,
+                            let (a, b) = (
                                 (sliver_a.as_ptr(), a_step),
                                 (sliver_b.0.as_ptr(), sliver_b.1),
-                                &tile,
-                                p.alpha,
-                                beta,
-                                prefetch,
-                                tile_epilogue.as_ref(),
-                            )
+                            );
+                            if tile.n <= K::NR / 2 {
+                                // A narrow last tile (no fused epilogue: it is not whole).
+                                K::run_half(kc, a, b, &tile, p.alpha, beta, prefetch)
+                            } else {
+                                K::run(
+                                    kc,
+                                    a,
+                                    b,
+                                    &tile,
+                                    p.alpha,
+                                    beta,
+                                    prefetch,
+                                    tile_epilogue.as_ref(),
+                                )
+                            }
                         };
                     }
                     if pc + kc == p.k {

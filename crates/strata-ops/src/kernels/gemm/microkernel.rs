@@ -258,6 +258,27 @@ pub trait Microkernel<T: Float>: Copy + Send + Sync + 'static {
         prefetch: Prefetch<T>,
         epilogue: Option<&TileEpilogue<T>>,
     );
+
+    /// Computes a tile of at most `NR / 2` columns, without an epilogue, reading B's first
+    /// `NR / 2` elements per step: a product's narrow last column tile (196 positions are six
+    /// tiles of 32 and one of 4). Kernels with a register tile half as wide compute it at half
+    /// the cost; the default is [`Microkernel::run`].
+    ///
+    /// # Safety
+    /// As [`Microkernel::run`], with `c.n <= NR / 2`.
+    #[inline]
+    unsafe fn run_half(
+        k: usize,
+        a: (*const T, usize),
+        b: (*const T, usize),
+        c: &Tile<T>,
+        alpha: T,
+        beta: T,
+        prefetch: Prefetch<T>,
+    ) {
+        // SAFETY: the caller upholds `run`'s contract.
+        unsafe { Self::run(k, a, b, c, alpha, beta, prefetch, None) }
+    }
 }
 
 /// Writes `alpha * acc + beta * C` (then the epilogue, if any) over the valid part of a tile,

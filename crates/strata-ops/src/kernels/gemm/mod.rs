@@ -638,6 +638,23 @@ mod tests {
         }
     }
 
+    /// Products whose last column tile is at most half a register tile wide (AVX-512 f32 runs
+    /// those with its 16-wide kernel), at every tile height, serial and split over threads.
+    #[test]
+    fn narrow_last_column_tiles_match_naive_reference() {
+        for isa in available_isas() {
+            let mut rng = Rng::new(0x4a1f);
+            for m in [8, 11, 13, 14, 28, 49] {
+                for n in [33, 41, 48, 69, 196] {
+                    for threads in [1, 2] {
+                        let k = [1, 17, 300][rng.below(3)];
+                        check_random_case::<f32>(&mut rng, isa, m, n, k, threads, 2e-4, "f32");
+                    }
+                }
+            }
+        }
+    }
+
     /// One to four rows or columns of C, long enough to be split into several column blocks
     /// and over threads, in random layouts (some stream, some fall back to packing).
     #[test]

@@ -694,6 +694,56 @@ mod tests {
         }
     }
 
+    /// A prepacked B whose last sliver is at most half used (read by the half-wide kernel, one
+    /// sliver-width step per row) and a prepacked A above such columns, against a naive product.
+    #[test]
+    fn prepacked_narrow_last_slivers_match_naive_reference() {
+        let mut rng = Rng::new(0x7a11);
+        for (m, n, k) in [(49, 40, 96), (196, 48, 33), (14, 196, 64), (13, 169, 300)] {
+            let a = rng.vec(m * k);
+            let b = rng.vec(k * n);
+            let mut expected = vec![0.0f32; m * n];
+            for i in 0..m {
+                for j in 0..n {
+                    expected[i * n + j] = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
+                }
+            }
+            for threads in [1, 2] {
+                let packed_b = Prepacked::b(k, n, &b, (n as isize, 1)).unwrap();
+                let mut c = vec![f32::NAN; m * n];
+                let sc = (n as isize, 1);
+                gemm_prepacked(
+                    &packed_b,
+                    m,
+                    &a,
+                    (k as isize, 1),
+                    &mut c,
+                    sc,
+                    1.0,
+                    0.0,
+                    threads,
+                )
+                .unwrap();
+                assert_close_within(&c, &expected, 1e-4, &format!("B m{m} n{n} k{k}"));
+                let packed_a = Prepacked::a(m, k, &a, (k as isize, 1)).unwrap();
+                let mut c = vec![f32::NAN; m * n];
+                gemm_prepacked(
+                    &packed_a,
+                    n,
+                    &b,
+                    (n as isize, 1),
+                    &mut c,
+                    sc,
+                    1.0,
+                    0.0,
+                    threads,
+                )
+                .unwrap();
+                assert_close_within(&c, &expected, 1e-4, &format!("A m{m} n{n} k{k}"));
+            }
+        }
+    }
+
     #[test]
     fn mismatched_operands_are_errors() {
         let a = vec![1.0f32; 64 * 8];

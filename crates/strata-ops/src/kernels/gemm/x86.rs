@@ -44,6 +44,7 @@ macro_rules! simd_microkernel {
         $name:ident, $module:ident, $t:ty, feature = $feature:literal,
         lanes = $lanes:literal, vectors = $vectors:literal, kc = $kc:literal, nc = $nc:literal,
         direct_b_rows = $direct_b_rows:literal,
+        $(half = $half:ident,)?
         zero = $zero:ident, splat = $splat:ident, load = $load:ident, store = $store:ident,
         fmadd = $fmadd:ident, mul = $mul:ident, add = $add:ident, max = $max:ident,
         min = $min:ident, leaky = $leaky:ident $(,)?
@@ -121,6 +122,46 @@ macro_rules! simd_microkernel {
                         }
                     }
                 }
+
+                $(
+                    #[inline]
+                    unsafe fn run_half(
+                        k: usize,
+                        a: (*const $t, usize),
+                        b: (*const $t, usize),
+                        c: &Tile<$t>,
+                        alpha: $t,
+                        beta: $t,
+                        prefetch: Prefetch<$t>,
+                    ) {
+                        // SAFETY: the caller upholds `run_half`'s contract: `run`'s, with at
+                        // most NR / 2 columns, which is the half-wide kernel's whole tile; it
+                        // reads the NR / 2 elements of B per step this one would read first.
+                        unsafe { super::$half::plain::<MR>(k, a, b, c, alpha, beta, prefetch) }
+                    }
+                )?
+            }
+
+            /// The kernel without an epilogue: what a kernel twice as wide runs on its narrow
+            /// edge tiles ([`Microkernel::run_half`]; unused for the others).
+            ///
+            /// # Safety
+            /// As [`Microkernel::run`] without an epilogue.
+            #[allow(dead_code)]
+            #[inline]
+            pub(super) unsafe fn plain<const MR: usize>(
+                k: usize,
+                a: (*const $t, usize),
+                b: (*const $t, usize),
+                c: &Tile<$t>,
+                alpha: $t,
+                beta: $t,
+                prefetch: Prefetch<$t>,
+            ) {
+                let args = Args { k, a, b, c, alpha, beta, prefetch };
+                // SAFETY: forwarded from the caller, who ran feature detection for this type's
+                // ISA (the wider kernel calling this has the same features).
+                unsafe { kernel::<MR, false, false, false, false, ACT_NONE>(args, &TileEpilogue::NONE) }
             }
 
             /// A microkernel call's operands, passed on through the epilogue dispatch.
@@ -316,6 +357,7 @@ simd_microkernel! {
     Avx512F32, avx512_f32, f32, feature = "avx512f",
     lanes = 16, vectors = 2, kc = 256, nc = 512,
     direct_b_rows = 128,
+    half = avx512_f32_narrow,
     zero = _mm512_setzero_ps, splat = _mm512_set1_ps, load = _mm512_loadu_ps,
     store = _mm512_storeu_ps, fmadd = _mm512_fmadd_ps, mul = _mm512_mul_ps, add = _mm512_add_ps,
     max = _mm512_max_ps, min = _mm512_min_ps, leaky = leaky_avx512_f32,
