@@ -68,10 +68,15 @@ pub(crate) fn max_pool_2d<T: MaxPoolElement>(
         let count = y.len() / g.out_len;
         planes_max(g, &input[first * g.in_len..][..count * g.in_len], y);
     };
-    if threads <= 1 || planes < 2 || planes * g.out_len < 2 * TASK_MIN_OUTPUTS {
+    let outputs = planes * g.out_len;
+    if threads <= 1 || planes < 2 || outputs < 2 * TASK_MIN_OUTPUTS {
         run(0, out);
     } else {
-        let per_task = TASK_MIN_OUTPUTS.div_ceil(g.out_len);
+        // Equal tasks, a multiple of the threads (up to 4 each, of at least TASK_MIN_OUTPUTS
+        // outputs): 256 planes of 13 x 13 made 5 tasks of 49 planes, 3 on one thread.
+        let most = (outputs / TASK_MIN_OUTPUTS).min(planes).min(4 * threads);
+        let tasks = (most / threads * threads).max(threads.min(planes));
+        let per_task = planes.div_ceil(tasks);
         crate::parallel::for_each_chunk_mut(out, g.out_len * per_task, 1, |i, y| {
             run(i * per_task, y)
         });
@@ -91,6 +96,10 @@ fn window(o: usize, stride: usize, pad: usize, kernel: usize, input: usize) -> (
 fn planes_max<T: MaxPoolElement>(g: &WindowGeometry, x: &[T], y: &mut [T]) {
     #[cfg(target_arch = "x86_64")]
     if let (Some(x), Some(y)) = (as_f32(x), as_f32_mut(y)) {
+        if super::max_pool_direct::planes_max(g, x, y) {
+            lowest_where_no_input(g, y);
+            return;
+        }
         if super::max_pool_folded::supports(g) {
             // One call for the whole run: its buffers and checks are set up once.
             super::max_pool_folded::planes_max(g, x, y);
