@@ -6,6 +6,16 @@
 //! `kh` rows: per output row, the input rows under the window are first folded into one row
 //! (contiguous, vectorized), then each output takes `kw` elements of it — `kh + kw` steps per
 //! output instead of `kh * kw`.
+//!
+//! f32 planes take SIMD kernels first: on AVX-512, `kh x 2` and `kh x 3` windows at column
+//! stride 1 or 2 (CNNs' pools) take `max_pool_direct` (column maxima in registers,
+//! straight from the input rows; its docs hold the measured numbers), other windows at column
+//! stride 1 or 2 `max_pool_folded` (AVX-512 or AVX2, folded rows in a buffer). The
+//! rest, and other element types, take the portable row and phase-plane paths here.
+//!
+//! On several threads the planes are split into equal tasks, a multiple of the threads (up to
+//! four each, of at least `TASK_MIN_OUTPUTS` outputs): tasks of a fixed size left 256 planes
+//! of 13 x 13 in 5 tasks, 3 of them on one thread.
 
 use std::any::TypeId;
 
@@ -26,7 +36,8 @@ const ROW_MAX: usize = 2048;
 const TASK_MIN_OUTPUTS: usize = 1 << 13;
 
 /// MaxPool without indices on up to `threads` threads: 2-D windows without dilation take the
-/// separable kernel ([`max_pool_2d`](max_pool_2d)), the rest [`max_pool`].
+/// separable kernels ([`max_pool_2d`](max_pool_2d): on AVX-512 the direct kernel for f32
+/// `kh x 2`/`kh x 3` windows, see the module docs), the rest [`max_pool`].
 pub fn max_pool_threaded<T: MaxPoolElement>(
     input: &[T],
     input_dims: &[usize],
@@ -68,10 +79,15 @@ pub(crate) fn max_pool_2d<T: MaxPoolElement>(
         let count = y.len() / g.out_len;
         planes_max(g, &input[first * g.in_len..][..count * g.in_len], y);
     };
-    if threads <= 1 || planes < 2 || planes * g.out_len < 2 * TASK_MIN_OUTPUTS {
+    let outputs = planes * g.out_len;
+    if threads <= 1 || planes < 2 || outputs < 2 * TASK_MIN_OUTPUTS {
         run(0, out);
     } else {
-        let per_task = TASK_MIN_OUTPUTS.div_ceil(g.out_len);
+        // Equal tasks, a multiple of the threads (up to 4 each, of at least TASK_MIN_OUTPUTS
+        // outputs): 256 planes of 13 x 13 made 5 tasks of 49 planes, 3 on one thread.
+        let most = (outputs / TASK_MIN_OUTPUTS).min(planes).min(4 * threads);
+        let tasks = (most / threads * threads).max(threads.min(planes));
+        let per_task = planes.div_ceil(tasks);
         crate::parallel::for_each_chunk_mut(out, g.out_len * per_task, 1, |i, y| {
             run(i * per_task, y)
         });
@@ -91,6 +107,10 @@ fn window(o: usize, stride: usize, pad: usize, kernel: usize, input: usize) -> (
 fn planes_max<T: MaxPoolElement>(g: &WindowGeometry, x: &[T], y: &mut [T]) {
     #[cfg(target_arch = "x86_64")]
     if let (Some(x), Some(y)) = (as_f32(x), as_f32_mut(y)) {
+        if super::max_pool_direct::planes_max(g, x, y) {
+            lowest_where_no_input(g, y);
+            return;
+        }
         if super::max_pool_folded::supports(g) {
             // One call for the whole run: its buffers and checks are set up once.
             super::max_pool_folded::planes_max(g, x, y);
@@ -418,6 +438,54 @@ mod tests {
             for threads in [1, 2] {
                 same_as_reference(&input, &dims, &p, threads, &format!("case {case}"));
             }
+        }
+    }
+
+    /// The portable row and phase-plane paths (what f32 takes without AVX2 or AVX-512) on the
+    /// common windows: the reference walk's bits.
+    #[test]
+    fn portable_f32_path_matches_the_reference_walk() {
+        let mut rng = Rng::new(0x9a05);
+        for case in 0..150 {
+            let (k, s) = [(3, 2), (3, 1), (2, 2), (2, 1)][case % 4];
+            let kh = rng.range(1, 3);
+            let p = PoolParams {
+                strides: vec![rng.range(1, 2), s],
+                pads_begin: vec![rng.below(kh), rng.below(k)],
+                pads_end: vec![rng.below(kh), rng.below(k)],
+                ceil_mode: rng.below(2) == 0,
+                kernel: vec![kh, k],
+                ..PoolParams::default()
+            };
+            let dims = [1, rng.range(1, 3), rng.range(3, 20), rng.range(k, 50)];
+            let (planes, g) = geometry("MaxPool", &dims, &p).unwrap();
+            let mut input = rng.vec(dims.iter().product());
+            if case % 4 == 1 {
+                let at = rng.below(input.len());
+                input[at] = f32::NAN;
+            }
+            let mut expected = vec![0.0; planes * g.out_len];
+            max_pool(
+                &input,
+                &dims,
+                &p,
+                &mut expected,
+                None,
+                StorageOrder::RowMajor,
+            )
+            .unwrap();
+            let mut got = vec![0.0; planes * g.out_len];
+            for (x, y) in input
+                .chunks_exact(g.in_len)
+                .zip(got.chunks_exact_mut(g.out_len))
+            {
+                plane_max(&g, x, y);
+            }
+            let same = got
+                .iter()
+                .zip(&expected)
+                .all(|(&a, &b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
+            assert!(same, "case {case}: {dims:?} {p:?}");
         }
     }
 

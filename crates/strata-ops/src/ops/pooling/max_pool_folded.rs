@@ -7,6 +7,9 @@
 //! 64 x 111 x 111) went from 0.335 to 0.176 ms at one thread against the phase-plane path, which
 //! spent a third of its time deinterleaving; the input (3 MB) now streams at about 18 GB/s.
 //!
+//! On AVX-512, `kh x 2` and `kh x 3` windows take [`super::max_pool_direct`] instead (no row
+//! buffer); this kernel keeps the other widths, left padding beyond 16 columns, and AVX2.
+//!
 //! The maximum is NaN-propagating (a NaN anywhere in the window wins), as everywhere in MaxPool.
 
 use crate::kernels::gemm::with_pack_buffers;
@@ -43,12 +46,17 @@ fn row_len(g: &WindowGeometry) -> Option<usize> {
 /// (`g.out_len` each), for a geometry [`supports`] accepted. Windows wholly in the padding
 /// yield `-inf` here; the caller replaces them with the lowest finite value.
 pub(crate) fn planes_max(g: &WindowGeometry, x: &[f32], y: &mut [f32]) {
-    assert!(supports(g) && g.in_len > 0 && g.out_len > 0);
-    assert!(x.len() / g.in_len >= y.len() / g.out_len);
-    let len = row_len(g).unwrap_or(ROW_CAP);
     let Some(simd) = Simd::detect() else {
         unreachable!("`supports` checked the ISA");
     };
+    planes_max_on(simd, g, x, y);
+}
+
+/// [`planes_max`] on `simd` (tests run each ISA the CPU has).
+fn planes_max_on(simd: Simd, g: &WindowGeometry, x: &[f32], y: &mut [f32]) {
+    assert!(supports(g) && g.in_len > 0 && g.out_len > 0);
+    assert!(x.len() / g.in_len >= y.len() / g.out_len);
+    let len = row_len(g).unwrap_or(ROW_CAP);
     with_pack_buffers::<f32, _>(2 * len, 0, |rows, _| {
         let (even, odd) = rows.split_at_mut(len);
         // Folding writes only the row itself: the margins stay `-inf` from plane to plane.
@@ -245,5 +253,63 @@ unsafe fn take_taps<I: Isa, const KW: usize, const SW: usize>(
         }
         // SAFETY: outputs ox.. of this row, cut to the ow - ox that exist.
         unsafe { isa.store_first(y_row.as_mut_ptr().add(ox), ow - ox, acc) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::pooling::pool_kernel::{
+        geometry, max_pool, pool_output_dims, PoolParams, StorageOrder,
+    };
+    use crate::support::rng::Rng;
+
+    /// The folded kernel on every ISA this CPU has (AVX2 too where AVX-512 is there, and for
+    /// the windows the direct AVX-512 kernel now takes): the reference walk's bits, windows
+    /// wholly in the padding aside (`-inf` here, replaced by the caller).
+    #[test]
+    fn folded_kernel_matches_the_reference_walk_on_each_isa() {
+        let mut rng = Rng::new(0x9a04);
+        for case in 0..200 {
+            let kernel = vec![rng.range(1, 4), rng.range(1, 4)];
+            let p = PoolParams {
+                strides: vec![rng.range(1, 3), rng.range(1, 2)],
+                pads_begin: vec![rng.below(kernel[0]), rng.below(kernel[1])],
+                pads_end: vec![rng.below(kernel[0]), rng.below(kernel[1])],
+                ceil_mode: rng.below(2) == 0,
+                kernel,
+                ..PoolParams::default()
+            };
+            let dims = [1, rng.range(1, 3), rng.range(4, 14), rng.range(4, 70)];
+            let (_, g) = geometry("MaxPool", &dims, &p).unwrap();
+            if !supports(&g) {
+                continue;
+            }
+            let out_len: usize = pool_output_dims(&dims, &p).unwrap().iter().product();
+            let mut input = rng.vec(dims.iter().product());
+            if case % 3 == 0 {
+                let at = rng.below(input.len());
+                input[at] = f32::NAN;
+            }
+            let mut expected = vec![0.0; out_len];
+            max_pool(
+                &input,
+                &dims,
+                &p,
+                &mut expected,
+                None,
+                StorageOrder::RowMajor,
+            )
+            .unwrap();
+            for simd in Simd::all() {
+                let mut got = vec![0.0; out_len];
+                planes_max_on(simd, &g, &input, &mut got);
+                let same = got.iter().zip(&expected).all(|(&a, &b)| {
+                    let a = if a == f32::NEG_INFINITY { f32::MIN } else { a };
+                    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+                });
+                assert!(same, "case {case}: {dims:?} {p:?}");
+            }
+        }
     }
 }

@@ -4,6 +4,8 @@
 pub mod global_pool;
 pub mod max_pool_2d;
 #[cfg(target_arch = "x86_64")]
+mod max_pool_direct;
+#[cfg(target_arch = "x86_64")]
 mod max_pool_folded;
 #[cfg(target_arch = "x86_64")]
 mod max_pool_int_avx512;
