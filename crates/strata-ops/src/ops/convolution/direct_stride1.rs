@@ -6,7 +6,8 @@
 //! `Wp = pad_left + W + pad_right`; an output at row `oy`, column `ox` is computed at the
 //! flattened position `q = oy * Wp + ox`, so every tap's input for a vector of consecutive
 //! positions is one contiguous load at `q + ky * dy * Wp + kx * dx`, whatever the width. Only the
-//! `Wp - OW` padding columns of every row are computed for nothing (2 of 57 at 55x55); their
+//! `Wp - OW` padding columns of every row are computed for nothing (2 of 57 at 55x55, on AVX2
+//! and where the window changes the width); their
 //! lanes are dropped as the outputs are stored (the valid lanes of a vector are consecutive
 //! outputs: one compress and one masked store on AVX-512, a masked store per row on AVX2). A
 //! register block of output channels x vectors (`direct_stride1_block`) keeps its accumulators
@@ -14,12 +15,14 @@
 //! channels, which keeps all of AVX-512's 24 in registers); bias, residual and Relu/Clip are
 //! applied in registers as the block is stored.
 //!
-//! On narrow images (13x13: 2 padding columns of 15) AVX-512 drops the padding columns instead
-//! (compact rows, [`COMPACT_PADDING`]): rows of stride `W`, position `q = oy * W + ox`, the
-//! padding only the band's zero rows; a column tap's lanes whose column is off the image (they
-//! hold the row before's or after's ends) are left out of its multiply-adds by merge-masked
-//! FMAs, so 169 outputs take 11 vectors, not 13. Bands of output rows are split over the
-//! threads, each thread taking the same bands on every run.
+//! AVX-512 drops the padding columns wherever the 3x3 window keeps the width (compact rows,
+//! [`Geometry::compact`]): rows of stride `W`, position `q = oy * W + ox`, the padding only the
+//! band's zero rows; a column tap's lanes whose column is off the image (they hold the row
+//! before's or after's ends) are left out of its multiply-adds by merge-masked FMAs (the middle
+//! column's taps, always on the image, unmasked: six masks for three vectors, all in mask
+//! registers), and a vector's outputs are consecutive, stored with one masked store. So 169
+//! outputs take 11 vectors, not 13, and 55x55's rows no padding columns. Bands of output rows
+//! are split over the threads, each thread taking the same bands on every run.
 //!
 //! f32 on AVX-512 or AVX2 + FMA (elsewhere the GEMM path stays); the weights are reordered once
 //! at plan time ([`DirectWeights`], Persistent memory).
@@ -35,19 +38,12 @@ use super::interleaved_weights::interleave_weight_rows;
 use super::row_band::{Clamp, ClampKind, LANES};
 #[cfg(target_arch = "x86_64")]
 use super::simd::Simd;
-use super::winograd::{self, Variant};
+use super::winograd;
 use crate::kernels::error::{KernelError, KernelResult};
 use crate::kernels::gemm::with_pack_buffers;
 use crate::kernels::spatial::check_len;
 
 const OP: &str = "Conv";
-/// Compact rows (AVX-512, 3x3 windows as wide as their input) where the padding columns are at
-/// least `1 / COMPACT_PADDING` of a padded row: SqueezeNet's 13x13 (2 of 15), not 27x27 (2 of
-/// 29) nor 55x55. See [`Geometry::compact`]. Alternating A/B, one thread, against padded rows
-/// (both with the unrolled taps): 192 <- 48 and 256 <- 64 at 13x13 0.91x the time with
-/// merge-masked FMAs, 0.98x with zero-masked loads instead (AVX-512 loads with a lane mask run
-/// slower); the first compact-row attempt measured 27x27 at 1.01x and 55x55 at 1.07x.
-const COMPACT_PADDING: usize = 10;
 /// At most this many taps per window (7x7).
 const MAX_TAPS: usize = 49;
 /// The band's size target in elements (all its channels' padded rows). One thread, 64 <- 16 at
@@ -57,10 +53,15 @@ const BAND_ELEMENTS: usize = 16 * 1024;
 /// Whether the direct kernel takes this convolution: f32 on AVX-512 or AVX2, 2-D, one group, stride 1,
 /// a 3x3 window, 8 to 64 input channels (im2col + GEMM's depth of 72..576 is where unfolding
 /// and packing cost as much as the products), at least a register block's output channels and output
-/// rows at least 8 wide; not where Winograd F(4x4) runs (64 <- 64 at 28x28, one thread: 270
-/// us there against 385 here; at 56x56 1.10 against 1.64 ms). Against F(2x2) (256 <- 64 at
-/// 13x13) it measured even at one thread on Intel; on Zen 4 (SqueezeNet, one thread, in the
-/// model) F(2x2) ran 474-875 us against a steady 590-620 here, slower as often as faster.
+/// rows at least 8 wide; not where Winograd runs. F(4x4): 64 <- 64 at 28x28, one thread, 270
+/// us there against 385 here; at 56x56 1.10 against 1.64 ms. F(2x2) (256 <- 64 at 13x13, the
+/// only thin layer it takes): alternating A/B on Intel against this kernel with compact rows,
+/// the layer alone 0.90x the time at one thread and 0.97x at two, SqueezeNet 0.99x and 1.00x
+/// (against the kernel before compact rows everywhere: the layer 0.80x and 0.88x, SqueezeNet
+/// 0.99x at both). On Zen 4 (SqueezeNet, one thread, in the model, an older version of this
+/// kernel) F(2x2) ran 474-875 us against a steady 590-620 here, slower as often as faster.
+/// Thinner layers measured F(2x2) slower in the model: 192 <- 48 at 13x13 1.00x and 1.01x
+/// SqueezeNet, 128 <- 32 at 27x27 slower at two threads, 64 <- 16 at 55x55 1.7x the layer.
 pub(crate) fn pays(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) -> bool {
     let Some(block) = oc_block() else {
         return false;
@@ -78,7 +79,7 @@ pub(crate) fn pays(input_dims: &[usize], weight_dims: &[usize], p: &ConvParams) 
         && (8..=64).contains(&cin)
         && cout >= block
         && w.out_dims[1] >= 8
-        && winograd::variant(input_dims, weight_dims, p) != Some(Variant::F4x4)
+        && winograd::variant(input_dims, weight_dims, p).is_none()
 }
 
 /// Output channels of the register block on this CPU (one broadcast weight each per tap), or
@@ -174,10 +175,16 @@ impl DirectWeights {
 /// of `wp`, outputs `oh x ow`, and the taps' offsets in a plane.
 #[derive(Debug)]
 struct Geometry {
-    /// Compact rows: `wp = wd`, no padding columns, input row `r` from `pad_left + r * wd` of
-    /// a plane; a tap's lanes whose column is off the image are loaded as zeros (AVX-512's
-    /// masked loads), so a 13x13 image's 169 outputs take 11 vectors, not the 13 of its 193
-    /// padded positions.
+    /// Compact rows (AVX-512, 3x3 windows as wide as their input): `wp = wd`, no padding
+    /// columns, input row `r` from `pad_left + r * wd` of a plane; a tap's lanes whose column
+    /// is off the image are left out of its multiply-adds (merge-masked FMAs), so a 13x13
+    /// image's 169 outputs take 11 vectors, not the 13 of its 193 padded positions. Alternating
+    /// A/B against padded rows, one thread: at first only on 13x13 (192 <- 48 and 256 <- 64
+    /// 0.91x the time; zero-masked loads instead 0.98x), 27x27 1.01x and 55x55 1.07x with
+    /// those loads, 0.99x and 1.03x with masked FMAs of all three column taps (nine masks for
+    /// three vectors: seven mask registers, reloads in the loop); with the middle column
+    /// unmasked and stores without a compress, 128 <- 32 at 27x27 0.91x, 64 <- 16 at 55x55
+    /// 0.96x (and 192 <- 48 at 13x13 0.91x against the nine masks).
     compact: bool,
     kw: usize,
     dx: usize,
@@ -212,12 +219,12 @@ impl Geometry {
             });
         }
         let (dy, dx) = (w.dilations[0], w.dilations[1]);
-        let padded = w.pads_begin[1] + w.in_dims[1] + w.pads_end[1];
-        let compact = masked
-            && (kh, kw) == (3, 3)
-            && w.out_dims[1] == w.in_dims[1]
-            && (padded - w.in_dims[1]) * COMPACT_PADDING >= padded;
-        let wp = if compact { w.in_dims[1] } else { padded };
+        let compact = masked && (kh, kw) == (3, 3) && w.out_dims[1] == w.in_dims[1];
+        let wp = if compact {
+            w.in_dims[1]
+        } else {
+            w.pads_begin[1] + w.in_dims[1] + w.pads_end[1]
+        };
         let mut taps = [0; MAX_TAPS];
         for (t, at) in taps[..kh * kw].iter_mut().enumerate() {
             *at = t / kw * dy * wp + t % kw * dx;
@@ -690,10 +697,11 @@ mod tests {
         }
     }
 
-    /// Compact rows (AVX-512 on narrow images, 3x3 windows as wide as their input): widths 1
-    /// to 18 (below, at and past a vector; rows split across vectors), dilation 1 and 2,
-    /// channel counts off the block, every epilogue with or without a residual, against the
-    /// reference; and where they are chosen.
+    /// Compact rows (AVX-512, 3x3 windows as wide as their input): widths 1 to 60 (below, at
+    /// and past a vector; rows split across vectors, vectors across rows), dilation 1 and 2,
+    /// column pads even or all on one side (the middle column tap masked too), channel counts
+    /// off the block, every epilogue with or without a residual, against the reference; and
+    /// where they are chosen.
     #[test]
     fn compact_rows_equal_the_reference() {
         if !kernel_runs() {
@@ -703,17 +711,15 @@ mod tests {
         let posts = &POSTS[..3];
         for case in 0..30 {
             let d = if case % 4 == 3 { 2 } else { 1 };
-            let (h, wd) = (rng.range(2 * d + 1, 20), rng.range(1, 18));
+            let (h, wd) = (rng.range(2 * d + 1, 20), rng.range(1, 60));
             let (n, cin, cout) = (rng.range(1, 2), rng.range(1, 20), rng.range(1, 27));
-            let pads = [d, d, d, d];
+            let left = [d, d, 0, 2 * d][rng.below(4)];
+            let pads = [d, left, rng.below(2 * d + 1), 2 * d - left];
             let p = params([3, 3], pads, [d, d], posts[case % posts.len()]);
             let dims = [n, cin, h, wd];
             let weight_dims = [cout, cin, 3, 3];
             let g = Geometry::new(&dims, &weight_dims, &p, true).unwrap();
-            assert_eq!(
-                g.compact,
-                wd <= 18 && (2 * d) * COMPACT_PADDING >= wd + 2 * d
-            );
+            assert!(g.compact, "{dims:?} {p:?}");
             check(&format!("compact {case}"), dims, weight_dims, &p, &mut rng);
         }
         let p = params([3, 3], [1; 4], [1, 1], Activation::Relu);
@@ -724,7 +730,7 @@ mod tests {
         };
         assert!(chosen(13, true), "13x13");
         assert!(!chosen(13, false), "AVX2");
-        assert!(!chosen(27, true), "27x27");
+        assert!(chosen(55, true), "55x55");
         let valid = params([3, 3], [0; 4], [1, 1], Activation::Relu);
         assert!(
             !Geometry::new(&[1, 48, 13, 13], &[192, 48, 3, 3], &valid, true)
@@ -753,12 +759,16 @@ mod tests {
                 "the smallest"
             );
             assert!(
-                pays(&[1, 64, 13, 13], &[256, 64, 3, 3], &p(1, 1)),
-                "beside F(2x2)"
+                pays(&[1, 48, 13, 13], &[256, 48, 3, 3], &p(1, 1)),
+                "48 channels"
             );
         }
         let winograd = &[1, 64, 28, 28];
         assert!(!pays(winograd, &[64, 64, 3, 3], &p(1, 1)), "F(4x4)");
+        assert!(
+            !pays(&[1, 64, 13, 13], &[256, 64, 3, 3], &p(1, 1)),
+            "F(2x2)"
+        );
         assert!(
             !pays(&[1, 72, 13, 13], &[64, 72, 3, 3], &p(1, 1)),
             "72 channels"

@@ -50,7 +50,8 @@ pub(super) struct Block<'a> {
     pub out_plane: usize,
     pub channels: usize,
     /// Compact rows (AVX-512, 3x3 windows): the band's rows have the image's width, no padding
-    /// columns, and a tap's lanes whose column is off the image are loaded as zeros.
+    /// columns, and a tap's lanes whose column is off the image are left out of its
+    /// multiply-adds.
     pub edges: Option<Edges>,
 }
 
@@ -77,8 +78,14 @@ pub(super) unsafe fn channels_avx512(
     const B: (usize, usize) = AVX512_BLOCK;
     // SAFETY: the caller's contract; the token proves AVX-512F.
     unsafe {
-        if block.edges.is_some() {
-            block.channels::<Avx512, { B.0 }, { B.1 }, EdgeMasks>(isa, channels, store)
+        if let Some(e) = block.edges {
+            // The middle column tap reads the output's own column (`dx == left`): on the
+            // image in every lane, its multiply-adds need no mask.
+            if block.taps.get(1) == Some(&e.left) {
+                block.channels::<Avx512, { B.0 }, { B.1 }, EdgeMasks<false>>(isa, channels, store)
+            } else {
+                block.channels::<Avx512, { B.0 }, { B.1 }, EdgeMasks<true>>(isa, channels, store)
+            }
         } else {
             block.channels::<Avx512, { B.0 }, { B.1 }, Whole>(isa, channels, store)
         }
@@ -297,13 +304,28 @@ impl Block<'_> {
                 }
                 let at = plane + s.at;
                 let mut v = v;
+                let n = s.mask.count_ones() as usize;
+                debug_assert!(!L::PREFIX || s.mask == (1 << n) - 1);
                 if let Some(res) = self.residual {
                     // SAFETY: `at + count <= channels * out_plane` (asserted above).
-                    v = isa.add(v, unsafe { isa.load_lanes(res.as_ptr().add(at), s.mask) });
+                    v = isa.add(v, unsafe {
+                        if L::PREFIX {
+                            isa.load_first(res.as_ptr().add(at), n)
+                        } else {
+                            isa.load_lanes(res.as_ptr().add(at), s.mask)
+                        }
+                    });
                 }
                 let v = isa.clamp(self.clamp.kind, v, lo, hi);
-                // SAFETY: the caller's contract.
-                unsafe { isa.store_lanes(self.out.add(at), s.mask, v) };
+                // SAFETY: the caller's contract (with `PREFIX`, the mask is the first `n`
+                // lanes).
+                unsafe {
+                    if L::PREFIX {
+                        isa.store_first(self.out.add(at), n, v)
+                    } else {
+                        isa.store_lanes(self.out.add(at), s.mask, v)
+                    }
+                };
             }
         }
     }
@@ -378,21 +400,41 @@ unsafe fn madd_3x3<I: Isa, const R: usize, const N: usize, L: TapLoads<I>>(
 }
 
 impl Edges {
-    /// Per column tap `kx`, the lanes of the vector at position `q` (of `lanes`) whose input
-    /// column `q % width + kx * dx - left` is on the image.
+    /// Per column tap `kx`, the lanes `l` of the vector at position `q` (of `lanes`) whose
+    /// input column `(q + l) % width + kx * dx - left` is on the image.
     fn masks(self, q: usize, lanes: usize, dx: usize) -> [u16; 3] {
-        from_fn(|kx| {
-            (0..lanes).fold(0u16, |m, l| {
-                let col = ((q + l) % self.width.max(1) + kx * dx).wrapping_sub(self.left);
-                m | (u16::from(col < self.width) << l)
-            })
-        })
+        let width = self.width.max(1);
+        let lanes = lanes.min(16);
+        let mut masks = [0u16; 3];
+        // Run by run of the vector's lanes on one row (columns `column..column + run`), tap
+        // `kx` reads columns `column + kx * dx - left`: on the image from column `left - kx *
+        // dx` to `width + left - kx * dx`.
+        let (mut lane, mut column) = (0, q % width);
+        while lane < lanes {
+            let run = (width - column).min(lanes - lane);
+            for (kx, m) in masks.iter_mut().enumerate() {
+                let lo = self.left.saturating_sub(kx * dx).max(column);
+                let hi = (width + self.left)
+                    .saturating_sub(kx * dx)
+                    .min(column + run);
+                if lo < hi {
+                    *m |= (((1u32 << (hi - lo)) - 1) << (lo - column + lane)) as u16;
+                }
+            }
+            lane += run;
+            column = 0;
+        }
+        masks
     }
 }
 
-/// How [`madd_3x3`] loads a tap's vectors: whole, or (compact rows) with the lanes off the
-/// image zeroed.
+/// How [`madd_3x3`] multiplies and adds a tap's vectors: in every lane, or (compact rows) only
+/// in the lanes on the image.
 trait TapLoads<I: Isa>: Copy {
+    /// Whether every vector's valid lanes are its first ones, stored to consecutive outputs
+    /// (compact rows: a vector's positions are consecutive outputs), so stores need no
+    /// compress.
+    const PREFIX: bool = false;
     /// From the lane masks of each of (up to) 4 vectors' column taps ([`Edges::masks`]).
     fn new(masks: [[u16; 3]; 4]) -> Self;
     /// `x * w + acc` for vector `c`'s column tap `kx`: in every lane, or only those on the image.
@@ -414,18 +456,60 @@ impl<I: Isa> TapLoads<I> for Whole {
     }
 }
 
-/// The lanes of [`Edges::masks`] loaded, the others zero (AVX-512's zero-masked loads).
+/// Only the lanes of [`Edges::masks`] multiplied and added (AVX-512's merge-masked FMAs);
+/// `MID`: the middle column tap's too (without, its lanes are all on the image and its
+/// multiply-adds unmasked, which leaves six masks for three vectors: all in mask registers).
 #[derive(Clone, Copy)]
-struct EdgeMasks([[u16; 3]; 4]);
+struct EdgeMasks<const MID: bool>([[u16; 3]; 4]);
 
-impl TapLoads<Avx512> for EdgeMasks {
+impl<const MID: bool> TapLoads<Avx512> for EdgeMasks<MID> {
+    const PREFIX: bool = true;
     #[inline(always)]
     fn new(masks: [[u16; 3]; 4]) -> Self {
         EdgeMasks(masks)
     }
     #[inline(always)]
-    fn fmadd(self, _: Avx512, x: __m512, w: __m512, acc: __m512, c: usize, kx: usize) -> __m512 {
+    fn fmadd(self, isa: Avx512, x: __m512, w: __m512, acc: __m512, c: usize, kx: usize) -> __m512 {
+        if !MID && kx == 1 {
+            return isa.fmadd(x, w, acc);
+        }
         // SAFETY: the token proves AVX-512F.
         unsafe { _mm512_mask3_fmadd_ps(x, w, acc, self.0[c][kx]) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::support::rng::Rng;
+
+    /// The run-by-run masks equal the lane-by-lane definition: widths below, at and past a
+    /// vector, column pads 0 to 2, dilation 1 and 2, vectors starting anywhere in a row, short
+    /// vectors.
+    #[test]
+    fn edge_masks_equal_their_definition() {
+        let mut rng = Rng::new(5);
+        for _ in 0..2000 {
+            let e = Edges {
+                width: rng.range(1, 40),
+                left: rng.below(3),
+            };
+            let (q, lanes, dx) = (
+                rng.below(200),
+                [8, 16, rng.range(1, 16)][rng.below(3)],
+                rng.range(1, 2),
+            );
+            let want: [u16; 3] = from_fn(|kx| {
+                (0..lanes).fold(0u16, |m, l| {
+                    let col = ((q + l) % e.width + kx * dx).wrapping_sub(e.left);
+                    m | (u16::from(col < e.width) << l)
+                })
+            });
+            assert_eq!(
+                e.masks(q, lanes, dx),
+                want,
+                "{e:?} q {q} lanes {lanes} dx {dx}"
+            );
+        }
     }
 }
