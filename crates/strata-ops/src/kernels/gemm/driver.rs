@@ -445,6 +445,20 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                                     K::NR,
                                 )
                             }
+                            // A read in place: on a row sliver's first tile, the next row
+                            // sliver's part of this depth block, `kc` runs of MR elements a
+                            // column stride apart, which the hardware prefetchers miss.
+                            _ if direct_a && index == 0 && step + 1 < row_slivers => {
+                                let next =
+                                    rows.start + (step + 1 + first_sliver) % row_slivers * K::MR;
+                                let cs = p.a.cs as usize;
+                                Prefetch {
+                                    ptr: p.a.data.as_ptr().wrapping_add(pc * cs + next),
+                                    step: cs,
+                                    span: K::MR,
+                                    to_l2: false,
+                                }
+                            }
                             // Later passes over a prepacked B find this block in L2: fetch
                             // the next block into L2 meanwhile, a piece per tile, so that its
                             // first pass does not wait on memory (BERT's weights stream from
