@@ -49,6 +49,10 @@ use crate::ops::convolution::simd::{Avx512, Simd};
 const LANES: usize = 16;
 /// The most left padding handled (anything larger takes the other kernels).
 const MAX_PAD: usize = 16;
+/// The most column vectors a row reads ([`Columns`] keeps their masks inline, so a run never
+/// allocates): 31 blocks of 16 outputs at column stride 2, 63 at stride 1. Wider rows take the
+/// folded kernel.
+const MAX_VECTORS: usize = 64;
 
 /// The AVX-512 token, where this CPU has it.
 fn avx512() -> Option<Avx512> {
@@ -64,6 +68,7 @@ pub(crate) fn supports(g: &WindowGeometry) -> bool {
         && g.pads_begin[1] <= MAX_PAD
         && g.in_dims[1] <= isize::MAX as usize / 4
         && g.out_dims[1] <= isize::MAX as usize / 4
+        && g.out_dims[1].div_ceil(LANES) * g.strides[1] < MAX_VECTORS
         && avx512().is_some()
 }
 
@@ -71,7 +76,7 @@ pub(crate) fn supports(g: &WindowGeometry) -> bool {
 /// input column `16 k - pw` (possibly negative; padded column `16 k`), and `masks[k]` has its
 /// lanes inside `0..iw`. Blocks `plain` (16 outputs each) read only whole vectors.
 struct Columns {
-    masks: SmallVec<[u16; 64]>,
+    masks: SmallVec<[u16; MAX_VECTORS]>,
     blocks: usize,
     plain: std::ops::Range<usize>,
 }
@@ -87,7 +92,7 @@ impl Columns {
         let blocks = ow.div_ceil(LANES);
         // Block b reads vectors sw b ..= sw b + sw: at stride 2 a pair and the first element
         // of the next, at stride 1 one vector and the first elements of the next.
-        let masks: SmallVec<[u16; 64]> = (0..blocks * sw + 1)
+        let masks: SmallVec<[u16; MAX_VECTORS]> = (0..blocks * sw + 1)
             .map(|k| {
                 let base = (k * LANES) as isize - pw;
                 let lo = (-base).clamp(0, LANES as isize) as u32;
@@ -535,6 +540,12 @@ mod tests {
             assert!(y.iter().all(|&v| v == 1.5));
         }
         let (_, g) = geometry("MaxPool", &[1, 1, 9, 40], &p(3, 2, 1)).unwrap();
+        assert_eq!(supports(&g), avx512().is_some());
+        // Rows of more column vectors than the inline mask table holds: 1000 / 2 = 500 outputs
+        // are 32 blocks, 65 vectors at stride 2 (the folded kernel takes them).
+        let (_, g) = geometry("MaxPool", &[1, 1, 3, 1000], &p(3, 2, 0)).unwrap();
+        assert!(!supports(&g));
+        let (_, g) = geometry("MaxPool", &[1, 1, 3, 990], &p(3, 2, 0)).unwrap();
         assert_eq!(supports(&g), avx512().is_some());
     }
 }
