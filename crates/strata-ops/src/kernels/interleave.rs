@@ -8,6 +8,7 @@
 
 use std::any::TypeId;
 
+use super::float::Float;
 use bytemuck::Pod;
 
 /// Elements per interleaved vector.
@@ -100,7 +101,7 @@ pub(crate) fn transpose_lanes<T: Pod>(
     if let (Some(src), Some(dst)) = (as_f32(src), as_f32_mut(dst)) {
         if std::arch::is_x86_feature_detected!("avx512f") {
             // SAFETY: AVX-512F was detected just now; the extents were asserted above.
-            unsafe { avx512::transpose_lanes(src, src_rs, lanes, n, dst, dst_rs) };
+            unsafe { avx512::transpose_lanes(src, None, src_rs, lanes, n, dst, dst_rs) };
             return;
         }
     }
@@ -108,6 +109,42 @@ pub(crate) fn transpose_lanes<T: Pod>(
         let row = &mut dst[l * dst_rs..][..n];
         for (j, d) in row.iter_mut().enumerate() {
             *d = src[j * src_rs + l];
+        }
+    }
+}
+
+/// [`transpose_lanes`] of the sum `src + add` (`add` laid out as `src`):
+/// `dst[l * dst_rs + j] = src[j * src_rs + l] + add[j * src_rs + l]`. The two halves of a
+/// product whose depth was split are added on their way through the registers.
+///
+/// # Panics
+/// As [`transpose_lanes`], for `add` as for `src`.
+pub(crate) fn transpose_lanes_sum<T: Float + Pod>(
+    (src, add): (&[T], &[T]),
+    src_rs: usize,
+    lanes: usize,
+    n: usize,
+    dst: &mut [T],
+    dst_rs: usize,
+) {
+    assert!(lanes <= LANES);
+    if lanes == 0 || n == 0 {
+        return;
+    }
+    let need = (n - 1) * src_rs + lanes;
+    assert!(src.len() >= need && add.len() >= need && dst.len() >= (lanes - 1) * dst_rs + n);
+    #[cfg(target_arch = "x86_64")]
+    if let (Some(src), Some(add), Some(dst)) = (as_f32(src), as_f32(add), as_f32_mut(dst)) {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: AVX-512F was detected just now; the extents were asserted above.
+            unsafe { avx512::transpose_lanes(src, Some(add), src_rs, lanes, n, dst, dst_rs) };
+            return;
+        }
+    }
+    for l in 0..lanes {
+        let row = &mut dst[l * dst_rs..][..n];
+        for (j, d) in row.iter_mut().enumerate() {
+            *d = src[j * src_rs + l] + add[j * src_rs + l];
         }
     }
 }
@@ -222,12 +259,15 @@ pub(crate) mod avx512 {
         }
     }
 
+    /// With `add`, the transpose of `src + add`.
+    ///
     /// # Safety
     /// AVX-512F is available; `0 < lanes <= LANES`, `n > 0`, `src.len() >= (n - 1) * src_rs +
-    /// lanes` and `dst.len() >= (lanes - 1) * dst_rs + n`.
+    /// lanes` (and so `add`, if given) and `dst.len() >= (lanes - 1) * dst_rs + n`.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn transpose_lanes(
         src: &[f32],
+        add: Option<&[f32]>,
         src_rs: usize,
         lanes: usize,
         n: usize,
@@ -240,9 +280,19 @@ pub(crate) mod avx512 {
             let count = (n - j0).min(LANES);
             for (j, row) in r.iter_mut().enumerate() {
                 *row = if j < count {
-                    // SAFETY: the unmasked elements (j0 + j) * src_rs .. + lanes lie below
-                    // (n - 1) * src_rs + lanes <= src.len(); masked-off ones are not read.
-                    unsafe { _mm512_maskz_loadu_ps(load, src.as_ptr().add((j0 + j) * src_rs)) }
+                    let at = (j0 + j) * src_rs;
+                    // SAFETY: the unmasked elements at .. at + lanes lie below
+                    // (n - 1) * src_rs + lanes <= src.len() (and add.len()); masked-off ones
+                    // are not read.
+                    unsafe {
+                        let v = _mm512_maskz_loadu_ps(load, src.as_ptr().add(at));
+                        match add {
+                            Some(add) => {
+                                _mm512_add_ps(v, _mm512_maskz_loadu_ps(load, add.as_ptr().add(at)))
+                            }
+                            None => v,
+                        }
+                    }
                 } else {
                     _mm512_setzero_ps()
                 };
@@ -301,6 +351,36 @@ mod tests {
                 let mut dst64 = vec![f64::NAN; n * LANES];
                 interleave_rows(&src64, stride, lanes, (n, 1), n, &mut dst64);
                 assert!(dst64.iter().zip(&dst).all(|(&a, &b)| a == b as f64));
+            }
+        }
+    }
+
+    /// The sum of two sources lands where the transpose of either would, element by element,
+    /// in f32 (vector path) and f64; nothing around the block is written.
+    #[test]
+    fn transpose_lanes_sum_adds_both_sources() {
+        for (n, lanes, src_rs, dst_rs) in [(1, 1, 1, 1), (49, 16, 160, 49), (17, 7, 9, 20)] {
+            let len = (n - 1) * src_rs + lanes;
+            let src: Vec<f32> = (0..len).map(|i| i as f32 + 0.25).collect();
+            let add: Vec<f32> = (0..len).map(|i| (i * i % 7) as f32 - 3.0).collect();
+            let mut dst = vec![-1.0f32; (lanes - 1) * dst_rs + n + 3];
+            transpose_lanes_sum((&src, &add), src_rs, lanes, n, &mut dst, dst_rs);
+            let (src64, add64): (Vec<f64>, Vec<f64>) = src
+                .iter()
+                .zip(&add)
+                .map(|(&s, &a)| (s as f64, a as f64))
+                .unzip();
+            let mut dst64 = vec![-1.0f64; dst.len()];
+            transpose_lanes_sum((&src64, &add64), src_rs, lanes, n, &mut dst64, dst_rs);
+            for (at, (&v, &w)) in dst.iter().zip(&dst64).enumerate() {
+                let (l, j) = (at / dst_rs, at % dst_rs);
+                let want = if l < lanes && j < n {
+                    src[j * src_rs + l] + add[j * src_rs + l]
+                } else {
+                    -1.0
+                };
+                assert_eq!(v, want, "{n} {lanes} {src_rs} {dst_rs} at {at}");
+                assert_eq!(w, want as f64);
             }
         }
     }

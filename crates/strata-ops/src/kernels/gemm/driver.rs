@@ -89,6 +89,21 @@ pub struct Problem<'a, T> {
     /// before the store: when set, the blocked driver uses it instead of calling `epilogue`
     /// (which the other paths, the skinny products, still run).
     pub fused: Option<FusedEpilogue<'a, T>>,
+    /// The depth cut in two, each half into its own output: see [`DepthSplit`].
+    pub depth_split: Option<DepthSplit<T>>,
+}
+
+/// A product whose depth is cut at `at` (`0 < at < k`): `C = alpha * A[:, ..at] B[..at, :]`
+/// and `partial = alpha * A[:, at..] B[at.., :]`, both overwritten (`beta` must be 0; no
+/// epilogue, which needs their sum). With several threads the halves go to different ones,
+/// the first half to the first half of the threads: a product whose depth rows were made by
+/// two threads, half each (the input channels of a 1x1 convolution after a layer split by
+/// channels), then reads only what its own core wrote. The caller adds `partial` to C.
+#[derive(Clone, Copy, Debug)]
+pub struct DepthSplit<T> {
+    pub at: usize,
+    /// `m x n`, element `(i, j)` at `ptr + i * rs + j * cs`, disjoint from C.
+    pub partial: MatMut<T>,
 }
 
 /// A step applied to finished pieces of C's rows: bias, residual, activation.
@@ -161,7 +176,7 @@ impl<T: Copy> Problem<'_, T> {
     pub fn transposed(&self) -> Self {
         debug_assert!(self.packed_a.is_none() && self.packed_b.is_none());
         debug_assert!(self.produce_b.is_none() && self.epilogue.is_none());
-        debug_assert!(self.fused.is_none());
+        debug_assert!(self.fused.is_none() && self.depth_split.is_none());
         Problem {
             m: self.n,
             n: self.m,
@@ -180,6 +195,7 @@ impl<T: Copy> Problem<'_, T> {
             produce_b: None,
             epilogue: None,
             fused: None,
+            depth_split: None,
         }
     }
 }
@@ -206,19 +222,31 @@ pub unsafe fn run<T: Float + Pod, K: Microkernel<T>>(p: &Problem<'_, T>, threads
     };
     // Cancellation: blocks poll the run's token; the run fails at its next check (run_control).
     let stop = crate::run_control::stop_token();
+    // Depth halves: the range of each and the matrix it goes to.
+    let halves = match p.depth_split {
+        Some(split) => [(0..split.at, p.c), (split.at..p.k, split.partial)],
+        None => [(0..p.k, p.c), (p.k..p.k, p.c)],
+    };
+    let parts = if p.depth_split.is_some() { 2 } else { 1 };
     if threads <= 1 {
-        // SAFETY: the whole of C, per the caller's contract.
-        unsafe { block::<T, K>(p, 0..p.m, 0..p.n, 0, &stop) };
+        for (depth, c) in halves.into_iter().take(parts) {
+            // SAFETY: the whole of C (or of the partial output), per the caller's contract.
+            unsafe { block::<T, K>(p, 0..p.m, 0..p.n, depth, c, 0, &stop) };
+        }
         return;
     }
     // A produced B is made again by every block that needs it: split its columns when possible.
-    let (row_blocks, col_blocks) = split(p.m, p.n, K::MR, K::NR, threads, p.produce_b.is_some());
+    let per_part = (threads / parts).max(1);
+    let (row_blocks, col_blocks) = split(p.m, p.n, K::MR, K::NR, per_part, p.produce_b.is_some());
+    let blocks = row_blocks * col_blocks;
     // About one block per thread, each on the same thread every call (its part of a prepacked
-    // operand stays in that core's cache).
-    parallel::for_each_thread(row_blocks * col_blocks, |index| {
+    // operand stays in that core's cache); depth half `h` on threads `h * blocks..`.
+    parallel::for_each_thread(parts * blocks, |index| {
         if stop.should_stop() {
             return;
         }
+        let (depth, c_out) = halves[index / blocks].clone();
+        let index = index % blocks;
         let (r, c) = (index / col_blocks, index % col_blocks);
         let rows = bound(p.m, K::MR, row_blocks, r)..bound(p.m, K::MR, row_blocks, r + 1);
         let cols = bound(p.n, K::NR, col_blocks, c)..bound(p.n, K::NR, col_blocks, c + 1);
@@ -237,7 +265,7 @@ pub unsafe fn run<T: Float + Pod, K: Microkernel<T>>(p: &Problem<'_, T>, threads
         };
         // SAFETY: the blocks partition C (disjoint row or column ranges), so each task owns
         // its elements; the rest is the caller's contract.
-        unsafe { block::<T, K>(p, rows, cols, first_sliver, &stop) };
+        unsafe { block::<T, K>(p, rows, cols, depth, c_out, first_sliver, &stop) };
     });
 }
 
@@ -279,24 +307,32 @@ fn bound(extent: usize, tile: usize, blocks: usize, b: usize) -> usize {
     ((b * extent + whole / 2) / whole * tile).min(extent)
 }
 
-/// Computes rows `rows` x columns `cols` of C on the calling thread, row slivers from the
-/// `first_sliver`-th on (wrapping around).
+/// Computes rows `rows` x columns `cols` of the product over the steps `depth` into `c` (C, or
+/// a depth split's partial output) on the calling thread, row slivers from the
+/// `first_sliver`-th on (wrapping around). The epilogues run only when `depth` ends the product.
 ///
 /// # Safety
-/// As [`run`], restricted to this block of C, which no other thread may access meanwhile.
+/// As [`run`], restricted to this block of `c`, which no other thread may access meanwhile.
+#[allow(clippy::too_many_arguments)]
 unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
     p: &Problem<'_, T>,
     rows: Range<usize>,
     cols: Range<usize>,
+    depth: Range<usize>,
+    c: MatMut<T>,
     first_sliver: usize,
     stop: &crate::run_control::StopToken,
 ) {
+    if depth.is_empty() {
+        return;
+    }
     // Depth blocks of equal size (784 = 4 x 196, not 3 x 256 + 16): a short last block would
     // pay a whole pass of C's loads and stores for a few steps of work. A producer of B gets
     // blocks that start on its alignment.
-    let mut kc_max = p.k.div_ceil(p.k.div_ceil(K::KC).max(1)).max(1);
+    let steps = depth.len();
+    let mut kc_max = steps.div_ceil(steps.div_ceil(K::KC).max(1)).max(1);
     if let Some(produce) = p.produce_b {
-        kc_max = kc_max.next_multiple_of(produce.align.max(1)).min(p.k);
+        kc_max = kc_max.next_multiple_of(produce.align.max(1)).min(steps);
     }
     let nc_max = K::NC.min(cols.len().div_ceil(K::NR) * K::NR);
     let row_slivers = rows.len().div_ceil(K::MR);
@@ -304,6 +340,7 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
     // take more than one block, so it is not packed again for each.
     let direct_a = reads_a_in_place(p, cols.len().div_ceil(K::NR));
     let whole_a = !direct_a
+        && depth == (0..p.k)
         && p.packed_a.is_none()
         && cols.len() > K::NC
         && row_slivers * K::MR * p.k <= WHOLE_A_MAX;
@@ -339,11 +376,11 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
         let sliver_count = |all: &[T]| all.len() / (p.k * K::MR);
         for jc in cols.clone().step_by(K::NC) {
             let nc = K::NC.min(cols.end - jc);
-            for pc in (0..p.k).step_by(kc_max) {
+            for pc in depth.clone().step_by(kc_max) {
                 if stop.should_stop() {
                     return;
                 }
-                let kc = kc_max.min(p.k - pc);
+                let kc = kc_max.min(depth.end - pc);
                 // Prepacked B: sliver `jr / NR` holds all k rows, its rows pc.. are contiguous.
                 // In-place B: whole slivers are read where they are; the matrix's last sliver,
                 // if partial, is packed (reading NR columns would run past B's last row).
@@ -369,13 +406,14 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                 };
                 let packed_b = &packed_b[..b_len];
                 // Later depth blocks accumulate onto the first one's result.
-                let beta = if pc == 0 { p.beta } else { T::ONE };
+                let beta = if pc == depth.start { p.beta } else { T::ONE };
                 // The fused epilogue goes with the stores of the last depth block (single 1x1
                 // convolutions at 1 thread: 96 <- 16 at 112x112 with Clip 0.83x, 256 <- 64 +
                 // residual at 56x56 0.90x). Earlier blocks store plain partial sums.
                 let fused = p.fused.filter(|_| pc + kc == p.k);
                 let next_b = p.packed_b.and_then(|all| {
-                    NextBlock::of(all, p.k, kc_max, cols.end, K::NC, (jc, nc, pc, kc), K::NR)
+                    let block = (jc, nc, pc, kc);
+                    NextBlock::of(all, p.k, &depth, kc_max, cols.end, K::NC, block, K::NR)
                 });
                 let tiles_of_block = row_slivers * nc.div_ceil(K::NR);
                 for step in 0..row_slivers {
@@ -416,12 +454,11 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                             None => (&packed_b[index * kc * K::NR..][..kc * K::NR], K::NR),
                         };
                         let tile = Tile {
-                            ptr: p
-                                .c
+                            ptr: c
                                 .ptr
-                                .wrapping_offset(ir as isize * p.c.rs + jr as isize * p.c.cs),
-                            rs: p.c.rs,
-                            cs: p.c.cs,
+                                .wrapping_offset(ir as isize * c.rs + jr as isize * c.cs),
+                            rs: c.rs,
+                            cs: c.cs,
                             m: mr,
                             n: K::NR.min(jc + nc - jr),
                         };
@@ -525,16 +562,15 @@ unsafe fn block<T: Float + Pod, K: Microkernel<T>>(
                             // With a fused epilogue, only the columns of a partial last tile
                             // are left to finish.
                             let from = match fused {
-                                Some(_) if p.c.cs == 1 => jc + nc / K::NR * K::NR,
+                                Some(_) if c.cs == 1 => jc + nc / K::NR * K::NR,
                                 _ => jc,
                             };
                             let sliver = Tile {
-                                ptr: p
-                                    .c
+                                ptr: c
                                     .ptr
-                                    .wrapping_offset(ir as isize * p.c.rs + from as isize * p.c.cs),
-                                rs: p.c.rs,
-                                cs: p.c.cs,
+                                    .wrapping_offset(ir as isize * c.rs + from as isize * c.cs),
+                                rs: c.rs,
+                                cs: c.cs,
                                 m: mr,
                                 n: jc + nc - from,
                             };
@@ -565,25 +601,27 @@ struct NextBlock<T> {
 }
 
 impl<T> NextBlock<T> {
+    #[allow(clippy::too_many_arguments)]
     fn of(
         all: &[T],
         k: usize,
+        depth: &Range<usize>,
         kc_max: usize,
         cols_end: usize,
         nc_max: usize,
         (jc, nc, pc, kc): (usize, usize, usize, usize),
         nr: usize,
     ) -> Option<Self> {
-        let (jc, nc, pc) = if pc + kc < k {
+        let (jc, nc, pc) = if pc + kc < depth.end {
             (jc, nc, pc + kc)
         } else if jc + nc < cols_end {
-            (jc + nc, nc_max.min(cols_end - jc - nc), 0)
+            (jc + nc, nc_max.min(cols_end - jc - nc), depth.start)
         } else {
             return None;
         };
         let slivers = nc.div_ceil(nr);
         let first = (jc / nr) * k * nr + pc * nr;
-        let piece = kc_max.min(k - pc) * nr;
+        let piece = kc_max.min(depth.end - pc) * nr;
         let end = first + (slivers - 1) * k * nr + piece;
         (slivers > 0 && end <= all.len()).then(|| NextBlock {
             first: all[first..].as_ptr(),
@@ -673,7 +711,7 @@ mod tests {
                 }
             }
             for (b, &block) in blocks.iter().enumerate() {
-                let next = NextBlock::of(&all, k, kc_max, n, nc_max, block, nr);
+                let next = NextBlock::of(&all, k, &(0..k), kc_max, n, nc_max, block, nr);
                 let Some(&(jc, nc, pc, kc)) = blocks.get(b + 1) else {
                     assert!(next.is_none());
                     continue;
@@ -732,6 +770,7 @@ mod tests {
                 produce_b: None,
                 epilogue: None,
                 fused: None,
+                depth_split: None,
             };
             reads_b_in_place(&p, 128)
         };

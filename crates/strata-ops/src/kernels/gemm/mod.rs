@@ -30,7 +30,9 @@ pub use self::microkernel::FusedAct;
 use self::microkernel::{Microkernel, Portable};
 pub(crate) use self::pack::with_pack_buffers;
 use self::pack::MatRef;
-pub(crate) use self::prepacked::{gemm_packed_a, gemm_prepacked_produced_b, packed_a_rows};
+pub(crate) use self::prepacked::{
+    gemm_packed_a, gemm_prepacked_produced_b, gemm_prepacked_split_depth, packed_a_rows,
+};
 pub use self::prepacked::{gemm_prepacked, gemm_prepacked_with, PackedOperand, Prepacked};
 pub use self::produced::{gemm_produced_b, pack_transposed_sliver, BBlock, ProduceB};
 use super::error::{KernelError, KernelResult};
@@ -373,6 +375,7 @@ fn gemm_with_isa<T: GemmFloat>(
         produce_b: None,
         epilogue: None,
         fused: None,
+        depth_split: None,
     };
     // One to four rows (or columns) of C: stream B, do not pack it.
     // SAFETY: the operands were validated above, and `c` stays mutably borrowed throughout.

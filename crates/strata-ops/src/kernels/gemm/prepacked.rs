@@ -10,7 +10,7 @@
 
 use strata_core::{Device, Element, MemoryKind, ReadGuard, Tensor};
 
-use super::driver::{Epilogue, FusedEpilogue, MatMut, Problem, ProduceB};
+use super::driver::{DepthSplit, Epilogue, FusedEpilogue, MatMut, Problem, ProduceB};
 use super::isa::Isa;
 use super::pack::{pack_block, MatRef};
 use super::{check_distinct, check_operand, GemmFloat, OP};
@@ -344,6 +344,7 @@ pub(crate) unsafe fn gemm_prepacked_raw<T: GemmFloat + Element>(
             (alpha, beta),
             epilogue,
             fused,
+            None,
             threads,
         )
     }
@@ -387,6 +388,62 @@ pub(crate) fn gemm_prepacked_produced_b<T: GemmFloat + Element>(
             (T::ONE, T::ZERO),
             epilogue,
             fused,
+            None,
+            threads,
+        )
+    }
+}
+
+/// [`gemm_prepacked`] (`alpha` 1, `beta` 0) with the depth cut at `at` ([`DepthSplit`]): `c`
+/// gets the product over the first `at` steps of the depth, `partial` (C's shape and strides)
+/// over the rest, each half on its own threads, so that each reads only the depth rows its
+/// core made. The caller adds `partial` to `c`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_prepacked_split_depth<T: GemmFloat + Element>(
+    packed: &Prepacked<T>,
+    n_or_m: usize,
+    other: &[T],
+    other_strides: (isize, isize),
+    (c, partial): (&mut [T], &mut [T]),
+    c_strides: (isize, isize),
+    at: usize,
+    threads: usize,
+) -> KernelResult<()> {
+    let (m, n) = packed.product_dims(n_or_m);
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    check_operand("C", c.len(), m, n, c_strides)?;
+    check_operand("partial", partial.len(), m, n, c_strides)?;
+    if at == 0 || at >= packed.k {
+        return Err(KernelError::InvalidParam {
+            op: OP,
+            param: "depth split",
+            reason: format!("the cut {at} is not inside the depth {}", packed.k),
+        });
+    }
+    let view = |c: &mut [T]| MatMut {
+        ptr: c.as_mut_ptr(),
+        rs: c_strides.0,
+        cs: c_strides.1,
+    };
+    let split = DepthSplit {
+        at,
+        partial: view(partial),
+    };
+    // SAFETY: `c` and `partial` were checked to hold every (i, j) of the m x n product; they
+    // are distinct mutable borrows (so disjoint) and stay borrowed until the product returns,
+    // so nothing else touches them.
+    unsafe {
+        run_prepacked(
+            packed,
+            n_or_m,
+            Other::Matrix(other, other_strides),
+            view(c),
+            (T::ONE, T::ZERO),
+            None,
+            None,
+            Some(split),
             threads,
         )
     }
@@ -412,6 +469,7 @@ unsafe fn run_prepacked<T: GemmFloat + Element>(
     (alpha, beta): (T, T),
     epilogue: Option<&Epilogue<'_, T>>,
     fused: Option<FusedEpilogue<'_, T>>,
+    depth_split: Option<DepthSplit<T>>,
     threads: usize,
 ) -> KernelResult<()> {
     let k = packed.k;
@@ -483,11 +541,13 @@ unsafe fn run_prepacked<T: GemmFloat + Element>(
         produce_b,
         epilogue,
         fused,
+        depth_split,
     };
     // A few rows against packed weights stream the slivers; anything else takes the driver.
     // SAFETY: the operands were validated above, `data` holds the packed slivers, and `c` is
     // valid and ours alone for the call (this function's contract).
     if packed.side == PackedOperand::B
+        && depth_split.is_none()
         && unsafe { super::skinny_packed::try_run(&problem, packed.tile, threads) }
     {
         return Ok(());
@@ -574,6 +634,7 @@ pub(crate) fn gemm_packed_a<T: GemmFloat + Element>(
         produce_b: None,
         epilogue: None,
         fused: None,
+        depth_split: None,
     };
     // `dispatch` relies on a validated product: C was checked to hold every (i, j) at distinct
     // offsets and stays mutably borrowed until it returns; A holds the slivers of the tile
@@ -740,6 +801,69 @@ mod tests {
                 )
                 .unwrap();
                 assert_close_within(&c, &expected, 1e-4, &format!("A m{m} n{n} k{k}"));
+            }
+        }
+    }
+
+    /// A product with its depth cut in two: C holds the first part's product, `partial` the
+    /// second's, for A or B prepacked, cuts near either end and in the middle (across depth
+    /// blocks), one to three threads; a cut outside the depth is an error.
+    #[test]
+    fn depth_split_products_add_up_to_the_product() {
+        let mut rng = Rng::new(0xde);
+        for (m, n, k) in [(64, 196, 384), (49, 96, 960), (13, 40, 33)] {
+            let a = rng.vec(m * k);
+            let b = rng.vec(k * n);
+            let product = |depth: std::ops::Range<usize>| -> Vec<f32> {
+                let mut c = vec![0.0f32; m * n];
+                for i in 0..m {
+                    for j in 0..n {
+                        c[i * n + j] = depth.clone().map(|p| a[i * k + p] * b[p * n + j]).sum();
+                    }
+                }
+                c
+            };
+            let packed_a = Prepacked::a(m, k, &a, (k as isize, 1)).unwrap();
+            let packed_b = Prepacked::b(k, n, &b, (n as isize, 1)).unwrap();
+            for at in [1, k / 2, k - 1] {
+                let (first, second) = (product(0..at), product(at..k));
+                for threads in [1, 2, 3] {
+                    let pool = crate::parallel::ThreadPool::new(threads).unwrap();
+                    for (packed, other, strides, n_or_m) in [
+                        (&packed_a, &b, (n as isize, 1), n),
+                        (&packed_b, &a, (k as isize, 1), m),
+                    ] {
+                        let mut c = vec![f32::NAN; m * n];
+                        let mut partial = vec![f32::NAN; m * n];
+                        crate::parallel::install(&pool, || {
+                            let outputs = (&mut c[..], &mut partial[..]);
+                            let sc = (n as isize, 1);
+                            gemm_prepacked_split_depth(
+                                packed, n_or_m, other, strides, outputs, sc, at, threads,
+                            )
+                        })
+                        .unwrap();
+                        let what = format!("m{m} n{n} k{k} at {at} threads {threads}");
+                        assert_close_within(&c, &first, 1e-4, &what);
+                        assert_close_within(&partial, &second, 1e-4, &what);
+                    }
+                }
+            }
+            let (mut c, mut partial) = (vec![0.0f32; m * n], vec![0.0f32; m * n]);
+            for at in [0, k] {
+                let outputs = (&mut c[..], &mut partial[..]);
+                let sc = (n as isize, 1);
+                let result = gemm_prepacked_split_depth(
+                    &packed_a,
+                    n,
+                    &b,
+                    (n as isize, 1),
+                    outputs,
+                    sc,
+                    at,
+                    2,
+                );
+                assert!(result.is_err(), "cut at {at} of {k}");
             }
         }
     }

@@ -84,6 +84,7 @@ pub fn gemm_produced_b<T: GemmFloat>(
         produce_b: Some(produce),
         epilogue,
         fused: None,
+        depth_split: None,
     };
     // The driver, not the skinny paths: they read B from memory.
     T::dispatch(&problem, Isa::detect(), threads);

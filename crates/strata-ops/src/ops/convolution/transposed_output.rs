@@ -3,19 +3,21 @@
 //! on every depth block, and this pass moves it into the channel rows of `Y` once, running the
 //! epilogue (bias, residual, activation) on each row while it is in cache.
 
-use crate::kernels::interleave::{transpose_lanes, LANES};
+use crate::kernels::float::Float;
+use crate::kernels::interleave::{transpose_lanes, transpose_lanes_sum, LANES};
 use crate::parallel::for_each_chunk_mut_pinned;
 
 /// Channel rows written per band: a band reads 16 consecutive channels of each position, one
 /// 64-byte line of `Y^T`, and finishes its rows while they are in L1.
 const BAND: usize = LANES;
 
-/// Writes `yt` (`width` positions x `channels`, row-major) into `y`, where position `px` of
+/// Writes `yt` (`width` positions x `channels`, row-major), plus `partial` (the same shape: the
+/// other half of a product whose depth was split) when given, into `y`, where position `px` of
 /// channel `ch` goes to `y[ch * y_rs + px]` (`y_rs >= width`), then calls `finish(ch, row)`
 /// on each channel's `width` new elements. Bands of channels are spread over up to `threads`
 /// threads of the current pool.
-pub(super) fn write_transposed<T: bytemuck::Pod + Send + Sync>(
-    yt: &[T],
+pub(super) fn write_transposed<T: Float + bytemuck::Pod + Send + Sync>(
+    (yt, partial): (&[T], Option<&[T]>),
     width: usize,
     channels: usize,
     y: &mut [T],
@@ -27,6 +29,7 @@ pub(super) fn write_transposed<T: bytemuck::Pod + Send + Sync>(
         return;
     }
     debug_assert!(y_rs >= width && yt.len() >= width * channels);
+    debug_assert!(partial.is_none_or(|p| p.len() >= width * channels));
     // Rows past the last channel are left alone; the last row needs only `width` elements.
     let len = ((channels - 1) * y_rs + width).min(y.len());
     let band = |index: usize, rows: &mut [T]| {
@@ -37,7 +40,13 @@ pub(super) fn write_transposed<T: bytemuck::Pod + Send + Sync>(
         // fight over the same L1 set: 1024 <- 256 1x1 at 14x14 ran 25 % slower than
         // untransposed; element by element, SqueezeNet's 1000 <- 512 classifier spent 9 % of its
         // time here).
-        transpose_lanes(&yt[first..], channels, count, width, rows, y_rs);
+        match partial {
+            Some(p) => {
+                let sources = (&yt[first..], &p[first..]);
+                transpose_lanes_sum(sources, channels, count, width, rows, y_rs)
+            }
+            None => transpose_lanes(&yt[first..], channels, count, width, rows, y_rs),
+        }
         for (r, row) in rows.chunks_mut(y_rs).enumerate() {
             finish(first + r, &mut row[..width]);
         }
@@ -73,11 +82,19 @@ mod tests {
             let yt: Vec<f32> = (0..width * channels).map(|i| i as f32).collect();
             let mut y = vec![-1.0f32; channels * y_rs];
             let seen = std::sync::Mutex::new(vec![0usize; channels]);
-            write_transposed(&yt, width, channels, &mut y, y_rs, threads, |ch, row| {
-                assert_eq!(row.len(), width);
-                seen.lock().unwrap()[ch] += 1;
-                row.iter_mut().for_each(|v| *v += 0.5);
-            });
+            write_transposed(
+                (&yt, None),
+                width,
+                channels,
+                &mut y,
+                y_rs,
+                threads,
+                |ch, row| {
+                    assert_eq!(row.len(), width);
+                    seen.lock().unwrap()[ch] += 1;
+                    row.iter_mut().for_each(|v| *v += 0.5);
+                },
+            );
             assert!(seen.into_inner().unwrap().iter().all(|&n| n == 1));
             for ch in 0..channels {
                 for px in 0..y_rs {
