@@ -14,7 +14,7 @@ use crate::kernels::spatial::{check_len, checked_product, WindowAttrs, WindowGeo
 pub use crate::ops::convolution::conv_params::ConvParams;
 use crate::ops::convolution::depthwise::{self, depthwise};
 use crate::ops::convolution::depthwise_blocked::{self, depthwise_blocked};
-use crate::ops::convolution::im2col::{im2col, unfold_packed};
+use crate::ops::convolution::im2col::{im2col, unfold_packed, unfolded_depth_cut};
 use crate::ops::convolution::transposed_output::write_transposed;
 use strata_core::Element;
 
@@ -416,6 +416,7 @@ pub fn conv<T: GemmFloat + Element>(
                     packed.filter(|all| g.transposed && all[0].side() == PackedOperand::B)
                 {
                     let (cols, yt) = scratch.split_at_mut(depth * g.tile_columns);
+                    let cut = unfolded_depth_cut(depth, width, threads).filter(|_| g.tiled_split);
                     transposed(
                         &all[0],
                         &cols[..depth * width],
@@ -423,7 +424,7 @@ pub fn conv<T: GemmFloat + Element>(
                         yt,
                         y,
                         (b, start, width),
-                        None,
+                        cut,
                     )?;
                     start = end;
                     continue;
@@ -502,6 +503,12 @@ fn depth_split_at(channels: usize, outputs: usize) -> Option<usize> {
         .then_some(at)
 }
 
+/// Least unfolded depth for which a transposed product of im2col tiles cuts its depth on
+/// several threads: each thread unfolds a contiguous part of the rows, and with the product
+/// split by columns each thread read every row, half of them unfolded by the other core, and
+/// packed all of them. Cut where the parts meet, each reads and packs only its own.
+const TILED_SPLIT_MIN_DEPTH: usize = 1024;
+
 /// The f32 microkernel's register tile width: im2col tiles and thread shares are multiples of
 /// it, so only the last columns of a product fill a partial tile.
 const COLUMN_GRID: usize = 32;
@@ -565,6 +572,9 @@ struct ConvGeometry {
     /// Where a pointwise product's depth (its input channels) is cut in two with several
     /// threads (see `depth_split_at`); the second half's partial output is in scratch.
     depth_split: Option<usize>,
+    /// Transposed products of unfolded tiles cut their depth where the threads' parts of the
+    /// unfold meet (see `TILED_SPLIT_MIN_DEPTH`); room for the partial output is in scratch.
+    tiled_split: bool,
     scratch_len: usize,
 }
 
@@ -671,8 +681,11 @@ impl ConvGeometry {
         let depth_split = (tile_columns == 0 && !depthwise && groups == 1)
             .then(|| depth_split_at(in_per_group, out_per_group))
             .flatten();
+        let tiled_split = transposed && tile_columns > 0 && depth >= TILED_SPLIT_MIN_DEPTH;
         let partial_columns = if depth_split.is_some() {
             window.out_len
+        } else if tiled_split {
+            tile_columns
         } else {
             0
         };
@@ -697,6 +710,7 @@ impl ConvGeometry {
             depthwise,
             tile_columns,
             depth_split,
+            tiled_split,
             scratch_len,
             window,
         })
@@ -1326,6 +1340,73 @@ mod tests {
                 })
                 .unwrap();
                 let what = format!("{in_dims:?} -> {m} threads {threads}");
+                assert_close_within(&out, &expected, 1e-4, &what);
+            }
+        }
+        // 3x3 stride 2 into 7x7, run transposed on unfolded tiles: the product cuts its depth
+        // where the threads' parts of the unfold meet.
+        for (in_dims, m) in [([1, 160, 13, 13], 96), ([2, 256, 14, 14], 64)] {
+            let w_dims = [m, in_dims[1], 3, 3];
+            let p = ConvParams {
+                strides: vec![2, 2],
+                pads_begin: vec![1, 1],
+                pads_end: vec![1, 1],
+                post: Activation::Relu,
+                ..ConvParams::default()
+            };
+            let g = ConvGeometry::new(&in_dims, &w_dims, &p).unwrap();
+            assert!(
+                g.transposed && g.tiled_split && g.tile_columns > 0,
+                "{in_dims:?}"
+            );
+            let depth = in_dims[1] * 9;
+            let pool = crate::parallel::ThreadPool::new(2).unwrap();
+            let cut = crate::parallel::install(&pool, || unfolded_depth_cut(depth, 49, 2));
+            assert_eq!(cut, Some(depth / 2));
+            let out_dims = conv_output_dims(&in_dims, &w_dims, &p).unwrap();
+            let input = rng.vec(in_dims.iter().product());
+            let weight = rng.vec(w_dims.iter().product());
+            let bias = rng.vec(m);
+            let linear = ConvParams {
+                post: Activation::None,
+                ..p.clone()
+            };
+            let expected: Vec<f32> = naive(
+                &input,
+                &in_dims,
+                &weight,
+                &w_dims,
+                Some(&bias),
+                &linear,
+                &out_dims,
+            )
+            .iter()
+            .map(|y| y.max(0.0))
+            .collect();
+            let packed = prepack_conv_weights(&in_dims, &weight, &w_dims, &p)
+                .unwrap()
+                .unwrap();
+            let mut scratch = vec![f32::NAN; conv_scratch_len(&in_dims, &w_dims, &p)];
+            for threads in [1, 2, 3] {
+                let pool = crate::parallel::ThreadPool::new(threads).unwrap();
+                let mut out = vec![f32::NAN; expected.len()];
+                crate::parallel::install(&pool, || {
+                    conv(
+                        &input,
+                        &in_dims,
+                        &weight,
+                        &w_dims,
+                        Some(&bias),
+                        None,
+                        Some(&packed),
+                        &p,
+                        &mut out,
+                        &mut scratch,
+                        threads,
+                    )
+                })
+                .unwrap();
+                let what = format!("3x3 s2 {in_dims:?} -> {m} threads {threads}");
                 assert_close_within(&out, &expected, 1e-4, &what);
             }
         }

@@ -54,11 +54,31 @@ pub(crate) fn im2col<T: Float + Pod>(
         unfold_row(plane, g, tap, positions.start, dst);
     };
     if threads > 1 && col.len() >= PARALLEL_MIN_ELEMENTS {
-        let per_task = rows.div_ceil(threads);
-        crate::parallel::for_each_chunk_mut(col, width, per_task, |i, dst| unfold((i, dst)));
+        if threads >= crate::parallel::threads() {
+            // Thread t unfolds the t-th contiguous part of the rows on every call, so a product
+            // that cuts its depth where the parts meet ([`unfolded_depth_cut`]) reads only
+            // what its own core wrote.
+            crate::parallel::for_each_chunk_mut_pinned(col, width, |i, dst| unfold((i, dst)));
+        } else {
+            let per_task = rows.div_ceil(threads);
+            crate::parallel::for_each_chunk_mut(col, width, per_task, |i, dst| unfold((i, dst)));
+        }
     } else {
         col.chunks_mut(width).enumerate().for_each(unfold);
     }
+}
+
+/// Where the first half of the current pool's threads stop unfolding the `rows x width` matrix
+/// [`im2col`] fills on `threads` threads, when they share it out: the depth cut at which each
+/// half of a product's threads reads only rows its own cores unfolded.
+pub(crate) fn unfolded_depth_cut(rows: usize, width: usize, threads: usize) -> Option<usize> {
+    let pool = crate::parallel::threads();
+    if threads <= 1 || pool <= 1 || threads < pool || rows * width < PARALLEL_MIN_ELEMENTS {
+        return None;
+    }
+    let parts = pool.min(rows);
+    let at = rows.div_ceil(parts) * (parts / 2);
+    (at > 0 && at < rows).then_some(at)
 }
 
 /// Positions of one row unfolded at a time by [`unfold_packed`] (a stack buffer).
