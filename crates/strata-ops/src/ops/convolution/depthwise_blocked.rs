@@ -23,6 +23,8 @@ use crate::kernels::simd::multiversion;
 use crate::kernels::spatial::{check_len, WindowGeometry};
 
 use super::conv_params::ConvParams;
+#[cfg(target_arch = "x86_64")]
+use super::depthwise_across_avx512::{self, AcrossWeights};
 use super::depthwise_band::BandShape;
 #[cfg(target_arch = "x86_64")]
 use super::depthwise_blocked_band;
@@ -191,6 +193,38 @@ fn blocked<T: Float + Pod>(
     if w.out_len == 0 || channels == 0 {
         return;
     }
+    // f32 7x7 planes (stride 1, or 2 from 14x14) take vectors of flat outputs across planes:
+    // no transposes.
+    #[cfg(target_arch = "x86_64")]
+    if TypeId::of::<T>() == TypeId::of::<f32>()
+        && across_knob()
+        && depthwise_across_avx512::pays(w, channels, channels)
+    {
+        let weights = match weight {
+            Weights::Plain(k) => Some(AcrossWeights::Plain(bytemuck::cast_slice(k))),
+            Weights::Interleaved(all) => {
+                Some(AcrossWeights::Interleaved(bytemuck::cast_slice(all)))
+            }
+            Weights::Shared(_) => None,
+        };
+        if let Some(weights) = weights {
+            fn cast<T: Pod>(v: &[T]) -> &[f32] {
+                bytemuck::cast_slice(v)
+            }
+            depthwise_across_avx512::depthwise_across(
+                cast(input),
+                weights,
+                bias.map(cast),
+                channels,
+                w,
+                post,
+                residual.map(cast),
+                bytemuck::cast_slice_mut(out),
+                threads,
+            );
+            return;
+        }
+    }
     let (rows, cols) = (Axis::of(w, 0), Axis::of(w, 1));
     let bands = Bands::of(rows, cols);
     let batch_in = channels * w.in_len;
@@ -253,6 +287,11 @@ fn blocked<T: Float + Pod>(
             crate::parallel::for_each_chunk_mut_pinned(y, block_out, task);
         }
     }
+}
+
+fn across_knob() -> bool {
+    static K: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *K.get_or_init(|| std::env::var("DW_ACROSS").map_or(true, |v| v != "0"))
 }
 
 /// A constant f32 depthwise weight `[channels, 1, kh, kw]` interleaved once, at plan time, for
