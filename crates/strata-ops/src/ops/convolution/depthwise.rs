@@ -24,7 +24,7 @@ use super::depthwise_blocked;
 
 /// Planes smaller than this many multiply-adds are grouped per task, so a task is worth handing
 /// to another thread.
-pub(super) const TASK_MIN_MULADDS: usize = 1 << 15;
+const TASK_MIN_MULADDS: usize = 1 << 15;
 
 /// Runs `planes(first, y)` over `out` (whole output planes of `out_len`, `y` starting at plane
 /// `first`): on the calling thread when the work is small, else in contiguous runs of planes

@@ -23,8 +23,6 @@ use crate::kernels::simd::multiversion;
 use crate::kernels::spatial::{check_len, WindowGeometry};
 
 use super::conv_params::ConvParams;
-#[cfg(target_arch = "x86_64")]
-use super::depthwise_across_avx512::{self, AcrossWeights};
 use super::depthwise_band::BandShape;
 #[cfg(target_arch = "x86_64")]
 use super::depthwise_blocked_band;
@@ -49,6 +47,17 @@ const PARALLEL_MIN_MULADDS: usize = 1 << 16;
 /// input channel, enough channels to fill most of a block, at most [`MAX_TAPS`] taps. Any plane
 /// size: it measured faster than the plane kernel on every MobileNetV2 layer, 7x7 (5.7x) to
 /// 112x112 (1.3x).
+///
+/// On 7x7 outputs most of its time is the layout change (Sapphire Rapids, 1 thread, `perf`:
+/// the 16x16 transposes in and out took 47 % of 960 channels at 7x7 and 62 % of 576 channels
+/// at 14x14 stride 2, the multiply-adds 20 % and 12 %), yet the transpose-free alternatives
+/// tried there lost (single-layer models, alternating, medians of 5 rounds of 300 runs; branch
+/// `dw`, commit 8fb23db): sixteen consecutive outputs of the NCHW output per vector *across*
+/// plane boundaries (masked shifted loads straight from the NCHW input, the input split into
+/// its four phase planes at stride 2, one or two weights per vector) ran 1.24x (960 @ 7x7)
+/// and 1.32x (576 @ 14x14 stride 2) this kernel's time with unaligned loads, which split a
+/// cache line 15 times in 16, and 2.3x and 2.0x with aligned loads and two-source permutes;
+/// the per-plane kernels at 7 wide 1.04x (flat, stride 1) and 1.16x (direct, stride 2).
 pub(crate) fn pays(w: &WindowGeometry, in_channels: usize, out_channels: usize) -> bool {
     w.in_dims.len() == 2
         && in_channels == out_channels
@@ -193,38 +202,6 @@ fn blocked<T: Float + Pod>(
     if w.out_len == 0 || channels == 0 {
         return;
     }
-    // f32 7x7 planes (stride 1, or 2 from 14x14) take vectors of flat outputs across planes:
-    // no transposes.
-    #[cfg(target_arch = "x86_64")]
-    if TypeId::of::<T>() == TypeId::of::<f32>()
-        && across_knob()
-        && depthwise_across_avx512::pays(w, channels, channels)
-    {
-        let weights = match weight {
-            Weights::Plain(k) => Some(AcrossWeights::Plain(bytemuck::cast_slice(k))),
-            Weights::Interleaved(all) => {
-                Some(AcrossWeights::Interleaved(bytemuck::cast_slice(all)))
-            }
-            Weights::Shared(_) => None,
-        };
-        if let Some(weights) = weights {
-            fn cast<T: Pod>(v: &[T]) -> &[f32] {
-                bytemuck::cast_slice(v)
-            }
-            depthwise_across_avx512::depthwise_across(
-                cast(input),
-                weights,
-                bias.map(cast),
-                channels,
-                w,
-                post,
-                residual.map(cast),
-                bytemuck::cast_slice_mut(out),
-                threads,
-            );
-            return;
-        }
-    }
     let (rows, cols) = (Axis::of(w, 0), Axis::of(w, 1));
     let bands = Bands::of(rows, cols);
     let batch_in = channels * w.in_len;
@@ -287,11 +264,6 @@ fn blocked<T: Float + Pod>(
             crate::parallel::for_each_chunk_mut_pinned(y, block_out, task);
         }
     }
-}
-
-fn across_knob() -> bool {
-    static K: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *K.get_or_init(|| std::env::var("DW_ACROSS").map_or(true, |v| v != "0"))
 }
 
 /// A constant f32 depthwise weight `[channels, 1, kh, kw]` interleaved once, at plan time, for
@@ -626,8 +598,8 @@ fn fill_band<T: Float + Pod>(
         return;
     }
     for row in buf[r0 * row_len..r1 * row_len].chunks_exact_mut(row_len) {
-        row[..lo * LANES].fill(T::ZERO);
-        row[hi * LANES..].fill(T::ZERO);
+        zero_positions(&mut row[..lo * LANES]);
+        zero_positions(&mut row[hi * LANES..]);
     }
     let iy0 = (first + r0 as isize) as usize;
     let x = &x[iy0 * cols.input..];
@@ -641,6 +613,23 @@ fn fill_band<T: Float + Pod>(
             let d = &mut dst[r * span * LANES..];
             interleave_rows(&x[r * cols.input..], in_len, lanes, (hi - lo, 1), span, d);
         }
+    }
+}
+
+/// Zeroes whole positions (`LANES` elements each) of a band row: the one or two padding
+/// positions at a row's ends as in-line vector stores, not a call to `memset` each (which took
+/// 8 % of a 7x7 layer's time: 960 channels, two calls per band row).
+#[inline(always)]
+fn zero_positions<T: Float>(dst: &mut [T]) {
+    const ZEROS: usize = LANES;
+    match dst.len() / LANES {
+        0 => {}
+        1 => dst[..LANES].copy_from_slice(&[T::ZERO; ZEROS]),
+        2 => {
+            dst[..LANES].copy_from_slice(&[T::ZERO; ZEROS]);
+            dst[LANES..2 * LANES].copy_from_slice(&[T::ZERO; ZEROS]);
+        }
+        _ => dst.fill(T::ZERO),
     }
 }
 

@@ -45,7 +45,7 @@ const MIN_FLAT_WIDTH: usize = 8;
 /// narrower than [`MIN_WIDTH_1`], as wide as the input rows, planes of at most 1024 outputs.
 fn flat(w: &WindowGeometry) -> bool {
     Simd::detect().and_then(Simd::avx512).is_some()
-        && (flat_min()..MIN_WIDTH_1).contains(&w.out_dims[1])
+        && (MIN_FLAT_WIDTH..MIN_WIDTH_1).contains(&w.out_dims[1])
         && w.in_dims[1] == w.out_dims[1]
         && w.out_len <= 1024
 }
@@ -60,7 +60,7 @@ pub(crate) fn pays(w: &WindowGeometry, in_channels: usize, out_channels: usize) 
         return false;
     };
     let (min_1, min_2) = match simd {
-        Simd::Avx512(_) => (MIN_WIDTH_1, min2()),
+        Simd::Avx512(_) => (MIN_WIDTH_1, MIN_WIDTH_2),
         Simd::Avx2(_) => (MIN_WIDTH_AVX2, MIN_WIDTH_AVX2),
     };
     w.in_dims.len() == 2
@@ -114,36 +114,6 @@ pub(crate) fn depthwise_direct(
     #[cfg(target_arch = "x86_64")]
     let masks = (w.strides[..] == [1, 1] && flat(w)).then(|| Masks::new(&geometry));
     let stop = crate::run_control::stop_token();
-    let (oh, ow) = (w.out_dims[0], w.out_dims[1]);
-    // Output rows `r0..r1` of plane `p` into `y` (`(r1 - r0) * ow` elements).
-    let rows = |p: usize, (r0, r1): (usize, usize), y: &mut [f32]| {
-        let c = p % channels;
-        let x = &input[p * w.in_len..][..w.in_len];
-        let k: &[f32; 9] = weight[c * 9..][..9].try_into().expect("nine taps");
-        let start = bias.map_or(0.0, |b| b[c]);
-        #[cfg(target_arch = "x86_64")]
-        match &masks {
-            // SAFETY: the flat masks are made on AVX-512 only (`flat`), and only whole planes
-            // take them (`split` never cuts a flat plane).
-            Some(m) => unsafe {
-                depthwise_flat_avx512::plane(x, &geometry, m, k, start, in_clamp, y)
-            },
-            None => {
-                let (g, first) = row_range(geometry, r0, r1);
-                let x = &x[first * g.iw..][..g.ih * g.iw];
-                depthwise_direct_plane::direct_plane(simd, x, g, k, start, in_clamp, y)
-            }
-        }
-        match residual {
-            Some(res) => post.add_residual_bias_and_apply(
-                y,
-                Some(&res[p * w.out_len + r0 * ow..][..y.len()]),
-                0.0,
-            ),
-            None if clamp.is_none() => post.apply_all(y),
-            None => {}
-        }
-    };
     // Output planes `first..` in `y`.
     let planes = |first: usize, y: &mut [f32]| {
         for (i, y) in y.chunks_exact_mut(w.out_len).enumerate() {
@@ -151,146 +121,44 @@ pub(crate) fn depthwise_direct(
             if stop.should_stop_at(p) {
                 return;
             }
-            rows(p, (0, oh), y);
-        }
-    };
-    let parts = threads.min(crate::parallel::threads());
-    let work = out.len().saturating_mul(9);
-    if parts <= 1 || work < 2 * super::depthwise::TASK_MIN_MULADDS {
-        return planes(0, out);
-    }
-    #[cfg(target_arch = "x86_64")]
-    let flat_planes = masks.is_some();
-    #[cfg(not(target_arch = "x86_64"))]
-    let flat_planes = false;
-    match split(w, channels, parts, flat_planes) {
-        Split::Rows => {
-            let total = out.len() / w.out_len;
-            let base = SharedOut(out.as_mut_ptr(), out.len());
-            crate::parallel::for_each_thread(parts, |t| {
-                let band = (t * oh / parts, (t + 1) * oh / parts);
-                for p in 0..total {
-                    if stop.should_stop_at(p) {
-                        return;
-                    }
-                    let at = p * w.out_len + band.0 * ow;
-                    // SAFETY: part `t` alone touches rows band.0..band.1 of every plane (the
-                    // bands of distinct parts are disjoint, each part runs once), inside `out`,
-                    // which stays borrowed mutably for this whole call.
-                    let y = unsafe { base.range(at, (band.1 - band.0) * ow) };
-                    rows(p, band, y);
+            let c = p % channels;
+            let x = &input[p * w.in_len..][..w.in_len];
+            let k: &[f32; 9] = weight[c * 9..][..9].try_into().expect("nine taps");
+            let start = bias.map_or(0.0, |b| b[c]);
+            #[cfg(target_arch = "x86_64")]
+            match &masks {
+                // SAFETY: the flat masks are made on AVX-512 only (`flat`).
+                Some(m) => unsafe {
+                    depthwise_flat_avx512::plane(x, &geometry, m, k, start, in_clamp, y)
+                },
+                None => {
+                    depthwise_direct_plane::direct_plane(simd, x, geometry, k, start, in_clamp, y)
                 }
-            });
+            }
+            match residual {
+                Some(res) => post.add_residual_bias_and_apply(
+                    y,
+                    Some(&res[p * w.out_len..][..w.out_len]),
+                    0.0,
+                ),
+                None if clamp.is_none() => post.apply_all(y),
+                None => {}
+            }
         }
-        Split::PinnedPlanes => {
-            crate::parallel::for_each_chunk_mut_pinned(out, w.out_len, |p, y| {
-                if !stop.should_stop_at(p) {
-                    rows(p, (0, oh), y)
-                }
-            })
-        }
-        Split::Planes => super::depthwise::for_each_plane_run(
-            out,
-            w.out_len,
-            w.out_len.saturating_mul(9),
-            threads,
-            planes,
-        ),
-    }
-}
-
-/// How the direct kernel spreads a layer over the threads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Split {
-    /// Each thread the same band of output rows of every plane (pinned).
-    Rows,
-    /// Each thread the same contiguous part of the planes (pinned).
-    PinnedPlanes,
-    /// Runs of planes handed out to whichever thread is free.
-    Planes,
-}
-
-fn knob(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn flat_min() -> usize {
-    static K: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *K.get_or_init(|| knob("DW_FLAT_MIN", MIN_FLAT_WIDTH))
-}
-
-fn min2() -> usize {
-    static K: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *K.get_or_init(|| knob("DW_MIN2", MIN_WIDTH_2))
-}
-
-fn split_knob() -> usize {
-    static K: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *K.get_or_init(|| knob("DW_SPLIT", 1))
-}
-
-/// The split for `parts` threads.
-fn split(w: &WindowGeometry, channels: usize, parts: usize, flat_planes: bool) -> Split {
-    let (oh, s, pad_top) = (w.out_dims[0], w.strides[0], w.pads_begin[0]);
-    // Every band's first window must start inside the plane.
-    let rows_fit =
-        oh >= 2 * parts && (1..parts).all(|t| (t * oh / parts) * s - pad_top < w.in_dims[0]);
-    let producer_split_positions = channels <= w.in_len;
-    match split_knob() {
-        0 => Split::Planes,
-        2 if rows_fit && !flat_planes => Split::Rows,
-        2 => Split::PinnedPlanes,
-        _ if rows_fit && !flat_planes && producer_split_positions => Split::Rows,
-        _ => Split::PinnedPlanes,
-    }
-}
-
-/// Output rows `r0..r1` of a plane of `g` as a plane of their own: its geometry and the first
-/// input row it reads. (`r0 < r1 <= g.oh`, and output row `r0`'s window starts inside the
-/// plane: `r0 * stride < ih + pad_top`.)
-#[cfg(target_arch = "x86_64")]
-fn row_range(g: Plane, r0: usize, r1: usize) -> (Plane, usize) {
-    if r0 == 0 && r1 == g.oh {
-        return (g, 0);
-    }
-    let (first, pad_top) = match r0 {
-        0 => (0, g.pad_top),
-        _ => (r0 * g.stride - g.pad_top, 0),
     };
-    // One past the last input row the band's windows reach.
-    let end = ((r1 - 1) * g.stride + 3 - g.pad_top).min(g.ih);
-    let sub = Plane {
-        ih: end - first,
-        oh: r1 - r0,
-        pad_top,
-        ..g
-    };
-    (sub, first)
-}
-
-/// `out` shared with the pool's threads, each writing its own rows.
-#[derive(Clone, Copy)]
-struct SharedOut(*mut f32, usize);
-// SAFETY: tasks write disjoint ranges of the slice (`range`'s contract) and f32 is Send.
-unsafe impl Send for SharedOut {}
-// SAFETY: as above.
-unsafe impl Sync for SharedOut {}
-
-impl SharedOut {
-    /// Elements `at..at + len` of the slice.
-    ///
-    /// # Safety
-    /// The slice is live and borrowed for the tasks, and no other reference to these elements
-    /// exists while the returned one does.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn range(&self, at: usize, len: usize) -> &mut [f32] {
-        assert!(at + len <= self.1);
-        // SAFETY: in bounds (asserted); exclusivity is the caller's contract.
-        unsafe { std::slice::from_raw_parts_mut(self.0.add(at), len) }
-    }
+    // Runs of planes to whichever thread is free. Pinned splits measured slower (Sapphire
+    // Rapids, 2 threads, single-layer models on a shared machine, alternating, minimum of 300
+    // runs, medians of 5 rounds; branch `dw`, commit 8fb23db): each thread the same band of
+    // output rows of every plane (the split of the pointwise convolution before these layers,
+    // which cuts its output positions in halves) ran 1.28x (192 channels, 28 -> 14) and 1.16x
+    // (144 channels, 56 -> 28) this split's time; a busy core holds its pinned half back.
+    super::depthwise::for_each_plane_run(
+        out,
+        w.out_len,
+        w.out_len.saturating_mul(9),
+        threads,
+        planes,
+    );
 }
 
 #[cfg(test)]
@@ -451,71 +319,6 @@ mod tests {
                              {j}: {a} vs {e}"
                         );
                     }
-                }
-            }
-        }
-    }
-
-    /// Split over 2 and 3 threads by bands of output rows (planes with more positions than
-    /// there are channels) or by pinned runs of planes, the direct kernel equals the plane
-    /// kernel: strides 1 and 2, odd and even planes, padding 0 or 1 before, every epilogue,
-    /// batch 1 and 2, with the split each geometry takes checked.
-    #[test]
-    fn split_over_threads_equals_the_plane_kernel() {
-        if Simd::detect().is_none() {
-            eprintln!("skipped: the direct kernel needs AVX-512 or AVX2");
-            return;
-        }
-        let mut rng = Rng::new(77);
-        let posts = [
-            Activation::Clip { min: 0.0, max: 6.0 },
-            Activation::HardSwish,
-            Activation::Relu,
-        ];
-        for (case, &(c, hw, s, pb, pe, batch)) in [
-            (7, [56, 56], 1, [1, 1], [1, 1], 1),
-            (5, [113, 57], 2, [1, 0], [1, 1], 2),
-            (9, [29, 60], 2, [0, 1], [2, 0], 1),
-            (3, [112, 112], 2, [1, 1], [1, 1], 1),
-            (6, [33, 31], 1, [1, 0], [0, 2], 2),
-            (40, [28, 28], 2, [1, 1], [1, 1], 1),
-            (150, [14, 14], 1, [1, 1], [1, 1], 1),
-        ]
-        .iter()
-        .enumerate()
-        {
-            let w = strided(hw, pb, pe, s);
-            assert!(pays(&w, c, c), "case {case}");
-            let x = rng.vec(batch * c * w.in_len);
-            let kw = rng.vec(c * 9);
-            let bias = rng.vec(c);
-            let res = rng.vec(batch * c * w.out_len);
-            let post = posts[case % posts.len()];
-            let r = (case % 2 == 1).then_some(&res[..]);
-            let mut want = vec![0.0f32; batch * c * w.out_len];
-            depthwise(&x, &kw, Some(&bias), c, c, &w, post, r, &mut want, 1);
-            for threads in [2, 3] {
-                #[cfg(target_arch = "x86_64")]
-                if w.out_len * 9 * c * batch
-                    >= 2 * crate::ops::convolution::depthwise::TASK_MIN_MULADDS
-                {
-                    let expect = if flat(&w) || c > w.in_len {
-                        Split::PinnedPlanes
-                    } else {
-                        Split::Rows
-                    };
-                    assert_eq!(split(&w, c, threads, flat(&w)), expect, "case {case}");
-                }
-                let pool = crate::parallel::ThreadPool::new(threads).unwrap();
-                let mut got = vec![f32::NAN; want.len()];
-                crate::parallel::install(&pool, || {
-                    depthwise_direct(&x, &kw, Some(&bias), c, &w, post, r, &mut got, threads)
-                });
-                for (j, (a, e)) in got.iter().zip(&want).enumerate() {
-                    assert!(
-                        (a - e).abs() <= 1e-5 * (1.0 + e.abs()),
-                        "case {case} threads {threads}: element {j}: {a} vs {e}"
-                    );
                 }
             }
         }

@@ -13,8 +13,6 @@ mod conv_params;
 pub mod conv_transpose;
 pub mod deform_conv;
 pub(crate) mod depthwise;
-#[cfg(target_arch = "x86_64")]
-mod depthwise_across_avx512;
 mod depthwise_band;
 pub(crate) mod depthwise_blocked;
 #[cfg(target_arch = "x86_64")]
