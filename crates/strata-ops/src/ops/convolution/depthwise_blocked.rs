@@ -47,6 +47,17 @@ const PARALLEL_MIN_MULADDS: usize = 1 << 16;
 /// input channel, enough channels to fill most of a block, at most [`MAX_TAPS`] taps. Any plane
 /// size: it measured faster than the plane kernel on every MobileNetV2 layer, 7x7 (5.7x) to
 /// 112x112 (1.3x).
+///
+/// On 7x7 outputs most of its time is the layout change (Sapphire Rapids, 1 thread, `perf`:
+/// the 16x16 transposes in and out took 47 % of 960 channels at 7x7 and 62 % of 576 channels
+/// at 14x14 stride 2, the multiply-adds 20 % and 12 %), yet the transpose-free alternatives
+/// tried there lost (single-layer models, alternating, medians of 5 rounds of 300 runs; branch
+/// `dw`, commit 8fb23db): sixteen consecutive outputs of the NCHW output per vector *across*
+/// plane boundaries (masked shifted loads straight from the NCHW input, the input split into
+/// its four phase planes at stride 2, one or two weights per vector) ran 1.24x (960 @ 7x7)
+/// and 1.32x (576 @ 14x14 stride 2) this kernel's time with unaligned loads, which split a
+/// cache line 15 times in 16, and 2.3x and 2.0x with aligned loads and two-source permutes;
+/// the per-plane kernels at 7 wide 1.04x (flat, stride 1) and 1.16x (direct, stride 2).
 pub(crate) fn pays(w: &WindowGeometry, in_channels: usize, out_channels: usize) -> bool {
     w.in_dims.len() == 2
         && in_channels == out_channels
@@ -587,8 +598,8 @@ fn fill_band<T: Float + Pod>(
         return;
     }
     for row in buf[r0 * row_len..r1 * row_len].chunks_exact_mut(row_len) {
-        row[..lo * LANES].fill(T::ZERO);
-        row[hi * LANES..].fill(T::ZERO);
+        zero_positions(&mut row[..lo * LANES]);
+        zero_positions(&mut row[hi * LANES..]);
     }
     let iy0 = (first + r0 as isize) as usize;
     let x = &x[iy0 * cols.input..];
@@ -602,6 +613,23 @@ fn fill_band<T: Float + Pod>(
             let d = &mut dst[r * span * LANES..];
             interleave_rows(&x[r * cols.input..], in_len, lanes, (hi - lo, 1), span, d);
         }
+    }
+}
+
+/// Zeroes whole positions (`LANES` elements each) of a band row: the one or two padding
+/// positions at a row's ends as in-line vector stores, not a call to `memset` each (which took
+/// 8 % of a 7x7 layer's time: 960 channels, two calls per band row).
+#[inline(always)]
+fn zero_positions<T: Float>(dst: &mut [T]) {
+    const ZEROS: usize = LANES;
+    match dst.len() / LANES {
+        0 => {}
+        1 => dst[..LANES].copy_from_slice(&[T::ZERO; ZEROS]),
+        2 => {
+            dst[..LANES].copy_from_slice(&[T::ZERO; ZEROS]);
+            dst[LANES..2 * LANES].copy_from_slice(&[T::ZERO; ZEROS]);
+        }
+        _ => dst.fill(T::ZERO),
     }
 }
 
