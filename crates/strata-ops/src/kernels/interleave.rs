@@ -92,18 +92,8 @@ pub(crate) fn transpose_lanes<T: Pod>(
     dst: &mut [T],
     dst_rs: usize,
 ) {
-    assert!(lanes <= LANES);
-    if lanes == 0 || n == 0 {
+    if transposed_in_registers(src, None, src_rs, lanes, n, dst, dst_rs) {
         return;
-    }
-    assert!(src.len() >= (n - 1) * src_rs + lanes && dst.len() >= (lanes - 1) * dst_rs + n);
-    #[cfg(target_arch = "x86_64")]
-    if let (Some(src), Some(dst)) = (as_f32(src), as_f32_mut(dst)) {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: AVX-512F was detected just now; the extents were asserted above.
-            unsafe { avx512::transpose_lanes(src, None, src_rs, lanes, n, dst, dst_rs) };
-            return;
-        }
     }
     for l in 0..lanes {
         let row = &mut dst[l * dst_rs..][..n];
@@ -127,19 +117,8 @@ pub(crate) fn transpose_lanes_sum<T: Float + Pod>(
     dst: &mut [T],
     dst_rs: usize,
 ) {
-    assert!(lanes <= LANES);
-    if lanes == 0 || n == 0 {
+    if transposed_in_registers(src, Some(add), src_rs, lanes, n, dst, dst_rs) {
         return;
-    }
-    let need = (n - 1) * src_rs + lanes;
-    assert!(src.len() >= need && add.len() >= need && dst.len() >= (lanes - 1) * dst_rs + n);
-    #[cfg(target_arch = "x86_64")]
-    if let (Some(src), Some(add), Some(dst)) = (as_f32(src), as_f32(add), as_f32_mut(dst)) {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: AVX-512F was detected just now; the extents were asserted above.
-            unsafe { avx512::transpose_lanes(src, Some(add), src_rs, lanes, n, dst, dst_rs) };
-            return;
-        }
     }
     for l in 0..lanes {
         let row = &mut dst[l * dst_rs..][..n];
@@ -147,6 +126,38 @@ pub(crate) fn transpose_lanes_sum<T: Float + Pod>(
             *d = src[j * src_rs + l] + add[j * src_rs + l];
         }
     }
+}
+
+/// The checks of [`transpose_lanes`] and [`transpose_lanes_sum`] (`add` given), then the whole
+/// transpose by 16x16 register transposes for f32 on AVX-512: `true` when it is done (or there
+/// is nothing to do), `false` when the caller's portable loop must do it.
+fn transposed_in_registers<T: Pod>(
+    src: &[T],
+    add: Option<&[T]>,
+    src_rs: usize,
+    lanes: usize,
+    n: usize,
+    dst: &mut [T],
+    dst_rs: usize,
+) -> bool {
+    assert!(lanes <= LANES);
+    if lanes == 0 || n == 0 {
+        return true;
+    }
+    let need = (n - 1) * src_rs + lanes;
+    assert!(src.len() >= need && add.is_none_or(|a| a.len() >= need));
+    assert!(dst.len() >= (lanes - 1) * dst_rs + n);
+    #[cfg(target_arch = "x86_64")]
+    if let (Some(src), Some(dst)) = (as_f32(src), as_f32_mut(dst)) {
+        // `add` has the type of `src`, f32 too.
+        let add = add.and_then(as_f32);
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: AVX-512F was detected just now; the extents were asserted above.
+            unsafe { avx512::transpose_lanes(src, add, src_rs, lanes, n, dst, dst_rs) };
+            return true;
+        }
+    }
+    false
 }
 
 fn as_f32<T: Pod>(s: &[T]) -> Option<&[f32]> {

@@ -723,6 +723,67 @@ mod tests {
     use crate::support::rng::Rng;
     use crate::support::test_util::assert_close_within;
 
+    /// `relu(conv(input, weight) + bias + residual)` from the definition (`p.post` ignored).
+    fn relu_reference(
+        (input, in_dims, weight, w_dims): (&[f32], &[usize], &[f32], &[usize]),
+        (bias, residual): (&[f32], Option<&[f32]>),
+        p: &ConvParams,
+    ) -> Vec<f32> {
+        let linear = ConvParams {
+            post: Activation::None,
+            ..p.clone()
+        };
+        let out_dims = conv_output_dims(in_dims, w_dims, p).unwrap();
+        let mut y = naive(
+            input,
+            in_dims,
+            weight,
+            w_dims,
+            Some(bias),
+            &linear,
+            &out_dims,
+        );
+        if let Some(r) = residual {
+            y.iter_mut().zip(r).for_each(|(y, r)| *y += r);
+        }
+        y.iter().map(|y| y.max(0.0)).collect()
+    }
+
+    /// `conv` with prepacked weights on a pool of `threads` threads: `(input, input dims,
+    /// weight, weight dims)` and `(bias, residual)`.
+    fn conv_on_pool(
+        (input, in_dims, weight, w_dims): (&[f32], &[usize], &[f32], &[usize]),
+        (bias, residual): (Option<&[f32]>, Option<&[f32]>),
+        packed: &[Prepacked<f32>],
+        p: &ConvParams,
+        scratch: &mut [f32],
+        threads: usize,
+    ) -> Vec<f32> {
+        let len = conv_output_dims(in_dims, w_dims, p)
+            .unwrap()
+            .iter()
+            .product();
+        let mut out = vec![f32::NAN; len];
+        let pool = crate::parallel::ThreadPool::new(threads).unwrap();
+        crate::parallel::install(&pool, || {
+            conv(
+                input,
+                in_dims,
+                weight,
+                w_dims,
+                bias,
+                residual,
+                Some(packed),
+                p,
+                &mut out,
+                scratch,
+                threads,
+            )
+        })
+        .unwrap();
+        out
+    }
+
     /// Direct N-d convolution straight from the ONNX definition, accumulating in f64.
     fn naive(
         input: &[f32],
@@ -1144,24 +1205,9 @@ mod tests {
             }
             let mut scratch = vec![f32::NAN; conv_scratch_len(&in_dims, &w_dims, &p)];
             for threads in [1, 2] {
-                let pool = crate::parallel::ThreadPool::new(threads).unwrap();
-                let mut out = vec![f32::NAN; len];
-                crate::parallel::install(&pool, || {
-                    conv(
-                        &input,
-                        &in_dims,
-                        &weight,
-                        &w_dims,
-                        Some(&bias),
-                        residual.as_deref(),
-                        Some(&packed),
-                        &p,
-                        &mut out,
-                        &mut scratch,
-                        threads,
-                    )
-                })
-                .unwrap();
+                let operands = (&input[..], &in_dims[..], &weight[..], &w_dims[..]);
+                let epilogue = (Some(&bias[..]), residual.as_deref());
+                let out = conv_on_pool(operands, epilogue, &packed, &p, &mut scratch, threads);
                 let what = format!("case {case} {in_dims:?} {w_dims:?} threads {threads}");
                 assert_close_within(&out, &expected, 1e-4, &what);
             }
@@ -1220,46 +1266,16 @@ mod tests {
             let weight = rng.vec(w_dims.iter().product());
             let bias = rng.vec(w_dims[0]);
             let residual = rng.vec(len);
-            let linear = ConvParams {
-                post: Activation::None,
-                ..p.clone()
-            };
-            let expected: Vec<f32> = naive(
-                &input,
-                &in_dims,
-                &weight,
-                &w_dims,
-                Some(&bias),
-                &linear,
-                &out_dims,
-            )
-            .iter()
-            .zip(&residual)
-            .map(|(y, r)| (y + r).max(0.0))
-            .collect();
+            let operands = (&input[..], &in_dims[..], &weight[..], &w_dims[..]);
+            let expected = relu_reference(operands, (&bias, Some(&residual[..])), &p);
             let packed = prepack_conv_weights(&in_dims, &weight, &w_dims, &p)
                 .unwrap()
                 .unwrap();
             let mut scratch = vec![f32::NAN; conv_scratch_len(&in_dims, &w_dims, &p)];
             for threads in [1, 2, 3] {
-                let pool = crate::parallel::ThreadPool::new(threads).unwrap();
-                let mut out = vec![f32::NAN; len];
-                crate::parallel::install(&pool, || {
-                    conv(
-                        &input,
-                        &in_dims,
-                        &weight,
-                        &w_dims,
-                        Some(&bias),
-                        Some(&residual),
-                        Some(&packed),
-                        &p,
-                        &mut out,
-                        &mut scratch,
-                        threads,
-                    )
-                })
-                .unwrap();
+                let operands = (&input[..], &in_dims[..], &weight[..], &w_dims[..]);
+                let epilogue = (Some(&bias[..]), Some(&residual[..]));
+                let out = conv_on_pool(operands, epilogue, &packed, &p, &mut scratch, threads);
                 let what = format!("{in_dims:?} {w_dims:?} threads {threads}");
                 assert_close_within(&out, &expected, 1e-4, &what);
             }
@@ -1299,46 +1315,16 @@ mod tests {
             let weight = rng.vec(w_dims.iter().product());
             let bias = rng.vec(m);
             let residual = with_residual.then(|| rng.vec(len));
-            let linear = ConvParams {
-                post: Activation::None,
-                ..p.clone()
-            };
-            let naive = naive(
-                &input,
-                &in_dims,
-                &weight,
-                &w_dims,
-                Some(&bias),
-                &linear,
-                &out_dims,
-            );
-            let expected: Vec<f32> = match &residual {
-                Some(r) => naive.iter().zip(r).map(|(y, r)| (y + r).max(0.0)).collect(),
-                None => naive.iter().map(|y| y.max(0.0)).collect(),
-            };
+            let operands = (&input[..], &in_dims[..], &weight[..], &w_dims[..]);
+            let expected = relu_reference(operands, (&bias, residual.as_deref()), &p);
             let packed = prepack_conv_weights(&in_dims, &weight, &w_dims, &p)
                 .unwrap()
                 .unwrap();
             let mut scratch = vec![f32::NAN; conv_scratch_len(&in_dims, &w_dims, &p)];
             for threads in [1, 2, 3] {
-                let pool = crate::parallel::ThreadPool::new(threads).unwrap();
-                let mut out = vec![f32::NAN; len];
-                crate::parallel::install(&pool, || {
-                    conv(
-                        &input,
-                        &in_dims,
-                        &weight,
-                        &w_dims,
-                        Some(&bias),
-                        residual.as_deref(),
-                        Some(&packed),
-                        &p,
-                        &mut out,
-                        &mut scratch,
-                        threads,
-                    )
-                })
-                .unwrap();
+                let operands = (&input[..], &in_dims[..], &weight[..], &w_dims[..]);
+                let epilogue = (Some(&bias[..]), residual.as_deref());
+                let out = conv_on_pool(operands, epilogue, &packed, &p, &mut scratch, threads);
                 let what = format!("{in_dims:?} -> {m} threads {threads}");
                 assert_close_within(&out, &expected, 1e-4, &what);
             }
@@ -1363,49 +1349,19 @@ mod tests {
             let pool = crate::parallel::ThreadPool::new(2).unwrap();
             let cut = crate::parallel::install(&pool, || unfolded_depth_cut(depth, 49, 2));
             assert_eq!(cut, Some(depth / 2));
-            let out_dims = conv_output_dims(&in_dims, &w_dims, &p).unwrap();
             let input = rng.vec(in_dims.iter().product());
             let weight = rng.vec(w_dims.iter().product());
             let bias = rng.vec(m);
-            let linear = ConvParams {
-                post: Activation::None,
-                ..p.clone()
-            };
-            let expected: Vec<f32> = naive(
-                &input,
-                &in_dims,
-                &weight,
-                &w_dims,
-                Some(&bias),
-                &linear,
-                &out_dims,
-            )
-            .iter()
-            .map(|y| y.max(0.0))
-            .collect();
+            let operands = (&input[..], &in_dims[..], &weight[..], &w_dims[..]);
+            let expected = relu_reference(operands, (&bias, None), &p);
             let packed = prepack_conv_weights(&in_dims, &weight, &w_dims, &p)
                 .unwrap()
                 .unwrap();
             let mut scratch = vec![f32::NAN; conv_scratch_len(&in_dims, &w_dims, &p)];
             for threads in [1, 2, 3] {
-                let pool = crate::parallel::ThreadPool::new(threads).unwrap();
-                let mut out = vec![f32::NAN; expected.len()];
-                crate::parallel::install(&pool, || {
-                    conv(
-                        &input,
-                        &in_dims,
-                        &weight,
-                        &w_dims,
-                        Some(&bias),
-                        None,
-                        Some(&packed),
-                        &p,
-                        &mut out,
-                        &mut scratch,
-                        threads,
-                    )
-                })
-                .unwrap();
+                let operands = (&input[..], &in_dims[..], &weight[..], &w_dims[..]);
+                let epilogue = (Some(&bias[..]), None);
+                let out = conv_on_pool(operands, epilogue, &packed, &p, &mut scratch, threads);
                 let what = format!("3x3 s2 {in_dims:?} -> {m} threads {threads}");
                 assert_close_within(&out, &expected, 1e-4, &what);
             }
