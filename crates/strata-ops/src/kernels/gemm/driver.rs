@@ -49,6 +49,16 @@ pub struct MatMut<T> {
 }
 
 impl<T> MatMut<T> {
+    /// The matrix stored in `data` with strides `(rs, cs)` (only the pointer is kept: the
+    /// caller keeps `data` borrowed while the view is used).
+    pub fn of(data: &mut [T], (rs, cs): (isize, isize)) -> Self {
+        MatMut {
+            ptr: data.as_mut_ptr(),
+            rs,
+            cs,
+        }
+    }
+
     /// The same matrix from column `j` on: only the pointer moves (wrapping), nothing is read.
     pub fn shifted_to_column(self, j: usize) -> Self {
         MatMut {

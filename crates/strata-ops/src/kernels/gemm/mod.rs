@@ -363,11 +363,7 @@ fn gemm_with_isa<T: GemmFloat>(
         },
         // `c` stays mutably borrowed until the product returns, so nothing else touches it and
         // it cannot alias A or B.
-        c: MatMut {
-            ptr: c.as_mut_ptr(),
-            rs: c_strides.0,
-            cs: c_strides.1,
-        },
+        c: MatMut::of(c, c_strides),
         alpha,
         beta,
         packed_a: None,

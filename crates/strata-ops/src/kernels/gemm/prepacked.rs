@@ -294,11 +294,7 @@ pub fn gemm_prepacked_with<T: GemmFloat + Element>(
         super::scale(m, n, c, c_strides, beta);
         return Ok(());
     }
-    let c = MatMut {
-        ptr: c.as_mut_ptr(),
-        rs: c_strides.0,
-        cs: c_strides.1,
-    };
+    let c = MatMut::of(c, c_strides);
     // SAFETY: `c` was checked to hold every (i, j) of the m x n product and stays mutably
     // borrowed until the product returns, so nothing else touches it.
     unsafe {
@@ -372,11 +368,7 @@ pub(crate) fn gemm_prepacked_produced_b<T: GemmFloat + Element>(
         return Ok(());
     }
     check_operand("C", c.len(), m, n, c_strides)?;
-    let c = MatMut {
-        ptr: c.as_mut_ptr(),
-        rs: c_strides.0,
-        cs: c_strides.1,
-    };
+    let c = MatMut::of(c, c_strides);
     // SAFETY: `c` was checked to hold every (i, j) of the m x n product and stays mutably
     // borrowed until the product returns, so nothing else touches it.
     unsafe {
@@ -422,14 +414,9 @@ pub(crate) fn gemm_prepacked_split_depth<T: GemmFloat + Element>(
             reason: format!("the cut {at} is not inside the depth {}", packed.k),
         });
     }
-    let view = |c: &mut [T]| MatMut {
-        ptr: c.as_mut_ptr(),
-        rs: c_strides.0,
-        cs: c_strides.1,
-    };
     let split = DepthSplit {
         at,
-        partial: view(partial),
+        partial: MatMut::of(partial, c_strides),
     };
     // SAFETY: `c` and `partial` were checked to hold every (i, j) of the m x n product; they
     // are distinct mutable borrows (so disjoint) and stay borrowed until the product returns,
@@ -439,7 +426,7 @@ pub(crate) fn gemm_prepacked_split_depth<T: GemmFloat + Element>(
             packed,
             n_or_m,
             Other::Matrix(other, other_strides),
-            view(c),
+            MatMut::of(c, c_strides),
             (T::ONE, T::ZERO),
             None,
             None,
@@ -543,14 +530,14 @@ unsafe fn run_prepacked<T: GemmFloat + Element>(
         fused,
         depth_split,
     };
-    // A few rows against packed weights stream the slivers; anything else takes the driver.
-    // SAFETY: the operands were validated above, `data` holds the packed slivers, and `c` is
-    // valid and ours alone for the call (this function's contract).
-    if packed.side == PackedOperand::B
-        && depth_split.is_none()
-        && unsafe { super::skinny_packed::try_run(&problem, packed.tile, threads) }
-    {
-        return Ok(());
+    // A few rows against packed weights stream the slivers (not with a depth split, which
+    // only the driver makes); anything else takes the driver.
+    if packed.side == PackedOperand::B && depth_split.is_none() {
+        // SAFETY: the operands were validated above, `data` holds the packed slivers, and `c`
+        // is valid and ours alone for the call (this function's contract).
+        if unsafe { super::skinny_packed::try_run(&problem, packed.tile, threads) } {
+            return Ok(());
+        }
     }
     packed.dispatch(&problem, threads);
     Ok(())
@@ -622,11 +609,7 @@ pub(crate) fn gemm_packed_a<T: GemmFloat + Element>(
         k,
         a: empty,
         b: empty,
-        c: MatMut {
-            ptr: c.as_mut_ptr(),
-            rs: c_strides.0,
-            cs: c_strides.1,
-        },
+        c: MatMut::of(c, c_strides),
         alpha: T::ONE,
         beta: T::ZERO,
         packed_a: Some(&a[..expected]),

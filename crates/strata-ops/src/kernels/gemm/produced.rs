@@ -72,11 +72,7 @@ pub fn gemm_produced_b<T: GemmFloat>(
             cs: 0,
         },
         // `c` stays mutably borrowed until the product returns.
-        c: MatMut {
-            ptr: c.as_mut_ptr(),
-            rs: c_strides.0,
-            cs: c_strides.1,
-        },
+        c: MatMut::of(c, c_strides),
         alpha: T::ONE,
         beta: T::ZERO,
         packed_a: None,
